@@ -1,0 +1,72 @@
+# GPULab. `make help` lists the targets. Run as root on a fresh Debian machine: the targets
+# install what is missing (Debian packages, Go tools) and start what must run (Postgres) alone.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+TMP        := $(CURDIR)/.tmp
+BIN        := $(CURDIR)/bin
+PGPORT     ?= 55432
+GO         ?= go
+GOTESTFLAGS ?= -race -count=1 -timeout 15m
+VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS    := -X main.version=$(VERSION)
+GOLANGCI_VERSION := v2.6.2
+RUN_DIR    := $(TMP)/run
+RUN_PORT   ?= 8443
+
+# With no DATABASE_URL, a throwaway Postgres cluster lives in .tmp/pg (tests use fsync=off;
+# `make bench` restarts nothing and leaves fsync as the server has it).
+ifeq ($(DATABASE_URL),)
+DB_URL = $(shell PG_EXTRA_OPTS="$(PG_EXTRA_OPTS)" scripts/pg.sh start $(TMP)/pg $(PGPORT))
+else
+DB_URL = $(DATABASE_URL)
+endif
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: deps
+deps: ## install what is missing (Debian packages) — run as root
+	@scripts/deps.sh
+
+.PHONY: generate
+generate: ## regenerate generated code (go generate)
+	$(GO) generate ./...
+
+.PHONY: build
+build: ## build gpulab-master and gpulab-cli into bin/
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+
+.PHONY: lint
+lint: ## gofmt, go vet and golangci-lint (installed into .tmp/bin on first use)
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting"; exit 1; }
+	$(GO) vet ./...
+	@test -x $(TMP)/bin/golangci-lint || GOBIN=$(TMP)/bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+	$(TMP)/bin/golangci-lint run ./...
+
+.PHONY: test
+test: PG_EXTRA_OPTS = -c fsync=off
+test: deps ## install what is missing, start Postgres, run every test (with -race)
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting"; exit 1; }
+	$(GO) vet ./...
+	DATABASE_URL="$(DB_URL)" $(GO) test $(GOTESTFLAGS) ./...
+
+.PHONY: fuzz
+fuzz: ## fuzz the job parser for a minute
+	$(GO) test ./job -run '^$$' -fuzz FuzzParse -fuzztime 60s
+
+.PHONY: bench
+bench: deps ## run the benchmarks against a real Postgres (fsync on); results in bench/results.txt
+	@mkdir -p bench
+	DATABASE_URL="$(DB_URL)" $(GO) test -run '^$$' -bench . -benchmem -count 3 ./... | tee bench/results.txt
+
+.PHONY: run
+run: deps build ## start Postgres and a master on https://localhost:8443 with a demo user, project and certificate
+	@scripts/run.sh "$(DB_URL)" "$(RUN_DIR)" "$(RUN_PORT)" "$(BIN)"
+
+.PHONY: clean
+clean: ## stop the throwaway Postgres and remove bin/ and .tmp/
+	-scripts/pg.sh stop $(TMP)/pg $(PGPORT)
+	rm -rf $(BIN) $(TMP)

@@ -1,0 +1,60 @@
+package client
+
+import (
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// DefaultBaseURL is the API base used when none is configured: the master that `make run`
+// starts on this machine. Production users set --custom-master-url or GPULAB_API_BASE.
+const DefaultBaseURL = "https://localhost:8443/api/gpulab/v3.1/"
+
+// apiPath is appended to a master URL that names no API version.
+const apiPath = "api/gpulab/v3.1/"
+
+var versionedAPIPath = regexp.MustCompile(`/api/gpulab/v[0-9]+\.[0-9]+/?$`)
+
+// NormalizeBaseURL turns what a user may type as the master's address into the API base with a
+// trailing slash, so that request paths can simply be appended. It accepts the full API base
+// (`https://host:8443/api/gpulab/v3.1`), imec's form ending in `/api` (what imec's
+// --custom-master-url and GPULAB_API_BASE expect), or just the master (`https://host:8443`);
+// a missing scheme means https.
+func NormalizeBaseURL(raw string) (*url.URL, error) {
+	s := strings.TrimSpace(raw)
+	if s == "" {
+		s = DefaultBaseURL
+	}
+	if !strings.Contains(s, "://") {
+		s = "https://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("master URL %q: %w", raw, err)
+	}
+	if u.Scheme != "https" && u.Scheme != "http" {
+		return nil, fmt.Errorf("master URL %q: scheme must be https", raw)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("master URL %q: no host", raw)
+	}
+	u.RawQuery, u.Fragment, u.RawPath = "", "", ""
+	p := u.Path
+	switch {
+	case versionedAPIPath.MatchString(p):
+		// Already the API base.
+	case strings.HasSuffix(strings.TrimSuffix(p, "/"), "/api"):
+		p = strings.TrimSuffix(p, "/") + "/gpulab/v3.1"
+	default:
+		p = strings.TrimSuffix(p, "/") + "/" + strings.TrimSuffix(apiPath, "/")
+	}
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	if !strings.HasSuffix(p, "/") {
+		p += "/"
+	}
+	u.Path = p
+	return u, nil
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/pki"
+	"github.com/opengpulab/gpulab/store"
+)
+
+// config is the master's configuration: every field is a flag with an environment variable.
+type config struct {
+	DatabaseURL        string
+	DataDir            string
+	Authority          string
+	Listen             string
+	Hostnames          string
+	Admins             string
+	TLSCert, TLSKey    string
+	DefaultMinDuration string
+	DefaultMaxDuration string
+	LogLevel           string
+	NoMigrate          bool
+}
+
+// addCommon registers the flags every command needs (database, data folder, authority).
+func (c *config) addCommon(fs *flag.FlagSet, getenv func(string) string) {
+	fs.StringVar(&c.DatabaseURL, "database-url", getenv("DATABASE_URL"), "Postgres URL (env DATABASE_URL)")
+	fs.StringVar(&c.DataDir, "data-dir", envOr(getenv, "GPULAB_DATA_DIR", "/var/lib/gpulab"), "folder of the CA files ca.pem and ca-key.pem (env GPULAB_DATA_DIR)")
+	fs.StringVar(&c.Authority, "authority", envOr(getenv, "GPULAB_AUTHORITY", "gpulab.local"), "URN authority of users and projects (env GPULAB_AUTHORITY)")
+	fs.StringVar(&c.LogLevel, "log-level", envOr(getenv, "GPULAB_LOG_LEVEL", "info"), "debug, info, warn or error (env GPULAB_LOG_LEVEL)")
+}
+
+// addServe registers the flags of `serve`.
+func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
+	fs.StringVar(&c.Listen, "listen", envOr(getenv, "GPULAB_LISTEN", ":8443"), "HTTPS listen address (env GPULAB_LISTEN)")
+	fs.StringVar(&c.Hostnames, "hostnames", getenv("GPULAB_HOSTNAMES"), "comma-separated names and IPs for the server certificate, besides localhost, 127.0.0.1 and the host name (env GPULAB_HOSTNAMES)")
+	fs.StringVar(&c.Admins, "admins", getenv("GPULAB_ADMINS"), "comma-separated user names that are admins (env GPULAB_ADMINS)")
+	fs.StringVar(&c.TLSCert, "tls-cert", getenv("GPULAB_TLS_CERT"), "server certificate PEM instead of one from the CA (env GPULAB_TLS_CERT)")
+	fs.StringVar(&c.TLSKey, "tls-key", getenv("GPULAB_TLS_KEY"), "key of --tls-cert (env GPULAB_TLS_KEY)")
+	fs.BoolVar(&c.NoMigrate, "no-migrate", getenv("GPULAB_NO_MIGRATE") == "1", "do not migrate the schema at start; refuse to start on an older one (env GPULAB_NO_MIGRATE=1)")
+	fs.StringVar(&c.DefaultMinDuration, "default-min-duration", envOr(getenv, "GPULAB_DEFAULT_MIN_DURATION", "1 week"), "minDuration of jobs that give none (env GPULAB_DEFAULT_MIN_DURATION)")
+	fs.StringVar(&c.DefaultMaxDuration, "default-max-duration", envOr(getenv, "GPULAB_DEFAULT_MAX_DURATION", "2 weeks"), "maxDuration of jobs that give none (env GPULAB_DEFAULT_MAX_DURATION)")
+}
+
+func envOr(getenv func(string) string, key, def string) string {
+	if v := getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func (c *config) openStore(ctx context.Context) (*store.Store, error) {
+	if c.DatabaseURL == "" {
+		return nil, fmt.Errorf("no database: give --database-url or DATABASE_URL: %w", errUsage)
+	}
+	return store.Open(ctx, c.DatabaseURL)
+}
+
+func (c *config) loadCA() (*pki.CA, bool, error) {
+	return pki.LoadOrCreateCA(c.DataDir, "GPULab CA ("+c.Authority+")")
+}
+
+func (c *config) jobOptions() (job.Options, error) {
+	opts := job.DefaultOptions()
+	min, err := job.ParseDuration(c.DefaultMinDuration)
+	if err != nil {
+		return opts, fmt.Errorf("--default-min-duration: %w", err)
+	}
+	max, err := job.ParseDuration(c.DefaultMaxDuration)
+	if err != nil {
+		return opts, fmt.Errorf("--default-max-duration: %w", err)
+	}
+	if min > max {
+		return opts, fmt.Errorf("--default-min-duration (%s) is longer than --default-max-duration (%s)", c.DefaultMinDuration, c.DefaultMaxDuration)
+	}
+	opts.DefaultMinDuration, opts.DefaultMaxDuration = min, max
+	return opts, nil
+}
+
+func (c *config) hosts() []string {
+	hosts := []string{"localhost", "127.0.0.1", "::1"}
+	if h, err := os.Hostname(); err == nil {
+		hosts = append(hosts, h)
+	}
+	return append(hosts, splitList(c.Hostnames)...)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}

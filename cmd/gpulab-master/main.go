@@ -1,0 +1,98 @@
+// Command gpulab-master is the GPULab master: one HTTPS server for the JSON API (and, later,
+// the portal and the slave protocol) over Postgres, plus the admin commands that manage
+// users, projects and certificates.
+//
+//	gpulab-master [serve]                          run the master (migrates the schema first)
+//	gpulab-master migrate                          apply schema migrations and exit
+//	gpulab-master user-cert --user N --email E     write a user's client certificate PEM
+//	gpulab-master project add NAME                 create a project
+//	gpulab-master member add PROJECT USER          add a user to a project
+//	gpulab-master cluster add ID [--name N]        create a cluster
+//
+// Configuration comes from flags, each with an environment variable (see -h).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// errUsage marks errors that are the caller's mistake (exit code 2).
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "serve":
+		err = serve(ctx, args, getenv, stderr)
+	case "migrate":
+		err = migrate(ctx, args, getenv, stdout, stderr)
+	case "user-cert":
+		err = userCert(ctx, args, getenv, stdout, stderr)
+	case "project":
+		err = projectCmd(ctx, args, getenv, stdout, stderr)
+	case "member":
+		err = memberCmd(ctx, args, getenv, stdout, stderr)
+	case "cluster":
+		err = clusterCmd(ctx, args, getenv, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "gpulab-master: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintf(stderr, "gpulab-master %s: %v\n", cmd, err)
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	return 1
+}
+
+const usage = `Usage: gpulab-master COMMAND [flags]
+
+Commands:
+  serve                          run the master (the default); applies migrations first
+  migrate                        apply database schema migrations and exit
+  user-cert --user NAME --email E [--out FILE] [--password P]
+                                 write a user's API client certificate (PEM with key)
+  project add NAME [--gid N] [--description D]
+                                 create a project
+  project list                   list projects and their members
+  member add PROJECT USER        add a user to a project (the user is created if new)
+  member remove PROJECT USER     remove a user from a project
+  cluster add ID [--name N] [--private]
+                                 create a cluster
+  cluster list                   list clusters
+
+Run 'gpulab-master COMMAND -h' for the flags of a command.
+`
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}

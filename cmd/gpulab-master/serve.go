@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/opengpulab/gpulab/handlers"
+	"github.com/opengpulab/gpulab/store"
+	"github.com/opengpulab/gpulab/web"
+)
+
+// version is set at build time (-ldflags "-X main.version=...").
+var version = "dev"
+
+// latestClientVersion is the newest gpulab-cli release the master knows of.
+const latestClientVersion = "4.0.0"
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	var c config
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.addCommon(fs, getenv)
+	c.addServe(fs, getenv)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := newLogger(stderr, c.LogLevel)
+	opts, err := c.jobOptions()
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	st, err := c.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if !c.NoMigrate {
+		applied, err := st.Migrate(ctx)
+		if err != nil {
+			return err
+		}
+		if len(applied) > 0 {
+			log.Info("schema migrated", "applied", applied)
+		}
+	}
+	if err := st.CheckSchema(ctx); err != nil {
+		return err
+	}
+	ca, created, err := c.loadCA()
+	if err != nil {
+		return err
+	}
+	if created {
+		log.Info("made a new CA", "dir", absPath(c.DataDir))
+	}
+	wcfg := web.Config{Addr: c.Listen, CA: ca, Hosts: c.hosts(), Admins: splitList(c.Admins)}
+	if c.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+		if err != nil {
+			return fmt.Errorf("load --tls-cert: %w", err)
+		}
+		wcfg.TLSCert = &cert
+	}
+	h := handlers.New(st, handlers.Config{Authority: c.Authority, Version: version, LatestClientVersion: latestClientVersion, JobOptions: opts}, log)
+	srv := web.New(wcfg, st, h, log)
+	l, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", c.Listen, err)
+	}
+	log.Info("master listening", "url", "https://"+displayAddr(l.Addr()), "ca", absPath(c.DataDir)+"/ca.pem", "authority", c.Authority)
+	return srv.Serve(ctx, l)
+}
+
+func displayAddr(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var c config
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.addCommon(fs, getenv)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	st, err := c.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	applied, err := st.Migrate(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "schema at version %d (applied now: %v)\n", store.LatestVersion(), applied)
+	return nil
+}

@@ -1,0 +1,201 @@
+// Package handlers holds the master's HTTP handlers, one file per resource. The JSON API and,
+// later, the portal run over the same handlers: a handler computes its result once, and errors
+// are mapped to status codes in one place (writeError), so the two faces cannot disagree.
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/pki"
+	"github.com/opengpulab/gpulab/store"
+)
+
+// Config is what the handlers need to know about the deployment.
+type Config struct {
+	// Authority is the URN authority of users and projects (urn:publicid:IDN+<authority>+user+<name>).
+	Authority string
+	// Version is the master's version; LatestClientVersion the newest gpulab-cli release.
+	Version             string
+	LatestClientVersion string
+	// JobOptions are the defaults and limits of job parsing.
+	JobOptions job.Options
+}
+
+// Handlers serves the API. Create it with New.
+type Handlers struct {
+	store *store.Store
+	cfg   Config
+	log   *slog.Logger
+}
+
+// New makes the handlers.
+func New(st *store.Store, cfg Config, log *slog.Logger) *Handlers {
+	return &Handlers{store: st, cfg: cfg, log: log}
+}
+
+// Caller is who makes a request, as established by web's authentication middleware.
+type Caller struct {
+	User       store.User
+	Kind       pki.Kind
+	ProjectIDs []int64
+	// Via says how the caller authenticated ("certificate", "session"), for logs.
+	Via string
+}
+
+// Admin reports whether the caller is an admin.
+func (c *Caller) Admin() bool { return c != nil && c.User.IsAdmin }
+
+// InProject reports whether the caller is a member of a project.
+func (c *Caller) InProject(projectID int64) bool {
+	for _, id := range c.ProjectIDs {
+		if id == projectID {
+			return true
+		}
+	}
+	return false
+}
+
+type ctxKey int
+
+const (
+	callerKey ctxKey = iota
+	apiVersionKey
+)
+
+// WithCaller returns a context carrying the authenticated caller.
+func WithCaller(ctx context.Context, c *Caller) context.Context {
+	return context.WithValue(ctx, callerKey, c)
+}
+
+// CallerFrom returns the authenticated caller, or nil.
+func CallerFrom(ctx context.Context) *Caller {
+	c, _ := ctx.Value(callerKey).(*Caller)
+	return c
+}
+
+// API versions served. They share handlers; the differences are in the output shape.
+const (
+	V30 = "v3.0"
+	V31 = "v3.1"
+	V40 = "v4.0"
+)
+
+// APIVersions lists the served API versions.
+var APIVersions = []string{V30, V31, V40}
+
+// WithAPIVersion returns a context carrying the API version of the request path.
+func WithAPIVersion(ctx context.Context, v string) context.Context {
+	return context.WithValue(ctx, apiVersionKey, v)
+}
+
+func apiVersion(ctx context.Context) string {
+	if v, ok := ctx.Value(apiVersionKey).(string); ok {
+		return v
+	}
+	return V31
+}
+
+// Error is an error with an HTTP status and a message fit for the client.
+type Error struct {
+	Status  int
+	Message string
+	Details []job.Problem
+}
+
+func (e *Error) Error() string { return e.Message }
+
+func errorf(status int, format string, args ...any) *Error {
+	return &Error{Status: status, Message: fmt.Sprintf(format, args...)}
+}
+
+// fieldError is a 400 naming one field (or query parameter).
+func fieldError(path, format string, args ...any) *Error {
+	msg := fmt.Sprintf(format, args...)
+	return &Error{Status: http.StatusBadRequest, Message: path + ": " + msg, Details: []job.Problem{{Path: path, Message: msg}}}
+}
+
+// errorBody is the JSON body of every error response.
+type errorBody struct {
+	Error   string        `json:"error"`
+	Details []job.Problem `json:"details,omitempty"`
+}
+
+// Func is a handler that returns its error instead of writing it.
+type Func func(w http.ResponseWriter, r *http.Request) error
+
+// Wrap turns a Func into an http.HandlerFunc that maps its error to a status and a JSON body.
+func (h *Handlers) Wrap(fn Func) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := fn(w, r); err != nil {
+			h.WriteError(w, r, err)
+		}
+	}
+}
+
+// WriteError maps an error to its status code and JSON body, once for every handler:
+// validation → 400 with field paths, not found → 404, conflicts → 409, anything else → 500
+// (logged, never shown: it may hold internals).
+func (h *Handlers) WriteError(w http.ResponseWriter, r *http.Request, err error) {
+	body := errorBody{}
+	status := http.StatusInternalServerError
+	var he *Error
+	var ve *job.ValidationError
+	var se *job.SyntaxError
+	var sc *store.StateConflict
+	switch {
+	case errors.As(err, &he):
+		status, body.Error, body.Details = he.Status, he.Message, he.Details
+	case errors.As(err, &ve):
+		status, body.Error, body.Details = http.StatusBadRequest, "invalid job request", ve.Problems
+	case errors.As(err, &se):
+		status, body.Error = http.StatusBadRequest, se.Error()
+	case errors.As(err, &sc):
+		status, body.Error = http.StatusConflict, sc.Error()
+	case errors.Is(err, store.ErrNotFound):
+		status, body.Error = http.StatusNotFound, "not found"
+	case errors.Is(err, store.ErrAmbiguous):
+		status, body.Error = http.StatusConflict, "ambiguous job id: it is the prefix of several jobs, give more characters"
+	case errors.Is(err, store.ErrConflict):
+		status, body.Error = http.StatusConflict, "already exists"
+	default:
+		h.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		body.Error = "internal error"
+	}
+	writeJSON(w, status, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// wantsJSON reports whether the client asked for JSON rather than the default text answer.
+func wantsJSON(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "application/json")
+}
+
+// requireUser returns the caller, or 401/403 when there is none or it is not a user.
+func requireUser(r *http.Request) (*Caller, error) {
+	c := CallerFrom(r.Context())
+	if c == nil {
+		return nil, ErrUnauthenticated
+	}
+	if c.Kind != pki.KindUser {
+		return nil, errorf(http.StatusForbidden, "%s credentials are not accepted on user endpoints", c.Kind)
+	}
+	return c, nil
+}
+
+// ErrUnauthenticated is the 401 of a request without credentials.
+var ErrUnauthenticated = &Error{Status: http.StatusUnauthorized,
+	Message: "authentication required: present a client certificate issued by this master (gpulab-cli --cert FILE) or log in to the portal"}

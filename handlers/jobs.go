@@ -1,0 +1,578 @@
+package handlers
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/store"
+)
+
+// maxJobBody bounds a submitted job document.
+const maxJobBody = 1 << 20
+
+// maxPageSize is the largest page GET jobs serves.
+const maxPageSize = 200
+
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, errorf(http.StatusBadRequest, "read request body: %v", err)
+	}
+	if int64(len(body)) > limit {
+		return nil, errorf(http.StatusRequestEntityTooLarge, "request body larger than %d bytes", limit)
+	}
+	return body, nil
+}
+
+func boolParam(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fieldError(name, "must be true or false, not %q", v)
+	}
+	return b, nil
+}
+
+func intParam(r *http.Request, name string, min int) (int, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min {
+		return 0, fieldError(name, "must be an integer of at least %d, not %q", min, v)
+	}
+	return n, nil
+}
+
+// SubmitJob is POST jobs: validate, resolve the project, store as QUEUED (or ONHOLD with
+// ?hold=true) and answer 201 with the UUID as text (or the job as JSON when asked).
+func (h *Handlers) SubmitJob(w http.ResponseWriter, r *http.Request) error {
+	c, err := requireUser(r)
+	if err != nil {
+		return err
+	}
+	hold, err := boolParam(r, "hold")
+	if err != nil {
+		return err
+	}
+	body, err := readBody(r, maxJobBody)
+	if err != nil {
+		return err
+	}
+	j, err := job.Parse(body, h.cfg.JobOptions)
+	if err != nil {
+		return err
+	}
+	project, err := h.resolveProject(r, c, j.Owner.ProjectURN)
+	if err != nil {
+		return err
+	}
+	j.UUID = uuid.NewString()
+	j.Owner = job.Owner{UserURN: c.User.URN, UserEmail: c.User.Email, ProjectURN: project.URN}
+	j.State = job.State{Status: job.StatusQueued}
+	msg := "submitted"
+	if hold {
+		j.State.Status = job.StatusOnHold
+		msg = "submitted on hold"
+	}
+	if err := h.store.CreateJob(r.Context(), j, c.User.ID, project.ID, msg+" by "+c.User.Name); err != nil {
+		return fmt.Errorf("submit job: %w", err)
+	}
+	h.log.InfoContext(r.Context(), "job submitted", "job", j.UUID, "user", c.User.Name, "project", project.Name, "status", j.State.Status)
+	if wantsJSON(r) {
+		writeJSON(w, http.StatusCreated, h.present(r, c, &store.JobRecord{Job: j, UserID: c.User.ID, ProjectID: project.ID}))
+		return nil
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Location", r.URL.Path+"/"+j.UUID)
+	w.WriteHeader(http.StatusCreated)
+	_, _ = io.WriteString(w, j.UUID)
+	return nil
+}
+
+// resolveProject finds the project a job goes into: the one named by owner.projectUrn (a URN
+// or a bare name), or the caller's only project. 403 when the caller is not a member.
+func (h *Handlers) resolveProject(r *http.Request, c *Caller, given string) (store.Project, error) {
+	ctx := r.Context()
+	if given == "" {
+		ps, err := h.store.ListUserProjects(ctx, c.User.ID)
+		if err != nil {
+			return store.Project{}, err
+		}
+		switch len(ps) {
+		case 0:
+			return store.Project{}, errorf(http.StatusForbidden, "you are not a member of any project: ask an admin to add you to one")
+		case 1:
+			return ps[0], nil
+		}
+		names := make([]string, len(ps))
+		for i, p := range ps {
+			names[i] = p.Name
+		}
+		return store.Project{}, fieldError("owner.projectUrn", "is required: you are a member of several projects (%s); choose one (gpulab-cli --project NAME)", strings.Join(names, ", "))
+	}
+	var p store.Project
+	var err error
+	if strings.HasPrefix(given, "urn:") {
+		p, err = h.store.GetProjectByURN(ctx, given)
+	} else {
+		p, err = h.store.GetProjectByName(ctx, given)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Project{}, fieldError("owner.projectUrn", "no project %q exists", given)
+	}
+	if err != nil {
+		return store.Project{}, err
+	}
+	if !c.InProject(p.ID) {
+		return store.Project{}, errorf(http.StatusForbidden, "you are not a member of project %s", p.Name)
+	}
+	return p, nil
+}
+
+// idPattern is what a job id or id prefix may look like.
+var idPattern = regexp.MustCompile(`^[0-9a-fA-F-]{6,36}$`)
+
+// findJob resolves {id} (a UUID or a unique prefix of at least 6 characters) to a job the
+// caller may see in full. A job the caller may not see is 404, exactly like a missing one, so
+// ids cannot be probed.
+func (h *Handlers) findJob(r *http.Request, c *Caller) (*store.JobRecord, error) {
+	id := r.PathValue("id")
+	if !idPattern.MatchString(id) {
+		return nil, fieldError("id", "must be a job UUID or a unique prefix of at least 6 characters, not %q", id)
+	}
+	rec, err := h.store.FindJob(r.Context(), id)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, errorf(http.StatusNotFound, "no job %s", id)
+		}
+		return nil, err
+	}
+	if !canSee(c, rec) {
+		return nil, errorf(http.StatusNotFound, "no job %s", id)
+	}
+	return rec, nil
+}
+
+// canSee: owners, members of the job's project and admins see a job in full.
+func canSee(c *Caller, rec *store.JobRecord) bool {
+	return c.Admin() || rec.UserID == c.User.ID || c.InProject(rec.ProjectID)
+}
+
+// canTouch: only the owner and admins change a job.
+func canTouch(c *Caller, rec *store.JobRecord) bool {
+	return c.Admin() || rec.UserID == c.User.ID
+}
+
+func actorOf(c *Caller, rec *store.JobRecord) job.Actor {
+	if rec.UserID == c.User.ID {
+		return job.ActorOwner
+	}
+	return job.ActorAdmin
+}
+
+// present prepares a job for output: credentials always hidden, other users' jobs outside the
+// caller's projects sanitized, and the shape of the API version asked for.
+func (h *Handlers) present(r *http.Request, c *Caller, rec *store.JobRecord) any {
+	j := rec.Job.Redacted()
+	if c == nil || !canSee(c, rec) {
+		j = j.Sanitized()
+	}
+	if apiVersion(r.Context()) != V30 {
+		return j
+	}
+	return v30Job(j)
+}
+
+// v30Job drops what imec's v3.0 API did not have: restart information and the scheduler's
+// state (both came with the halt/restart scheduler of v3.1).
+func v30Job(j *job.Job) map[string]any {
+	b, _ := json.Marshal(j)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	delete(m, "restartInfo")
+	if st, ok := m["state"].(map[string]any); ok {
+		delete(st, "scheduling")
+	}
+	return m
+}
+
+// GetJob is GET jobs/{id}.
+func (h *Handlers) GetJob(w http.ResponseWriter, r *http.Request) error {
+	c, err := requireUser(r)
+	if err != nil {
+		return err
+	}
+	rec, err := h.findJob(r, c)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, h.present(r, c, rec))
+	return nil
+}
+
+// listGroups maps the list filters to state groups.
+var listGroups = []struct {
+	param    string
+	statuses []job.Status
+}{
+	{"pending", job.PendingStatuses},
+	{"running", job.RunningStatuses},
+	{"finished", job.FinishedStatuses},
+	{"deleted", job.DeletedStatuses},
+}
+
+// jobFilter reads GET jobs' query into a store filter, naming the parameter on bad input.
+func (h *Handlers) jobFilter(r *http.Request, c *Caller) (store.JobFilter, int, error) {
+	q := r.URL.Query()
+	var f store.JobFilter
+	for _, g := range listGroups {
+		on, err := boolParam(r, g.param)
+		if err != nil {
+			return f, 0, err
+		}
+		if on {
+			f.Statuses = append(f.Statuses, g.statuses...)
+		}
+	}
+	if v := q.Get("allowed_states"); v != "" {
+		for _, s := range strings.Split(v, ",") {
+			st, err := job.ParseStatus(s)
+			if err != nil {
+				return f, 0, fieldError("allowed_states", "%v", err)
+			}
+			f.Statuses = append(f.Statuses, st)
+		}
+	}
+	if len(f.Statuses) == 0 {
+		// imec's default: everything but deleted jobs.
+		f.Statuses = append(append(append([]job.Status{}, job.PendingStatuses...), job.RunningStatuses...), job.FinishedStatuses...)
+	}
+	f.UserURN, f.UserName = q.Get("user_urn"), q.Get("user_name")
+	f.ProjectURN, f.ProjectName = q.Get("project_urn"), q.Get("project_name")
+	f.AssignedSlaveName, f.ReservationID = q.Get("assigned_slave_name"), q.Get("reservation_id")
+	var err error
+	if f.ClusterID, err = intParam(r, "cluster_id", 1); err != nil {
+		return f, 0, err
+	}
+	if q.Get("interactive") != "" {
+		b, err := boolParam(r, "interactive")
+		if err != nil {
+			return f, 0, err
+		}
+		f.Interactive = &b
+	}
+	maxHours, err := intParam(r, "max_hours", 1)
+	if err != nil {
+		return f, 0, err
+	}
+	if maxHours > 0 {
+		f.CreatedAfter = time.Now().Add(-time.Duration(maxHours) * time.Hour)
+	}
+	maxCount, err := intParam(r, "max_count", 1)
+	if err != nil {
+		return f, 0, err
+	}
+	page, err := intParam(r, "page", 1)
+	if err != nil {
+		return f, 0, err
+	}
+	pageSize, err := intParam(r, "page_size", 1)
+	if err != nil {
+		return f, 0, err
+	}
+	if pageSize > maxPageSize {
+		return f, 0, fieldError("page_size", "must be at most %d, not %d", maxPageSize, pageSize)
+	}
+	switch {
+	case pageSize > 0:
+		f.Limit = pageSize
+	case maxCount > 0:
+		f.Limit = min(maxCount, 10*maxPageSize)
+	default:
+		f.Limit = maxPageSize
+	}
+	if maxCount > 0 && maxCount < f.Limit {
+		f.Limit = maxCount
+	}
+	if page > 1 {
+		f.Offset = (page - 1) * f.Limit
+	}
+	if s := q.Get("sort"); s != "" {
+		if _, ok := store.SortKeys[strings.TrimPrefix(s, "-")]; !ok {
+			keys := make([]string, 0, len(store.SortKeys))
+			for k := range store.SortKeys {
+				keys = append(keys, k)
+			}
+			return f, 0, fieldError("sort", "unknown sort key %q (one of %s, with - for descending)", s, strings.Join(sortedStrings(keys), ", "))
+		}
+		f.Sort = s
+	}
+	othersRunning, err := boolParam(r, "other_user_running")
+	if err != nil {
+		return f, 0, err
+	}
+	filtersWho := f.UserURN != "" || f.UserName != "" || f.ProjectURN != "" || f.ProjectName != ""
+	if othersRunning {
+		// everybody's running jobs, sanitized when outside the caller's projects
+		f.Statuses = job.RunningStatuses
+	} else if !filtersWho && !c.Admin() {
+		f.UserIDs = []int64{c.User.ID}
+	}
+	if !c.Admin() {
+		f.Visible = &store.Visibility{UserID: c.User.ID, ProjectIDs: c.ProjectIDs, OthersRunning: othersRunning}
+	}
+	if page < 1 {
+		page = 1
+	}
+	return f, page, nil
+}
+
+// jobList is the v4.0 list shape.
+type jobList struct {
+	Items    []any `json:"items"`
+	Page     int   `json:"page"`
+	PageSize int   `json:"pageSize"`
+}
+
+// ListJobs is GET jobs with imec's filters, paging and sort. Without filters on user or
+// project it lists the caller's own jobs (admins: everybody's).
+func (h *Handlers) ListJobs(w http.ResponseWriter, r *http.Request) error {
+	c, err := requireUser(r)
+	if err != nil {
+		return err
+	}
+	f, page, err := h.jobFilter(r, c)
+	if err != nil {
+		return err
+	}
+	recs, err := h.store.ListJobs(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	items := make([]any, len(recs))
+	for i, rec := range recs {
+		items[i] = h.present(r, c, rec)
+	}
+	if apiVersion(r.Context()) == V40 {
+		writeJSON(w, http.StatusOK, jobList{Items: items, Page: page, PageSize: f.Limit})
+		return nil
+	}
+	writeJSON(w, http.StatusOK, items)
+	return nil
+}
+
+// settableStatuses are the states a user may ask for with PUT jobs/{id}/state/status.
+var settableStatuses = []job.Status{job.StatusCancelled, job.StatusMustHalt, job.StatusOnHold, job.StatusQueued}
+
+// SetJobStatus is PUT jobs/{id}/state/status with a text body (CANCELLED, MUSTHALT, ONHOLD,
+// QUEUED). The change is conditional on the state read, so a job that moved meanwhile gives
+// 409 instead of a lost update.
+func (h *Handlers) SetJobStatus(w http.ResponseWriter, r *http.Request) error {
+	c, err := requireUser(r)
+	if err != nil {
+		return err
+	}
+	body, err := readBody(r, 1024)
+	if err != nil {
+		return err
+	}
+	text := strings.TrimSpace(string(body))
+	var quoted string
+	if json.Unmarshal(body, &quoted) == nil {
+		text = quoted
+	}
+	to, err := job.ParseStatus(text)
+	if err != nil || !containsStatus(settableStatuses, to) {
+		return fieldError("status", "must be one of CANCELLED, MUSTHALT, ONHOLD or QUEUED, not %q", text)
+	}
+	rec, err := h.findJob(r, c)
+	if err != nil {
+		return err
+	}
+	if !canTouch(c, rec) {
+		return errorf(http.StatusForbidden, "only the owner of job %s or an admin may change its state", rec.Job.UUID)
+	}
+	actor := actorOf(c, rec)
+	from := rec.Job.State.Status
+	if ok, why := job.CanTransition(from, to, actor); !ok {
+		return errorf(http.StatusConflict, "%s", why)
+	}
+	_, err = h.store.TransitionJob(r.Context(), rec.Job.UUID, []job.Status{from}, to,
+		store.Event{Actor: string(actor), Message: fmt.Sprintf("%s by %s", strings.ToLower(string(to)), c.User.Name)})
+	if err != nil {
+		return err
+	}
+	h.log.InfoContext(r.Context(), "job state changed", "job", rec.Job.UUID, "from", from, "to", to, "by", c.User.Name)
+	updated, err := h.store.GetJob(r.Context(), rec.Job.UUID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, h.present(r, c, updated))
+	return nil
+}
+
+func containsStatus(ss []job.Status, s job.Status) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// DeleteJob is DELETE jobs/{id}. An ended job becomes DELETED (hidden from default lists).
+// force=true cancels a job that has not ended first; real=true (admins) removes the row with
+// its events and log; finished=true only ever deletes ended jobs (409 otherwise, even with
+// force), for scripts that clean up.
+func (h *Handlers) DeleteJob(w http.ResponseWriter, r *http.Request) error {
+	c, err := requireUser(r)
+	if err != nil {
+		return err
+	}
+	var force, real, finished bool
+	for name, dst := range map[string]*bool{"force": &force, "real": &real, "finished": &finished} {
+		if *dst, err = boolParam(r, name); err != nil {
+			return err
+		}
+	}
+	rec, err := h.findJob(r, c)
+	if err != nil {
+		return err
+	}
+	if !canTouch(c, rec) {
+		return errorf(http.StatusForbidden, "only the owner of job %s or an admin may delete it", rec.Job.UUID)
+	}
+	if real && !c.Admin() {
+		return errorf(http.StatusForbidden, "real=true (removing the job for good) is for admins only")
+	}
+	ctx, id, actor := r.Context(), rec.Job.UUID, actorOf(c, rec)
+	st := rec.Job.State.Status
+	if !st.Ended() {
+		if finished || !force {
+			return errorf(http.StatusConflict, "job %s is %s: only ended jobs can be deleted (cancel it first, or use force=true)", id, st)
+		}
+		if _, err := h.store.TransitionJob(ctx, id, job.SourcesOf(job.StatusCancelled, actor), job.StatusCancelled,
+			store.Event{Actor: string(actor), Message: "cancelled by " + c.User.Name + " to delete it"}); err != nil {
+			return err
+		}
+		st = job.StatusCancelled
+	}
+	if real {
+		if err := h.store.DeleteJobRow(ctx, id); err != nil {
+			return err
+		}
+		h.log.InfoContext(ctx, "job removed", "job", id, "by", c.User.Name)
+		writeJSON(w, http.StatusOK, map[string]any{"uuid": id, "removed": true})
+		return nil
+	}
+	if st != job.StatusDeleted {
+		if _, err := h.store.TransitionJob(ctx, id, []job.Status{st}, job.StatusDeleted,
+			store.Event{Actor: string(actor), Message: "deleted by " + c.User.Name}); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"uuid": id, "status": job.StatusDeleted})
+	return nil
+}
+
+// JobEvents is GET jobs/{id}/debug: every event of the job, oldest first.
+func (h *Handlers) JobEvents(w http.ResponseWriter, r *http.Request) error {
+	c, err := requireUser(r)
+	if err != nil {
+		return err
+	}
+	rec, err := h.findJob(r, c)
+	if err != nil {
+		return err
+	}
+	evs, err := h.store.ListJobEvents(r.Context(), rec.Job.UUID)
+	if err != nil {
+		return err
+	}
+	if apiVersion(r.Context()) == V40 {
+		writeJSON(w, http.StatusOK, map[string]any{"items": evs})
+		return nil
+	}
+	writeJSON(w, http.StatusOK, evs)
+	return nil
+}
+
+var rangePattern = regexp.MustCompile(`^bytes=(\d+)-$`)
+
+// JobLog is GET jobs/{id}/log: the container's output. `Range: bytes=N-` answers 206 with the
+// rest from byte N; an empty log is 204, so a follower knows to wait.
+func (h *Handlers) JobLog(w http.ResponseWriter, r *http.Request) error {
+	c, err := requireUser(r)
+	if err != nil {
+		return err
+	}
+	rec, err := h.findJob(r, c)
+	if err != nil {
+		return err
+	}
+	var from int64
+	ranged := false
+	if rg := r.Header.Get("Range"); rg != "" {
+		m := rangePattern.FindStringSubmatch(rg)
+		if m == nil {
+			return fieldError("Range", "only `bytes=N-` is supported, not %q", rg)
+		}
+		from, _ = strconv.ParseInt(m[1], 10, 64)
+		ranged = true
+	}
+	data, size, err := h.store.ReadJobLog(r.Context(), rec.Job.UUID, from)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Accept-Ranges", "bytes")
+	switch {
+	case size == 0 || (ranged && from == size):
+		w.WriteHeader(http.StatusNoContent)
+	case ranged && from > size:
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", size))
+		return &Error{Status: http.StatusRequestedRangeNotSatisfiable, Message: fmt.Sprintf("log has only %d bytes", size)}
+	case ranged:
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, size-1, size))
+		w.WriteHeader(http.StatusPartialContent)
+		_, _ = w.Write(data)
+	default:
+		_, _ = w.Write(data)
+	}
+	return nil
+}
+
+// Convert is POST convert: a v1 (or v2) document in, the normalised v2 request out.
+func (h *Handlers) Convert(w http.ResponseWriter, r *http.Request) error {
+	body, err := readBody(r, maxJobBody)
+	if err != nil {
+		return err
+	}
+	j, err := job.Parse(body, h.cfg.JobOptions)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, job.Submission(j.Redacted()))
+	return nil
+}
+
+func sortedStrings(ss []string) []string {
+	sort.Strings(ss)
+	return ss
+}

@@ -1,0 +1,190 @@
+// Package testmaster runs a real master for tests: real Postgres (a fresh database from
+// testenv), real TLS on a loopback port with a test CA, and real client certificates. API, CLI
+// and end-to-end tests talk to it exactly as users talk to a deployed master.
+package testmaster
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/opengpulab/gpulab/handlers"
+	"github.com/opengpulab/gpulab/internal/testenv"
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/pki"
+	"github.com/opengpulab/gpulab/store"
+	"github.com/opengpulab/gpulab/web"
+)
+
+// Authority is the URN authority of test masters.
+const Authority = "test.gpulab"
+
+// Master is a running test master.
+type Master struct {
+	t testing.TB
+	// URL is the server root (https://127.0.0.1:PORT); APIBase the v3.1 API base.
+	URL, APIBase string
+	CA           *pki.CA
+	Store        *store.Store
+	// Dir holds CA and certificate files for tools that read files (the CLI, curl).
+	Dir    string
+	CAFile string
+}
+
+// Options tweak a test master.
+type Options struct {
+	Admins []string
+	Job    *job.Options
+}
+
+// Start runs a master for the test's duration.
+func Start(t testing.TB, opts Options) *Master {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := store.Open(ctx, testenv.PostgresURL(t))
+	if err != nil {
+		cancel()
+		t.Fatalf("open store: %v", err)
+	}
+	if _, err := st.Migrate(ctx); err != nil {
+		cancel()
+		t.Fatalf("migrate: %v", err)
+	}
+	dir := t.TempDir()
+	ca, _, err := pki.LoadOrCreateCA(filepath.Join(dir, "ca"), "GPULab test CA")
+	if err != nil {
+		cancel()
+		t.Fatalf("make CA: %v", err)
+	}
+	jobOpts := job.DefaultOptions()
+	if opts.Job != nil {
+		jobOpts = *opts.Job
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	h := handlers.New(st, handlers.Config{Authority: Authority, Version: "test", LatestClientVersion: "4.0.0", JobOptions: jobOpts}, log)
+	srv := web.New(web.Config{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}, Admins: opts.Admins}, st, h, log)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		cancel()
+		t.Fatalf("listen: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, l) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Logf("master stopped: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("master did not stop within 15 s")
+		}
+		_ = st.Close()
+	})
+	m := &Master{t: t, URL: "https://" + l.Addr().String(), CA: ca, Store: st, Dir: dir, CAFile: filepath.Join(dir, "ca", "ca.pem")}
+	m.APIBase = m.URL + "/api/gpulab/v3.1"
+	return m
+}
+
+// testWriter sends the master's log to the test log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// User is a test user with his certificate.
+type User struct {
+	store.User
+	// CertFile is a PEM with certificate and key; CertPEM its contents.
+	CertFile string
+	CertPEM  []byte
+	TLS      tls.Certificate
+}
+
+// AddUser creates a user, makes him a member of the given projects (created when new) and
+// issues his client certificate (password-protected when password is not empty).
+func (m *Master) AddUser(name string, admin bool, password string, projects ...string) *User {
+	m.t.Helper()
+	ctx := context.Background()
+	urn := pki.UserURN(Authority, name)
+	u, err := m.Store.UpsertUser(ctx, urn, name, name+"@example.org", admin)
+	if err != nil {
+		m.t.Fatalf("add user %s: %v", name, err)
+	}
+	for _, pn := range projects {
+		p, err := m.Store.GetProjectByName(ctx, pn)
+		if errors.Is(err, store.ErrNotFound) {
+			p, err = m.Store.CreateProject(ctx, pki.ProjectURN(Authority, pn), pn, "", 0)
+		}
+		if err != nil {
+			m.t.Fatalf("project %s: %v", pn, err)
+		}
+		if err := m.Store.AddMember(ctx, p.ID, u.ID); err != nil {
+			m.t.Fatalf("add %s to %s: %v", name, pn, err)
+		}
+	}
+	cert, key, err := m.CA.IssueClient(pki.ClientSpec{Kind: pki.KindUser, URN: urn, Email: u.Email, Name: name})
+	if err != nil {
+		m.t.Fatalf("issue certificate: %v", err)
+	}
+	pemData, err := pki.ClientPEM(cert, key, password)
+	if err != nil {
+		m.t.Fatalf("encode certificate: %v", err)
+	}
+	file := filepath.Join(m.Dir, name+".pem")
+	if err := os.WriteFile(file, pemData, 0o600); err != nil {
+		m.t.Fatalf("write certificate: %v", err)
+	}
+	tlsCert, err := pki.LoadClientPEM(pemData, password)
+	if err != nil {
+		m.t.Fatalf("load certificate: %v", err)
+	}
+	return &User{User: u, CertFile: file, CertPEM: pemData, TLS: tlsCert}
+}
+
+// Client returns an HTTP client trusting the master's CA and presenting cert (nil: none).
+func (m *Master) Client(cert *tls.Certificate) *http.Client {
+	cfg := &tls.Config{RootCAs: m.CA.Pool(), MinVersion: tls.VersionTLS12}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 30 * time.Second}
+}
+
+// Do sends a request as u (nil: anonymous) to path below the API base and returns status and body.
+func (m *Master) Do(u *User, method, path string, body io.Reader, header ...string) (int, []byte, http.Header) {
+	m.t.Helper()
+	var cert *tls.Certificate
+	if u != nil {
+		cert = &u.TLS
+	}
+	url := path
+	if len(path) > 0 && path[0] != 'h' {
+		url = m.URL + path
+	}
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		m.t.Fatalf("new request: %v", err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := m.Client(cert).Do(req)
+	if err != nil {
+		m.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		m.t.Fatalf("read body: %v", err)
+	}
+	return resp.StatusCode, data, resp.Header
+}

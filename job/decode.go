@@ -1,0 +1,218 @@
+package job
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// The document tree Parse validates: what encoding/json gives for `any` with UseNumber, i.e.
+// map[string]any, []any, string, json.Number, bool and nil. Validation walks it by hand instead
+// of decoding into the structs, so that it can name the path of every problem, reject unknown
+// keys, accept the documented aliases and shorthands, and report all problems at once.
+
+// maxDepth bounds nesting. A valid job is at most five levels deep; anything far deeper is an
+// attack or an accident, and must not cost recursion.
+const maxDepth = 32
+
+// utf8BOM is skipped at the start of a document: Windows editors write it.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+
+// decodeDocument turns submission text into a tree. Text that is not JSON gives a *SyntaxError
+// with the line and column of the fault. Duplicate keys and too deep nesting are returned as
+// problems beside the tree (the text is JSON, but not a job).
+func decodeDocument(data []byte) (any, []Problem, error) {
+	skip := 0
+	if bytes.HasPrefix(data, utf8BOM) {
+		skip = len(utf8BOM)
+	}
+	body := data[skip:]
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, nil, &SyntaxError{Line: 1, Column: 1, Msg: "the document is empty: expected a JSON object"}
+	}
+	body = stripTrailingCommas(body)
+	// encoding/json's own scanner finds the fault and its offset reliably; the token reader
+	// below then only ever sees valid JSON.
+	var raw json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, nil, syntaxErrorAt(data, skip, body, se)
+		}
+		return nil, nil, &SyntaxError{Line: 1, Column: 1, Msg: err.Error()}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	t := &treeReader{dec: dec}
+	v, err := t.value("", 0)
+	if err != nil {
+		// Cannot happen for text json.Unmarshal accepted; keep the error rather than panic.
+		return nil, nil, &SyntaxError{Line: 1, Column: 1, Msg: err.Error()}
+	}
+	return v, t.problems, nil
+}
+
+// syntaxErrorAt converts encoding/json's byte offset into a line and a column (in characters)
+// of the original text, and adds a hint for the two typos people make most.
+func syntaxErrorAt(data []byte, skip int, body []byte, se *json.SyntaxError) *SyntaxError {
+	// json.Unmarshal reports the offset just past the offending byte; at end of input it is
+	// the input length.
+	pos := int(se.Offset)
+	atEnd := pos >= len(body) && strings.Contains(se.Error(), "unexpected end")
+	if pos > 0 && !atEnd {
+		pos--
+	}
+	pos = min(pos, len(body)) + skip
+	line := 1 + bytes.Count(data[:pos], []byte("\n"))
+	lineStart := bytes.LastIndexByte(data[:pos], '\n') + 1
+	if lineStart == 0 {
+		lineStart = skip
+	}
+	col := utf8.RuneCount(data[lineStart:pos]) + 1
+	msg := se.Error()
+	switch {
+	case strings.HasSuffix(msg, "after object key:value pair"), strings.HasSuffix(msg, "after array element"):
+		msg += " (is a comma missing?)"
+	case strings.HasSuffix(msg, "after object key"):
+		msg += " (is a colon missing?)"
+	case strings.Contains(msg, "unexpected end"):
+		msg = "unexpected end of the document (is a closing bracket or quote missing?)"
+	}
+	return &SyntaxError{Line: line, Column: col, Msg: msg}
+}
+
+// stripTrailingCommas blanks out a comma that directly precedes '}' or ']' (only whitespace in
+// between) and follows a value. imec's documentation prints examples with such commas, people
+// copy them, and JSON5 and most editors tolerate them; nothing else is guessed (a missing comma
+// or colon stays an error). Commas are replaced by a space so offsets, lines and columns of
+// later errors stay those of the user's text. Strings are skipped correctly, escapes included.
+func stripTrailingCommas(b []byte) []byte {
+	var out []byte  // copied on first change
+	prev := byte(0) // the last significant byte outside strings
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case ',':
+			j := i + 1
+			for j < len(b) && (b[j] == ' ' || b[j] == '\t' || b[j] == '\n' || b[j] == '\r') {
+				j++
+			}
+			if j < len(b) && (b[j] == '}' || b[j] == ']') && prev != 0 && !strings.ContainsRune("[{,:", rune(prev)) {
+				if out == nil {
+					out = slices.Clone(b)
+				}
+				out[i] = ' '
+				continue // prev stays the value before the comma
+			}
+		}
+		prev = c
+	}
+	if out == nil {
+		return b
+	}
+	return out
+}
+
+// treeReader builds the tree from valid JSON tokens, noting duplicate keys (encoding/json would
+// silently keep the last one, so a user's first value would vanish without a word).
+type treeReader struct {
+	dec      *json.Decoder
+	problems []Problem
+}
+
+func (t *treeReader) value(path string, depth int) (any, error) {
+	tok, err := t.dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return tok, nil
+	}
+	if depth >= maxDepth {
+		t.problems = append(t.problems, Problem{Path: path, Message: fmt.Sprintf("nested more than %d levels deep", maxDepth)})
+		return nil, t.skip()
+	}
+	switch d {
+	case '{':
+		m := map[string]any{}
+		for t.dec.More() {
+			kt, err := t.dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			k, _ := kt.(string)
+			kp := joinPath(path, k)
+			v, err := t.value(kp, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			if _, dup := m[k]; dup {
+				t.problems = append(t.problems, Problem{Path: kp, Message: "duplicate key: given more than once"})
+			}
+			m[k] = v
+		}
+		_, err := t.dec.Token() // '}'
+		return m, err
+	case '[':
+		list := []any{}
+		for i := 0; t.dec.More(); i++ {
+			v, err := t.value(indexPath(path, i), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			list = append(list, v)
+		}
+		_, err := t.dec.Token() // ']'
+		return list, err
+	}
+	return nil, fmt.Errorf("unexpected %v", d)
+}
+
+// skip consumes the rest of a container whose opening delimiter was just read.
+func (t *treeReader) skip() error {
+	n := 1
+	for n > 0 {
+		tok, err := t.dec.Token()
+		if err == io.EOF {
+			return io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return err
+		}
+		if d, ok := tok.(json.Delim); ok {
+			if d == '{' || d == '[' {
+				n++
+			} else {
+				n--
+			}
+		}
+	}
+	return nil
+}
+
+// joinPath appends an object key to a problem path.
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// indexPath appends a list index to a problem path.
+func indexPath(path string, i int) string {
+	return fmt.Sprintf("%s[%d]", path, i)
+}

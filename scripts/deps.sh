@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# deps.sh — install what `make test` and `make run` need and is missing. Idempotent and quiet
+# when everything is there. Needs root for apt-get (a fresh machine of this project's kind is).
+set -euo pipefail
+missing=()
+have_pg=""
+for v in 17 16 15 14; do [ -x "/usr/lib/postgresql/$v/bin/initdb" ] && have_pg=1; done
+[ -n "$have_pg" ] || missing+=(postgresql)
+command -v gcc >/dev/null || missing+=(gcc)          # cgo, for go test -race
+command -v git >/dev/null || missing+=(git)
+command -v curl >/dev/null || missing+=(curl)
+command -v openssl >/dev/null || missing+=(openssl)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "deps.sh: missing ${missing[*]}; run as root or install them" >&2; exit 1
+  fi
+  echo "deps.sh: installing ${missing[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+command -v go >/dev/null || { echo "deps.sh: Go is not installed (expected at /usr/local/go)" >&2; exit 1; }

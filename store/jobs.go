@@ -1,0 +1,375 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/lib/pq"
+
+	"github.com/opengpulab/gpulab/job"
+)
+
+// JobRecord is a stored job with the ids the master needs to check who may see and touch it.
+type JobRecord struct {
+	Job         *job.Job
+	UserID      int64
+	UserName    string
+	ProjectID   int64
+	ProjectName string
+}
+
+// jobRow is one row of the jobs query with its user and project joined in.
+type jobRow struct {
+	UUID                  string         `db:"uuid"`
+	Name                  string         `db:"name"`
+	Description           string         `db:"description"`
+	DeploymentEnvironment string         `db:"deployment_environment"`
+	Request               []byte         `db:"request"`
+	UserID                int64          `db:"user_id"`
+	UserURN               string         `db:"user_urn"`
+	UserName              string         `db:"user_name"`
+	UserEmail             string         `db:"user_email"`
+	ProjectID             int64          `db:"project_id"`
+	ProjectURN            string         `db:"project_urn"`
+	ProjectName           string         `db:"project_name"`
+	Status                string         `db:"status"`
+	EventTimes            []byte         `db:"event_times"`
+	RestartInitialUUID    sql.NullString `db:"restart_initial_uuid"`
+	RestartCount          int            `db:"restart_count"`
+	AssignedClusterID     sql.NullInt64  `db:"assigned_cluster_id"`
+	AssignedSlaveName     sql.NullString `db:"assigned_slave_name"`
+	AssignedInstanceID    sql.NullString `db:"assigned_instance_id"`
+	Scheduling            []byte         `db:"scheduling"`
+	Resources             []byte         `db:"resources"`
+	FinalUsage            []byte         `db:"final_usage"`
+	CreatedAt             time.Time      `db:"created_at"`
+	UpdatedAt             time.Time      `db:"updated_at"`
+}
+
+const jobSelect = `SELECT j.uuid, j.name, j.description, j.deployment_environment, j.request,
+    j.user_id, u.urn AS user_urn, u.name AS user_name, j.user_email,
+    j.project_id, p.urn AS project_urn, p.name AS project_name,
+    j.status, j.event_times, j.restart_initial_uuid, j.restart_count,
+    j.assigned_cluster_id, j.assigned_slave_name, j.assigned_instance_id,
+    j.scheduling, j.resources, j.final_usage, j.created_at, j.updated_at
+FROM jobs j JOIN users u ON u.id = j.user_id JOIN projects p ON p.id = j.project_id`
+
+func (r *jobRow) record() (*JobRecord, error) {
+	j := &job.Job{
+		UUID:                  r.UUID,
+		Name:                  r.Name,
+		Description:           r.Description,
+		DeploymentEnvironment: r.DeploymentEnvironment,
+		Owner:                 job.Owner{UserURN: r.UserURN, UserEmail: r.UserEmail, ProjectURN: r.ProjectURN},
+	}
+	if err := json.Unmarshal(r.Request, &j.Request); err != nil {
+		return nil, fmt.Errorf("decode request of job %s: %w", r.UUID, err)
+	}
+	j.State.Status = job.Status(r.Status)
+	j.State.Created, j.State.Updated = r.CreatedAt, r.UpdatedAt
+	j.State.EventTimes = map[job.Status]time.Time{}
+	if err := json.Unmarshal(r.EventTimes, &j.State.EventTimes); err != nil {
+		return nil, fmt.Errorf("decode event times of job %s: %w", r.UUID, err)
+	}
+	if len(r.Scheduling) > 0 {
+		if err := json.Unmarshal(r.Scheduling, &j.State.Scheduling); err != nil {
+			return nil, fmt.Errorf("decode scheduling state of job %s: %w", r.UUID, err)
+		}
+	}
+	j.State.Scheduling.AssignedClusterID = int(r.AssignedClusterID.Int64)
+	j.State.Scheduling.AssignedSlaveName = r.AssignedSlaveName.String
+	j.State.Scheduling.AssignedInstanceID = r.AssignedInstanceID.String
+	if len(r.Resources) > 0 {
+		j.State.Resources = &job.StateResources{}
+		if err := json.Unmarshal(r.Resources, j.State.Resources); err != nil {
+			return nil, fmt.Errorf("decode resources of job %s: %w", r.UUID, err)
+		}
+	}
+	if len(r.FinalUsage) > 0 {
+		j.State.FinalUsageStatistics = json.RawMessage(r.FinalUsage)
+	}
+	if r.RestartInitialUUID.Valid {
+		j.RestartInfo = &job.RestartInfo{InitialJobUUID: r.RestartInitialUUID.String, RestartCount: r.RestartCount}
+	}
+	return &JobRecord{Job: j, UserID: r.UserID, UserName: r.UserName, ProjectID: r.ProjectID, ProjectName: r.ProjectName}, nil
+}
+
+const insertJob = `INSERT INTO jobs (uuid, name, description, deployment_environment, request, user_id, user_email,
+    project_id, status, event_times, interactive, restartable, cluster_id, gpus, cpus, cpu_memory_gb,
+    min_duration_s, max_duration_s, reservation_ids, restart_initial_uuid, restart_count)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, jsonb_build_object($9::text, now()), $10, $11, $12, $13, $14, $15,
+    $16, $17, $18, $19, $20)
+RETURNING created_at`
+
+// CreateJob stores a new job (already validated by job.Parse) in state j.State.Status, with its
+// first event, in one transaction. It fills j.State.Created and the event time.
+func (s *Store) CreateJob(ctx context.Context, j *job.Job, userID, projectID int64, message string) error {
+	req, err := json.Marshal(j.Request)
+	if err != nil {
+		return fmt.Errorf("encode request of job %s: %w", j.UUID, err)
+	}
+	r := j.Request
+	var clusterID sql.NullInt64
+	if r.Resources.ClusterID > 0 {
+		clusterID = sql.NullInt64{Int64: int64(r.Resources.ClusterID), Valid: true}
+	}
+	var initial sql.NullString
+	restartCount := 0
+	if j.RestartInfo != nil {
+		initial = sql.NullString{String: j.RestartInfo.InitialJobUUID, Valid: true}
+		restartCount = j.RestartInfo.RestartCount
+	}
+	reservations := r.Scheduling.ReservationIDs
+	if reservations == nil {
+		reservations = []string{}
+	}
+	return s.WithTx(ctx, func(tx *Store) error {
+		var created time.Time
+		err := tx.q.GetContext(ctx, &created, insertJob, j.UUID, j.Name, j.Description, j.DeploymentEnvironment, req,
+			userID, j.Owner.UserEmail, projectID, string(j.State.Status), r.Scheduling.Interactive, r.Scheduling.Restartable,
+			clusterID, r.Resources.GPUs, r.Resources.CPUs, r.Resources.CPUMemoryGb,
+			int64(time.Duration(r.Scheduling.MinDuration)/time.Second), int64(time.Duration(r.Scheduling.MaxDuration)/time.Second),
+			pq.Array(reservations), initial, restartCount)
+		if err != nil {
+			return mapErr(err, "create job "+j.UUID)
+		}
+		j.State.Created, j.State.Updated = created, created
+		j.State.EventTimes = map[job.Status]time.Time{j.State.Status: created}
+		return tx.AddJobEvent(ctx, Event{JobUUID: j.UUID, Kind: EventStatus, ToStatus: string(j.State.Status), Actor: "owner", Message: message})
+	})
+}
+
+// GetJob reads one job by its full UUID.
+func (s *Store) GetJob(ctx context.Context, uuid string) (*JobRecord, error) {
+	var r jobRow
+	if err := s.q.GetContext(ctx, &r, jobSelect+` WHERE j.uuid = $1`, uuid); err != nil {
+		return nil, mapErr(err, "get job "+uuid)
+	}
+	return r.record()
+}
+
+// FindJob reads a job by its UUID or by a unique prefix of it (at least 6 characters, checked
+// by the caller). ErrAmbiguous when the prefix matches more than one job.
+func (s *Store) FindJob(ctx context.Context, idOrPrefix string) (*JobRecord, error) {
+	id := strings.ToLower(idOrPrefix)
+	if len(id) == 36 {
+		return s.GetJob(ctx, id)
+	}
+	pattern := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(id) + "%"
+	var rows []jobRow
+	if err := s.q.SelectContext(ctx, &rows, jobSelect+` WHERE j.uuid::text LIKE $1 LIMIT 2`, pattern); err != nil {
+		return nil, mapErr(err, "find job "+idOrPrefix)
+	}
+	switch len(rows) {
+	case 0:
+		return nil, fmt.Errorf("find job %s: %w", idOrPrefix, ErrNotFound)
+	case 1:
+		return rows[0].record()
+	}
+	return nil, fmt.Errorf("find job %s: %w", idOrPrefix, ErrAmbiguous)
+}
+
+// JobFilter selects jobs for ListJobs. Zero fields do not filter.
+type JobFilter struct {
+	Statuses          []job.Status
+	UserIDs           []int64 // jobs of these users
+	UserURN           string
+	UserName          string
+	ProjectURN        string
+	ProjectName       string
+	ClusterID         int // requested or assigned cluster
+	AssignedSlaveName string
+	Interactive       *bool
+	ReservationID     string
+	CreatedAfter      time.Time
+	// Visible restricts to what a non-admin may list: own jobs, jobs of his projects and, when
+	// OthersRunning is set, everybody's running jobs (which the caller sanitizes).
+	Visible *Visibility
+	Sort    string // a key of SortKeys, "-" prefix for descending
+	Limit   int
+	Offset  int
+}
+
+// Visibility is the caller's side of JobFilter.Visible.
+type Visibility struct {
+	UserID        int64
+	ProjectIDs    []int64
+	OthersRunning bool
+}
+
+// SortKeys maps the API's sort keys to columns.
+var SortKeys = map[string]string{
+	"created": "j.created_at",
+	"updated": "j.updated_at",
+	"name":    "j.name",
+	"status":  "j.status",
+	"user":    "u.name",
+	"project": "p.name",
+	"uuid":    "j.uuid",
+}
+
+// ListJobs lists jobs matching f, newest first unless f.Sort says otherwise.
+func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]*JobRecord, error) {
+	var where []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	if len(f.Statuses) > 0 {
+		where = append(where, "j.status = ANY("+arg(pq.Array(statusStrings(f.Statuses)))+")")
+	}
+	if len(f.UserIDs) > 0 {
+		where = append(where, "j.user_id = ANY("+arg(pq.Array(f.UserIDs))+")")
+	}
+	if f.UserURN != "" {
+		where = append(where, "u.urn = "+arg(f.UserURN))
+	}
+	if f.UserName != "" {
+		where = append(where, "u.name = "+arg(f.UserName))
+	}
+	if f.ProjectURN != "" {
+		where = append(where, "p.urn = "+arg(f.ProjectURN))
+	}
+	if f.ProjectName != "" {
+		where = append(where, "p.name = "+arg(f.ProjectName))
+	}
+	if f.ClusterID > 0 {
+		a := arg(f.ClusterID)
+		where = append(where, "(j.cluster_id = "+a+" OR j.assigned_cluster_id = "+a+")")
+	}
+	if f.AssignedSlaveName != "" {
+		where = append(where, "j.assigned_slave_name = "+arg(f.AssignedSlaveName))
+	}
+	if f.Interactive != nil {
+		where = append(where, "j.interactive = "+arg(*f.Interactive))
+	}
+	if f.ReservationID != "" {
+		where = append(where, "j.reservation_ids @> "+arg(pq.Array([]string{f.ReservationID})))
+	}
+	if !f.CreatedAfter.IsZero() {
+		where = append(where, "j.created_at >= "+arg(f.CreatedAfter))
+	}
+	if v := f.Visible; v != nil {
+		cond := "j.user_id = " + arg(v.UserID)
+		if len(v.ProjectIDs) > 0 {
+			cond += " OR j.project_id = ANY(" + arg(pq.Array(v.ProjectIDs)) + ")"
+		}
+		if v.OthersRunning {
+			cond += " OR j.status = ANY(" + arg(pq.Array(statusStrings(job.RunningStatuses))) + ")"
+		}
+		where = append(where, "("+cond+")")
+	}
+	q := jobSelect
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	order := "j.created_at DESC"
+	if f.Sort != "" {
+		key, desc := strings.TrimPrefix(f.Sort, "-"), strings.HasPrefix(f.Sort, "-")
+		col, ok := SortKeys[key]
+		if !ok {
+			return nil, fmt.Errorf("list jobs: unknown sort key %q", key)
+		}
+		order = col
+		if desc {
+			order += " DESC"
+		}
+	}
+	q += " ORDER BY " + order + ", j.uuid"
+	if f.Limit > 0 {
+		q += " LIMIT " + arg(f.Limit)
+	}
+	if f.Offset > 0 {
+		q += " OFFSET " + arg(f.Offset)
+	}
+	var rows []jobRow
+	if err := s.q.SelectContext(ctx, &rows, q, args...); err != nil {
+		return nil, mapErr(err, "list jobs")
+	}
+	out := make([]*JobRecord, 0, len(rows))
+	for i := range rows {
+		rec, err := rows[i].record()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+func statusStrings(ss []job.Status) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = string(s)
+	}
+	return out
+}
+
+const transitionJob = `WITH old AS (SELECT uuid, status FROM jobs WHERE uuid = $1 FOR UPDATE)
+UPDATE jobs j SET status = $2, event_times = j.event_times || jsonb_build_object($2::text, now()), updated_at = now()
+FROM old WHERE j.uuid = old.uuid AND old.status = ANY($3)
+RETURNING old.status`
+
+// TransitionJob moves a job to state `to` if, and only if, it is now in one of `from`; the
+// change and its event are written in one transaction. When the job is in another state it
+// returns ErrStateConflict wrapped with the state found (see StateConflict).
+func (s *Store) TransitionJob(ctx context.Context, uuid string, from []job.Status, to job.Status, ev Event) (job.Status, error) {
+	var old string
+	err := s.WithTx(ctx, func(tx *Store) error {
+		err := tx.q.GetContext(ctx, &old, transitionJob, uuid, string(to), pq.Array(statusStrings(from)))
+		if err == sql.ErrNoRows {
+			var now string
+			if err := tx.q.GetContext(ctx, &now, `SELECT status FROM jobs WHERE uuid = $1`, uuid); err != nil {
+				return mapErr(err, "transition job "+uuid)
+			}
+			return &StateConflict{JobUUID: uuid, Current: job.Status(now), Wanted: to}
+		}
+		if err != nil {
+			return mapErr(err, "transition job "+uuid)
+		}
+		ev.JobUUID, ev.Kind, ev.FromStatus, ev.ToStatus = uuid, EventStatus, old, string(to)
+		return tx.AddJobEvent(ctx, ev)
+	})
+	return job.Status(old), err
+}
+
+// StateConflict is the error of a conditional state change that found another state.
+type StateConflict struct {
+	JobUUID string
+	Current job.Status
+	Wanted  job.Status
+}
+
+func (e *StateConflict) Error() string {
+	return fmt.Sprintf("job %s is %s, cannot become %s", e.JobUUID, e.Current, e.Wanted)
+}
+
+// Unwrap makes errors.Is(err, ErrStateConflict) true.
+func (e *StateConflict) Unwrap() error { return ErrStateConflict }
+
+// DeleteJobRow removes a job with its events and logs for good (admin `real=true`).
+func (s *Store) DeleteJobRow(ctx context.Context, uuid string) error {
+	res, err := s.q.ExecContext(ctx, `DELETE FROM jobs WHERE uuid = $1`, uuid)
+	return affectedOne(res, err, "delete job "+uuid)
+}
+
+// CountJobs counts jobs by state, for metrics and tests.
+func (s *Store) CountJobs(ctx context.Context) (map[job.Status]int, error) {
+	var rows []struct {
+		Status string `db:"status"`
+		N      int    `db:"n"`
+	}
+	if err := s.q.SelectContext(ctx, &rows, `SELECT status, count(*) AS n FROM jobs GROUP BY status`); err != nil {
+		return nil, mapErr(err, "count jobs")
+	}
+	out := map[job.Status]int{}
+	for _, r := range rows {
+		out[job.Status(r.Status)] = r.N
+	}
+	return out, nil
+}

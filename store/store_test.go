@@ -1,0 +1,370 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/opengpulab/gpulab/internal/testenv"
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/store"
+)
+
+func newStore(t *testing.T) *store.Store {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return st
+}
+
+const helloWorld = `{"name": "HelloWorld", "request": {"resources": {"clusterId": 1, "gpus": 1, "cpus": 2, "cpuMemoryGb": 1},
+ "docker": {"image": "debian:stable", "command": "echo 'Hello World!'"}, "scheduling": {"interactive": true}}}`
+
+// fixture makes a user in a project and returns their ids.
+func fixture(t *testing.T, st *store.Store, user, project string) (store.User, store.Project) {
+	t.Helper()
+	ctx := context.Background()
+	u, err := st.UpsertUser(ctx, "urn:publicid:IDN+test+user+"+user, user, user+"@example.org", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := st.GetProjectByName(ctx, project)
+	if errors.Is(err, store.ErrNotFound) {
+		p, err = st.CreateProject(ctx, "urn:publicid:IDN+test+project+"+project, project, "", 0)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AddMember(ctx, p.ID, u.ID); err != nil {
+		t.Fatal(err)
+	}
+	return u, p
+}
+
+func createJob(t *testing.T, st *store.Store, u store.User, p store.Project, status job.Status) *job.Job {
+	t.Helper()
+	return createJobWithID(t, st, u, p, uuid.NewString(), status)
+}
+
+func createJobWithID(t *testing.T, st *store.Store, u store.User, p store.Project, id string, status ...job.Status) *job.Job {
+	t.Helper()
+	j, err := job.Parse([]byte(helloWorld), job.DefaultOptions())
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	j.UUID = id
+	j.Owner = job.Owner{UserURN: u.URN, UserEmail: u.Email, ProjectURN: p.URN}
+	j.State.Status = job.StatusQueued
+	if len(status) > 0 {
+		j.State.Status = status[0]
+	}
+	if err := st.CreateJob(context.Background(), j, u.ID, p.ID, "submitted"); err != nil {
+		t.Fatalf("create job: %v", err)
+	}
+	return j
+}
+
+func TestMigrateIsIdempotentAndChecked(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	applied, err := st.Migrate(ctx)
+	if err != nil || len(applied) != 0 {
+		t.Fatalf("second migrate applied %v, err %v; want nothing", applied, err)
+	}
+	if err := st.CheckSchema(ctx); err != nil {
+		t.Fatalf("check fresh schema: %v", err)
+	}
+	if _, err := st.DB().ExecContext(ctx, `DELETE FROM schema_migrations WHERE version = $1`, store.LatestVersion()); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CheckSchema(ctx); !errors.Is(err, store.ErrSchemaOutdated) {
+		t.Fatalf("older schema: got %v, want ErrSchemaOutdated", err)
+	}
+	if _, err := st.DB().ExecContext(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, 'x'), ($2, 'future')`,
+		store.LatestVersion(), store.LatestVersion()+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CheckSchema(ctx); !errors.Is(err, store.ErrSchemaTooNew) {
+		t.Fatalf("newer schema: got %v, want ErrSchemaTooNew", err)
+	}
+	if _, err := st.Migrate(ctx); !errors.Is(err, store.ErrSchemaTooNew) {
+		t.Fatalf("migrate newer schema: got %v, want ErrSchemaTooNew", err)
+	}
+}
+
+func TestEmptyDatabaseIsOutdated(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.CheckSchema(ctx); !errors.Is(err, store.ErrSchemaOutdated) {
+		t.Fatalf("empty database: got %v, want ErrSchemaOutdated", err)
+	}
+}
+
+func TestUsersAndProjects(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	again, err := st.UpsertUser(ctx, u.URN, "alice", "", true)
+	if err != nil || again.ID != u.ID || again.Email != "alice@example.org" || !again.IsAdmin {
+		t.Fatalf("upsert existing: %+v %v (want same id, e-mail kept, admin granted)", again, err)
+	}
+	if _, err := st.CreateProject(ctx, "urn:other", "vision", "", 0); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("duplicate project name: got %v, want ErrConflict", err)
+	}
+	if p.GID < 20000 {
+		t.Fatalf("project gid %d, want one from the 20000 range", p.GID)
+	}
+	if _, err := st.GetProjectByName(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing project: got %v, want ErrNotFound", err)
+	}
+	ok, err := st.IsMember(ctx, p.ID, u.ID)
+	if err != nil || !ok {
+		t.Fatalf("IsMember = %v, %v", ok, err)
+	}
+	if err := st.AddMember(ctx, p.ID, u.ID); err != nil {
+		t.Fatalf("adding a member twice: %v", err)
+	}
+	if err := st.RemoveMember(ctx, p.ID, u.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RemoveMember(ctx, p.ID, u.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("removing a non-member: got %v, want ErrNotFound", err)
+	}
+}
+
+func TestJobRoundTripAndPrefix(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	j := createJob(t, st, u, p, job.StatusQueued)
+	rec, err := st.GetJob(ctx, j.UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rec.Job
+	if got.Name != "HelloWorld" || got.State.Status != job.StatusQueued || got.Owner.ProjectURN != p.URN || got.Owner.UserURN != u.URN {
+		t.Fatalf("stored job read back wrong: %+v", got)
+	}
+	if got.Request.Resources.CPUs != 2 || got.Request.Resources.ClusterID != 1 || !got.Request.Scheduling.Interactive {
+		t.Fatalf("request not kept: %+v", got.Request)
+	}
+	if time.Duration(got.Request.Scheduling.MaxDuration) != 14*24*time.Hour {
+		t.Fatalf("maxDuration default not stored: %v", got.Request.Scheduling.MaxDuration)
+	}
+	if _, ok := got.State.EventTimes[job.StatusQueued]; !ok {
+		t.Fatalf("no QUEUED event time: %v", got.State.EventTimes)
+	}
+	byPrefix, err := st.FindJob(ctx, j.UUID[:8])
+	if err != nil || byPrefix.Job.UUID != j.UUID {
+		t.Fatalf("find by prefix: %v %v", byPrefix, err)
+	}
+	if _, err := st.FindJob(ctx, "ffffffff"); !errors.Is(err, store.ErrNotFound) && j.UUID[:8] != "ffffffff" {
+		t.Fatalf("unknown prefix: got %v, want ErrNotFound", err)
+	}
+	// Two jobs that share a prefix make it ambiguous.
+	createJobWithID(t, st, u, p, "abcdef00-0000-4000-8000-000000000001")
+	createJobWithID(t, st, u, p, "abcdef11-0000-4000-8000-000000000002")
+	if _, err := st.FindJob(ctx, "abcdef"); !errors.Is(err, store.ErrAmbiguous) {
+		t.Fatalf("shared prefix: got %v, want ErrAmbiguous", err)
+	}
+	if rec, err := st.FindJob(ctx, "abcdef1"); err != nil || rec.Job.UUID[:8] != "abcdef11" {
+		t.Fatalf("longer prefix: %v %v", rec, err)
+	}
+}
+
+func TestTransitionIsConditional(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	j := createJob(t, st, u, p, job.StatusQueued)
+	old, err := st.TransitionJob(ctx, j.UUID, []job.Status{job.StatusQueued}, job.StatusOnHold, store.Event{Actor: "owner"})
+	if err != nil || old != job.StatusQueued {
+		t.Fatalf("QUEUED→ONHOLD: old %s, %v", old, err)
+	}
+	_, err = st.TransitionJob(ctx, j.UUID, []job.Status{job.StatusQueued}, job.StatusCancelled, store.Event{})
+	var sc *store.StateConflict
+	if !errors.As(err, &sc) || sc.Current != job.StatusOnHold || !errors.Is(err, store.ErrStateConflict) {
+		t.Fatalf("transition from a state the job left: got %v, want StateConflict(ONHOLD)", err)
+	}
+	if _, err := st.TransitionJob(ctx, uuid.NewString(), []job.Status{job.StatusQueued}, job.StatusCancelled, store.Event{}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing job: got %v, want ErrNotFound", err)
+	}
+	evs, err := st.ListJobEvents(ctx, j.UUID)
+	if err != nil || len(evs) != 2 || evs[1].FromStatus != "QUEUED" || evs[1].ToStatus != "ONHOLD" {
+		t.Fatalf("events: %+v %v", evs, err)
+	}
+	rec, _ := st.GetJob(ctx, j.UUID)
+	if _, ok := rec.Job.State.EventTimes[job.StatusOnHold]; !ok {
+		t.Fatalf("no ONHOLD event time: %v", rec.Job.State.EventTimes)
+	}
+}
+
+// Many actors race to move the same job out of QUEUED: exactly one may win.
+func TestTransitionRaceHasOneWinner(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	for round := 0; round < 5; round++ {
+		j := createJob(t, st, u, p, job.StatusQueued)
+		targets := []job.Status{job.StatusCancelled, job.StatusOnHold, job.StatusAssigned, job.StatusFailed}
+		var wg sync.WaitGroup
+		wins := make(chan job.Status, 16)
+		for i := 0; i < 16; i++ {
+			wg.Add(1)
+			go func(to job.Status) {
+				defer wg.Done()
+				_, err := st.TransitionJob(ctx, j.UUID, []job.Status{job.StatusQueued}, to, store.Event{Message: fmt.Sprint("racer ", to)})
+				if err == nil {
+					wins <- to
+				} else if !errors.Is(err, store.ErrStateConflict) {
+					t.Errorf("racer: %v", err)
+				}
+			}(targets[i%len(targets)])
+		}
+		wg.Wait()
+		close(wins)
+		var winners []job.Status
+		for w := range wins {
+			winners = append(winners, w)
+		}
+		rec, err := st.GetJob(ctx, j.UUID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(winners) != 1 || rec.Job.State.Status != winners[0] {
+			t.Fatalf("round %d: winners %v, final state %s; want exactly one winner whose state stuck", round, winners, rec.Job.State.Status)
+		}
+	}
+}
+
+func TestListJobsFilters(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	alice, vision := fixture(t, st, "alice", "vision")
+	bob, audio := fixture(t, st, "bob", "audio")
+	a1 := createJob(t, st, alice, vision, job.StatusQueued)
+	a2 := createJob(t, st, alice, vision, job.StatusOnHold)
+	b1 := createJob(t, st, bob, audio, job.StatusQueued)
+	if _, err := st.DB().ExecContext(ctx, `UPDATE jobs SET status = 'RUNNING', assigned_slave_name = 'gpu1', assigned_cluster_id = 3 WHERE uuid = $1`, b1.UUID); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(recs []*store.JobRecord) map[string]bool {
+		m := map[string]bool{}
+		for _, r := range recs {
+			m[r.Job.UUID] = true
+		}
+		return m
+	}
+	cases := []struct {
+		name string
+		f    store.JobFilter
+		want []string
+	}{
+		{"all", store.JobFilter{}, []string{a1.UUID, a2.UUID, b1.UUID}},
+		{"pending", store.JobFilter{Statuses: job.PendingStatuses}, []string{a1.UUID, a2.UUID}},
+		{"running", store.JobFilter{Statuses: job.RunningStatuses}, []string{b1.UUID}},
+		{"by user id", store.JobFilter{UserIDs: []int64{alice.ID}}, []string{a1.UUID, a2.UUID}},
+		{"by user name", store.JobFilter{UserName: "bob"}, []string{b1.UUID}},
+		{"by project urn", store.JobFilter{ProjectURN: vision.URN}, []string{a1.UUID, a2.UUID}},
+		{"by project name", store.JobFilter{ProjectName: "audio"}, []string{b1.UUID}},
+		{"by cluster (requested)", store.JobFilter{ClusterID: 1}, []string{a1.UUID, a2.UUID, b1.UUID}},
+		{"by cluster (assigned)", store.JobFilter{ClusterID: 3}, []string{b1.UUID}},
+		{"by slave", store.JobFilter{AssignedSlaveName: "gpu1"}, []string{b1.UUID}},
+		{"visible to alice", store.JobFilter{Visible: &store.Visibility{UserID: alice.ID, ProjectIDs: []int64{vision.ID}}}, []string{a1.UUID, a2.UUID}},
+		{"visible to alice + running", store.JobFilter{Visible: &store.Visibility{UserID: alice.ID, ProjectIDs: []int64{vision.ID}, OthersRunning: true}}, []string{a1.UUID, a2.UUID, b1.UUID}},
+		{"visible to bob", store.JobFilter{Visible: &store.Visibility{UserID: bob.ID, ProjectIDs: []int64{audio.ID}}}, []string{b1.UUID}},
+		{"limit", store.JobFilter{Limit: 1, Sort: "created"}, []string{a1.UUID}},
+		{"offset", store.JobFilter{Limit: 1, Offset: 1, Sort: "created"}, []string{a2.UUID}},
+		{"created after", store.JobFilter{CreatedAfter: time.Now().Add(time.Hour)}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			recs, err := st.ListJobs(ctx, c.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ids(recs)
+			if len(got) != len(c.want) {
+				t.Fatalf("got %d jobs %v, want %v", len(got), got, c.want)
+			}
+			for _, w := range c.want {
+				if !got[w] {
+					t.Fatalf("missing %s in %v", w, got)
+				}
+			}
+		})
+	}
+	if _, err := st.ListJobs(ctx, store.JobFilter{Sort: "bogus"}); err == nil {
+		t.Fatal("unknown sort key accepted")
+	}
+	recs, err := st.ListJobs(ctx, store.JobFilter{Sort: "-created"})
+	if err != nil || len(recs) != 3 || recs[0].Job.UUID != b1.UUID {
+		t.Fatalf("newest first: %v %v", recs, err)
+	}
+}
+
+func TestJobLogIsOrderedAndWhole(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	j := createJob(t, st, u, p, job.StatusRunning)
+	if data, size, err := st.ReadJobLog(ctx, j.UUID, 0); err != nil || size != 0 || len(data) != 0 {
+		t.Fatalf("empty log: %q %d %v", data, size, err)
+	}
+	if err := st.AppendJobLog(ctx, j.UUID, 1, []byte("too early")); !errors.Is(err, store.ErrLogGap) {
+		t.Fatalf("out-of-order chunk: %v", err)
+	}
+	if _, size, _ := st.ReadJobLog(ctx, j.UUID, 0); size != 0 {
+		t.Fatalf("a chunk without its predecessor was stored (size %d)", size)
+	}
+	for i, chunk := range []string{"Hello ", "World", "!\n"} {
+		if err := st.AppendJobLog(ctx, j.UUID, i, []byte(chunk)); err != nil {
+			t.Fatalf("chunk %d: %v", i, err)
+		}
+	}
+	if err := st.AppendJobLog(ctx, j.UUID, 1, []byte("dup")); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("resent chunk: got %v, want ErrConflict", err)
+	}
+	data, size, err := st.ReadJobLog(ctx, j.UUID, 0)
+	if err != nil || string(data) != "Hello World!\n" || size != 13 {
+		t.Fatalf("log = %q (%d), %v", data, size, err)
+	}
+	data, _, _ = st.ReadJobLog(ctx, j.UUID, 8)
+	if string(data) != "rld!\n" {
+		t.Fatalf("log from 8 = %q", data)
+	}
+}
+
+func TestWithTxRollsBack(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	boom := errors.New("boom")
+	err := st.WithTx(ctx, func(tx *store.Store) error {
+		if _, err := tx.CreateProject(ctx, "urn:tx", "tx", "", 0); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("WithTx returned %v", err)
+	}
+	if _, err := st.GetProjectByName(ctx, "tx"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("rolled-back project exists: %v", err)
+	}
+}

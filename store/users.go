@@ -1,0 +1,58 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// User is a person known to the master.
+type User struct {
+	ID        int64     `db:"id" json:"id"`
+	URN       string    `db:"urn" json:"urn"`
+	Name      string    `db:"name" json:"name"`
+	Email     string    `db:"email" json:"email"`
+	IsAdmin   bool      `db:"is_admin" json:"isAdmin"`
+	CreatedAt time.Time `db:"created_at" json:"createdAt"`
+}
+
+const userColumns = `id, urn, name, email, is_admin, created_at`
+
+const upsertUser = `INSERT INTO users (urn, name, email, is_admin) VALUES ($1, $2, $3, $4)
+ON CONFLICT (urn) DO UPDATE SET email = CASE WHEN EXCLUDED.email <> '' THEN EXCLUDED.email ELSE users.email END,
+    is_admin = users.is_admin OR EXCLUDED.is_admin
+RETURNING ` + userColumns
+
+// UpsertUser creates the user or, if the URN exists, updates the e-mail (when given) and
+// grants admin when asked (it never revokes: use SetAdmin).
+func (s *Store) UpsertUser(ctx context.Context, urn, name, email string, admin bool) (User, error) {
+	var u User
+	err := s.q.GetContext(ctx, &u, upsertUser, urn, name, email, admin)
+	return u, mapErr(err, "upsert user "+urn)
+}
+
+// GetUserByURN finds a user by URN.
+func (s *Store) GetUserByURN(ctx context.Context, urn string) (User, error) {
+	var u User
+	err := s.q.GetContext(ctx, &u, `SELECT `+userColumns+` FROM users WHERE urn = $1`, urn)
+	return u, mapErr(err, "get user "+urn)
+}
+
+// GetUserByName finds a user by short name.
+func (s *Store) GetUserByName(ctx context.Context, name string) (User, error) {
+	var u User
+	err := s.q.GetContext(ctx, &u, `SELECT `+userColumns+` FROM users WHERE name = $1`, name)
+	return u, mapErr(err, "get user "+name)
+}
+
+// ListUsers lists every user by name.
+func (s *Store) ListUsers(ctx context.Context) ([]User, error) {
+	var us []User
+	err := s.q.SelectContext(ctx, &us, `SELECT `+userColumns+` FROM users ORDER BY name`)
+	return us, mapErr(err, "list users")
+}
+
+// SetAdmin grants or revokes admin rights.
+func (s *Store) SetAdmin(ctx context.Context, userID int64, admin bool) error {
+	res, err := s.q.ExecContext(ctx, `UPDATE users SET is_admin = $2 WHERE id = $1`, userID, admin)
+	return affectedOne(res, err, "set admin")
+}

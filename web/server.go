@@ -1,0 +1,164 @@
+// Package web wires the master's HTTPS server: one port for the JSON API (and, later, the
+// portal and the slave protocol), TLS with the master's own CA, client-certificate
+// authentication, the route table and its middleware.
+package web
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/opengpulab/gpulab/handlers"
+	"github.com/opengpulab/gpulab/pki"
+	"github.com/opengpulab/gpulab/store"
+)
+
+// Config configures the server.
+type Config struct {
+	// Addr is the listen address, e.g. ":8443".
+	Addr string
+	// CA signs client certificates and, unless TLSCert is set, the server certificate.
+	CA *pki.CA
+	// TLSCert, when set, is the server certificate to use instead of one from CA.
+	TLSCert *tls.Certificate
+	// Hosts are the names and addresses put in a server certificate made from CA.
+	Hosts []string
+	// Admins are user names that are admins whatever the database says.
+	Admins []string
+}
+
+// Server is the master's HTTPS server.
+type Server struct {
+	cfg    Config
+	store  *store.Store
+	h      *handlers.Handlers
+	log    *slog.Logger
+	admins map[string]bool
+}
+
+// New makes a server over the given store and handlers.
+func New(cfg Config, st *store.Store, h *handlers.Handlers, log *slog.Logger) *Server {
+	admins := map[string]bool{}
+	for _, a := range cfg.Admins {
+		admins[a] = true
+	}
+	return &Server{cfg: cfg, store: st, h: h, log: log, admins: admins}
+}
+
+// Handler returns the routed handler with its middleware (for tests and embedding).
+func (s *Server) Handler() http.Handler { return s.routes() }
+
+// TLSConfig returns the server's TLS configuration: client certificates are verified against
+// the CA when given, never required, so a browser without one still reaches the portal.
+func (s *Server) TLSConfig() (*tls.Config, error) {
+	cert := s.cfg.TLSCert
+	if cert == nil {
+		c, err := s.cfg.CA.ServerCert(s.cfg.Hosts)
+		if err != nil {
+			return nil, err
+		}
+		cert = &c
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{*cert},
+		ClientAuth:   tls.VerifyClientCertIfGiven,
+		ClientCAs:    s.cfg.CA.Pool(),
+		MinVersion:   tls.VersionTLS12,
+	}, nil
+}
+
+// Serve serves HTTPS on l until ctx ends, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	tlsCfg, err := s.TLSConfig()
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           s.routes(),
+		TLSConfig:         tlsCfg,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(tls.NewListener(l, tlsCfg)) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shut down: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// Run listens on cfg.Addr and serves until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	l, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.cfg.Addr, err)
+	}
+	s.log.Info("master listening", "addr", l.Addr().String())
+	return s.Serve(ctx, l)
+}
+
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.store.DB().PingContext(ctx); err != nil {
+		http.Error(w, "database unreachable", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ready\n"))
+}
+
+// statusRecorder remembers the status a handler wrote, for the request log.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// logRequests logs one line per request, with the caller when known (set further in).
+func (s *Server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		s.log.Info("request", "method", r.Method, "path", r.URL.Path, "status", rec.status,
+			"duration_ms", time.Since(start).Milliseconds(), "remote", r.RemoteAddr)
+	})
+}
+
+// recoverer turns a panic into a 500 and a logged stack instead of a dropped connection.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("panic in handler", "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+				s.h.WriteError(w, r, fmt.Errorf("panic: %v", v))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
