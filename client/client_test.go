@@ -331,6 +331,13 @@ func TestAPIErrors(t *testing.T) {
 			wantText: "bad\n  one\n  two",
 		},
 		{
+			name: "detail repeating the message", status: 400,
+			body:        `{"error": "owner.projectUrn: no project", "details": [{"path": "owner.projectUrn", "message": "no project"}]}`,
+			wantMessage: "owner.projectUrn: no project",
+			wantDetails: []Detail{{Path: "owner.projectUrn", Message: "no project"}},
+			wantText:    "owner.projectUrn: no project",
+		},
+		{
 			name: "plain text", status: 404, body: "no such job\n",
 			wantMessage: "no such job", wantText: "no such job",
 		},

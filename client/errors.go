@@ -50,7 +50,7 @@ type Detail struct {
 }
 
 // Error prints the message followed by one indented `path: message` line per detail, which is
-// how the CLI shows validation errors.
+// how the CLI shows validation errors. A lone detail that only repeats the message is left out.
 func (e *APIError) Error() string {
 	var b strings.Builder
 	msg := e.Message
@@ -59,12 +59,15 @@ func (e *APIError) Error() string {
 	}
 	b.WriteString(msg)
 	for _, d := range e.Details {
-		b.WriteString("\n  ")
+		line := d.Message
 		if d.Path != "" {
-			b.WriteString(d.Path)
-			b.WriteString(": ")
+			line = d.Path + ": " + d.Message
 		}
-		b.WriteString(d.Message)
+		if len(e.Details) == 1 && (line == msg || d.Message == msg) {
+			continue
+		}
+		b.WriteString("\n  ")
+		b.WriteString(line)
 	}
 	return b.String()
 }

@@ -328,12 +328,11 @@ func (h *Handlers) jobFilter(r *http.Request, c *Caller) (store.JobFilter, int, 
 		return f, 0, err
 	}
 	filtersWho := f.UserURN != "" || f.UserName != "" || f.ProjectURN != "" || f.ProjectName != ""
-	if othersRunning {
-		// everybody's running jobs, sanitized when outside the caller's projects
-		f.Statuses = job.RunningStatuses
-	} else if !filtersWho && !c.Admin() {
+	if !filtersWho && !c.Admin() {
 		f.UserIDs = []int64{c.User.ID}
 	}
+	// Everybody's running jobs on top (sanitized when outside the caller's projects).
+	f.AlsoOthersRunning = othersRunning
 	if !c.Admin() {
 		f.Visible = &store.Visibility{UserID: c.User.ID, ProjectIDs: c.ProjectIDs, OthersRunning: othersRunning}
 	}

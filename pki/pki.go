@@ -87,7 +87,7 @@ func LoadOrCreateCA(dir, commonName string) (*CA, bool, error) {
 		return ca, false, nil
 	case errors.Is(certErr, os.ErrNotExist) && errors.Is(keyErr, os.ErrNotExist):
 	default:
-		return nil, false, fmt.Errorf("load CA from %s: need both ca.pem and ca-key.pem (%v; %v)", dir, certErr, keyErr)
+		return nil, false, fmt.Errorf("load CA from %s: need both ca.pem and ca-key.pem: %w", dir, errors.Join(certErr, keyErr))
 	}
 	ca, err := NewCA(commonName)
 	if err != nil {
@@ -254,12 +254,12 @@ func LoadClientPEM(pemData []byte, password string) (tls.Certificate, error) {
 		if b == nil {
 			break
 		}
-		switch {
-		case b.Type == "CERTIFICATE":
+		switch b.Type {
+		case "CERTIFICATE":
 			certs = append(certs, b.Bytes)
-		case b.Type == "PRIVATE KEY" || b.Type == "EC PRIVATE KEY" || b.Type == "RSA PRIVATE KEY":
+		case "PRIVATE KEY", "EC PRIVATE KEY", "RSA PRIVATE KEY":
 			keyBlock = pem.EncodeToMemory(b)
-		case b.Type == "ENCRYPTED PRIVATE KEY":
+		case "ENCRYPTED PRIVATE KEY":
 			return tls.Certificate{}, errors.New("PKCS#8 encrypted keys are not supported: re-export the key with traditional PEM encryption (openssl ec -aes256) or without a password")
 		}
 	}

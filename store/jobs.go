@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -175,8 +176,11 @@ func (s *Store) FindJob(ctx context.Context, idOrPrefix string) (*JobRecord, err
 
 // JobFilter selects jobs for ListJobs. Zero fields do not filter.
 type JobFilter struct {
-	Statuses          []job.Status
-	UserIDs           []int64 // jobs of these users
+	Statuses []job.Status
+	UserIDs  []int64 // jobs of these users
+	// AlsoOthersRunning adds everybody's running jobs to those the state and user/project
+	// filters above select (imec's `other_user_running`); the filters below apply to both.
+	AlsoOthersRunning bool
 	UserURN           string
 	UserName          string
 	ProjectURN        string
@@ -214,29 +218,38 @@ var SortKeys = map[string]string{
 
 // ListJobs lists jobs matching f, newest first unless f.Sort says otherwise.
 func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]*JobRecord, error) {
-	var where []string
+	var where, who []string
 	var args []any
 	arg := func(v any) string {
 		args = append(args, v)
 		return fmt.Sprintf("$%d", len(args))
 	}
 	if len(f.Statuses) > 0 {
-		where = append(where, "j.status = ANY("+arg(pq.Array(statusStrings(f.Statuses)))+")")
+		who = append(who, "j.status = ANY("+arg(pq.Array(statusStrings(f.Statuses)))+")")
 	}
 	if len(f.UserIDs) > 0 {
-		where = append(where, "j.user_id = ANY("+arg(pq.Array(f.UserIDs))+")")
+		who = append(who, "j.user_id = ANY("+arg(pq.Array(f.UserIDs))+")")
 	}
 	if f.UserURN != "" {
-		where = append(where, "u.urn = "+arg(f.UserURN))
+		who = append(who, "u.urn = "+arg(f.UserURN))
 	}
 	if f.UserName != "" {
-		where = append(where, "u.name = "+arg(f.UserName))
+		who = append(who, "u.name = "+arg(f.UserName))
 	}
 	if f.ProjectURN != "" {
-		where = append(where, "p.urn = "+arg(f.ProjectURN))
+		who = append(who, "p.urn = "+arg(f.ProjectURN))
 	}
 	if f.ProjectName != "" {
-		where = append(where, "p.name = "+arg(f.ProjectName))
+		who = append(who, "p.name = "+arg(f.ProjectName))
+	}
+	if f.AlsoOthersRunning {
+		own := "TRUE"
+		if len(who) > 0 {
+			own = strings.Join(who, " AND ")
+		}
+		where = append(where, "(("+own+") OR j.status = ANY("+arg(pq.Array(statusStrings(job.RunningStatuses)))+"))")
+	} else {
+		where = append(where, who...)
 	}
 	if f.ClusterID > 0 {
 		a := arg(f.ClusterID)
@@ -322,7 +335,7 @@ func (s *Store) TransitionJob(ctx context.Context, uuid string, from []job.Statu
 	var old string
 	err := s.WithTx(ctx, func(tx *Store) error {
 		err := tx.q.GetContext(ctx, &old, transitionJob, uuid, string(to), pq.Array(statusStrings(from)))
-		if err == sql.ErrNoRows {
+		if errors.Is(err, sql.ErrNoRows) {
 			var now string
 			if err := tx.q.GetContext(ctx, &now, `SELECT status FROM jobs WHERE uuid = $1`, uuid); err != nil {
 				return mapErr(err, "transition job "+uuid)

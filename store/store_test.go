@@ -289,6 +289,8 @@ func TestListJobsFilters(t *testing.T) {
 		{"visible to alice", store.JobFilter{Visible: &store.Visibility{UserID: alice.ID, ProjectIDs: []int64{vision.ID}}}, []string{a1.UUID, a2.UUID}},
 		{"visible to alice + running", store.JobFilter{Visible: &store.Visibility{UserID: alice.ID, ProjectIDs: []int64{vision.ID}, OthersRunning: true}}, []string{a1.UUID, a2.UUID, b1.UUID}},
 		{"visible to bob", store.JobFilter{Visible: &store.Visibility{UserID: bob.ID, ProjectIDs: []int64{audio.ID}}}, []string{b1.UUID}},
+		{"mine plus others' running", store.JobFilter{UserIDs: []int64{alice.ID}, Statuses: job.PendingStatuses, AlsoOthersRunning: true}, []string{a1.UUID, a2.UUID, b1.UUID}},
+		{"others' running on another cluster", store.JobFilter{UserIDs: []int64{alice.ID}, AlsoOthersRunning: true, ClusterID: 3}, []string{b1.UUID}},
 		{"limit", store.JobFilter{Limit: 1, Sort: "created"}, []string{a1.UUID}},
 		{"offset", store.JobFilter{Limit: 1, Offset: 1, Sort: "created"}, []string{a2.UUID}},
 		{"created after", store.JobFilter{CreatedAfter: time.Now().Add(time.Hour)}, nil},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -293,6 +294,15 @@ func TestOtherUsersRunningJobsAreSanitized(t *testing.T) {
 	_, data, _ = w.m.Do(w.carol, "GET", v31+"/jobs?other_user_running=true", nil)
 	if list := decode[[]map[string]any](t, data); len(list) != 1 || list[0]["name"] != "HelloWorld" {
 		t.Errorf("project member's view: %s", data)
+	}
+	// imec's `jobs -u`: my jobs plus everybody's running ones.
+	mine := w.submit(t, w.bob, helloWorld, "")
+	_, data, _ = w.m.Do(w.bob, "GET", v31+"/jobs?user_urn="+url.QueryEscape(w.bob.URN)+"&other_user_running=true", nil)
+	if list := decode[[]map[string]any](t, data); len(list) != 2 {
+		t.Errorf("bob's jobs plus others' running: %d jobs, want 2 (%s queued, %s running)", len(list), mine, id)
+	}
+	if _, err := w.m.Store.DB().Exec(`DELETE FROM jobs WHERE uuid = $1`, mine); err != nil {
+		t.Fatal(err)
 	}
 	// Without other_user_running, bob sees only his own (none).
 	_, data, _ = w.m.Do(w.bob, "GET", v31+"/jobs", nil)

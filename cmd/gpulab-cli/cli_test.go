@@ -121,6 +121,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"hold", "--all", "abcdef"}, "not both"},
 		{[]string{"clusters", "x"}, "not a number"},
 		{[]string{"submit", "--hold", "--wait-run", "f.json"}, "--hold never runs"},
+		{[]string{"submit", "--email-run", "me@example.org", "f.json"}, "--email-run=ADDR"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

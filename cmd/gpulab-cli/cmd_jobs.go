@@ -24,8 +24,8 @@ func (a *app) cmdJobs(args []string) error {
 	fs := newFlagSet("jobs", "gpulab-cli jobs [options] [ID]",
 		"Without ID, list jobs, newest first: by default the pending, running and finished jobs you\n"+
 			"may see. With ID (or a unique prefix of at least 6 characters), show that job in detail.")
-	fs.Int(&o.maxCount, "c,max-count", "N", "show at most N jobs (default 10, 50 with -u or -U; the master caps it)")
-	fs.Int(&o.maxHours, "H,max-hours", "HOURS", "only jobs created in the last HOURS hours")
+	fs.Int(&o.maxCount, "c,max-count,max", "N", "show at most N jobs (default 10, 50 with -u or -U; the master caps it)")
+	fs.Int(&o.maxHours, "H,max-hours,max-age", "HOURS", "only jobs created in the last HOURS hours")
 	fs.Bool(&o.user, "u,user", "your own jobs, and the running jobs of other users")
 	fs.Bool(&o.strictUser, "U,strict-user", "only your own jobs")
 	fs.String(&o.userName, "user-name", "NAME", "only the jobs of the user with this name")

@@ -44,6 +44,11 @@ func (a *app) cmdSubmit(args []string) error {
 		return err
 	}
 	if len(pos) > 1 {
+		for _, p := range pos {
+			if strings.Contains(p, "@") {
+				return usagef("submit takes one job file, got %d: give e-mail addresses as --email-run=ADDR", len(pos))
+			}
+		}
 		return usagef("submit takes one job file, got %d", len(pos))
 	}
 	if o.hold && (o.waitRun || o.waitDone) {

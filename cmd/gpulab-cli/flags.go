@@ -99,7 +99,10 @@ func (f *flagSet) printHelp(w io.Writer) {
 			}
 		}
 		left := strings.Join(parts, ", ")
-		if h.arg != "" {
+		switch {
+		case strings.HasPrefix(h.arg, "["): // an optional value: --email-run[=ADDR]
+			left += h.arg
+		case h.arg != "":
 			left += " " + h.arg
 		}
 		rows = append(rows, [2]string{left, h.usage})

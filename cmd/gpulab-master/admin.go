@@ -26,7 +26,7 @@ func adminSetup(ctx context.Context, fs *flag.FlagSet, c *config, args []string,
 		return nil, err
 	}
 	if _, err := st.Migrate(ctx); err != nil {
-		st.Close()
+		_ = st.Close()
 		return nil, err
 	}
 	return st, nil
@@ -46,7 +46,7 @@ func userCert(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer func() { _ = st.Close() }()
 	if !pki.NamePattern.MatchString(*user) {
 		return fmt.Errorf("--user %q: must be lowercase letters, digits, '.', '_' or '-': %w", *user, errUsage)
 	}
@@ -96,7 +96,7 @@ func projectCmd(ctx context.Context, args []string, getenv func(string) string, 
 		if err != nil {
 			return err
 		}
-		defer st.Close()
+		defer func() { _ = st.Close() }()
 		if !pki.NamePattern.MatchString(name) {
 			return fmt.Errorf("project name %q: must be lowercase letters, digits, '.', '_' or '-': %w", name, errUsage)
 		}
@@ -116,7 +116,7 @@ func projectCmd(ctx context.Context, args []string, getenv func(string) string, 
 		if err != nil {
 			return err
 		}
-		defer st.Close()
+		defer func() { _ = st.Close() }()
 		ps, err := st.ListProjects(ctx)
 		if err != nil {
 			return err
@@ -151,7 +151,7 @@ func memberCmd(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer func() { _ = st.Close() }()
 	if projectName == "" || userName == "" {
 		return fmt.Errorf("expected `member %s PROJECT USER`: %w", args[0], errUsage)
 	}
@@ -203,7 +203,7 @@ func clusterCmd(ctx context.Context, args []string, getenv func(string) string, 
 		if err != nil {
 			return err
 		}
-		defer st.Close()
+		defer func() { _ = st.Close() }()
 		id, err := strconv.Atoi(idArg)
 		if err != nil || id < 1 {
 			return fmt.Errorf("cluster id %q: must be a positive integer: %w", idArg, errUsage)
@@ -221,7 +221,7 @@ func clusterCmd(ctx context.Context, args []string, getenv func(string) string, 
 		if err != nil {
 			return err
 		}
-		defer st.Close()
+		defer func() { _ = st.Close() }()
 		cs, err := st.ListClusters(ctx)
 		if err != nil {
 			return err

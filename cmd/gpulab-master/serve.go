@@ -37,7 +37,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer func() { _ = st.Close() }()
 	if !c.NoMigrate {
 		applied, err := st.Migrate(ctx)
 		if err != nil {
@@ -98,7 +98,7 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer func() { _ = st.Close() }()
 	applied, err := st.Migrate(ctx)
 	if err != nil {
 		return err

@@ -181,7 +181,7 @@ func (m *Master) Do(u *User, method, path string, body io.Reader, header ...stri
 	if err != nil {
 		m.t.Fatalf("%s %s: %v", method, path, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
 		m.t.Fatalf("read body: %v", err)
