@@ -4,7 +4,11 @@
 # cluster only prints its URL. Runs as root (initdb runs as the postgres user).
 set -euo pipefail
 cmd=${1:?start|stop|url}; dir=$(realpath -m "${2:?DIR}"); port=${3:?PORT}
-url="postgres://gpulab@127.0.0.1:${port}/gpulab?sslmode=disable"
+# The port really used is kept in $dir/port: when PORT is taken (another checkout's cluster),
+# the next free one is used instead.
+[ -f "$dir/port" ] && port=$(cat "$dir/port")
+url() { echo "postgres://gpulab@127.0.0.1:${port}/gpulab?sslmode=disable"; }
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 pgbin=""
 for v in 17 16 15 14; do
@@ -13,7 +17,7 @@ done
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 
 case "$cmd" in
-url) echo "$url" ;;
+url) url ;;
 stop)
   [ -f "$dir/data/postmaster.pid" ] && as_pg "$pgbin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null || true ;;
 start)
@@ -29,12 +33,14 @@ start)
       || { cat "$dir/initdb.log" >&2; exit 1; }
   fi
   if ! as_pg "$pgbin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
+    while port_busy "$port"; do port=$((port + 1)); done
+    echo "$port" > "$dir/port"
     as_pg "$pgbin/pg_ctl" -D "$dir/data" -w -l "$dir/server.log" \
       -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 ${PG_EXTRA_OPTS:-}" start >/dev/null \
       || { tail -20 "$dir/server.log" >&2; exit 1; }
   fi
   as_pg "$pgbin/psql" -h 127.0.0.1 -p "$port" -U gpulab -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname='gpulab'" | grep -q 1 \
     || as_pg "$pgbin/createdb" -h 127.0.0.1 -p "$port" -U gpulab gpulab
-  echo "$url" ;;
+  url ;;
 *) echo "usage: pg.sh start|stop|url DIR PORT" >&2; exit 2 ;;
 esac
