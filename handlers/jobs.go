@@ -169,6 +169,16 @@ func (h *Handlers) findJob(r *http.Request, c *Caller) (*store.JobRecord, error)
 	return rec, nil
 }
 
+// userAndJob authenticates a user and resolves {id} to a job he may see.
+func (h *Handlers) userAndJob(r *http.Request) (*Caller, *store.JobRecord, error) {
+	c, err := requireUser(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	rec, err := h.findJob(r, c)
+	return c, rec, err
+}
+
 // canSee: owners, members of the job's project and admins see a job in full.
 func canSee(c *Caller, rec *store.JobRecord) bool {
 	return c.Admin() || rec.UserID == c.User.ID || c.InProject(rec.ProjectID)
@@ -214,11 +224,7 @@ func v30Job(j *job.Job) map[string]any {
 
 // GetJob is GET jobs/{id}.
 func (h *Handlers) GetJob(w http.ResponseWriter, r *http.Request) error {
-	c, err := requireUser(r)
-	if err != nil {
-		return err
-	}
-	rec, err := h.findJob(r, c)
+	c, rec, err := h.userAndJob(r)
 	if err != nil {
 		return err
 	}
@@ -492,11 +498,7 @@ func (h *Handlers) DeleteJob(w http.ResponseWriter, r *http.Request) error {
 
 // JobEvents is GET jobs/{id}/debug: every event of the job, oldest first.
 func (h *Handlers) JobEvents(w http.ResponseWriter, r *http.Request) error {
-	c, err := requireUser(r)
-	if err != nil {
-		return err
-	}
-	rec, err := h.findJob(r, c)
+	_, rec, err := h.userAndJob(r)
 	if err != nil {
 		return err
 	}
@@ -517,11 +519,7 @@ var rangePattern = regexp.MustCompile(`^bytes=(\d+)-$`)
 // JobLog is GET jobs/{id}/log: the container's output. `Range: bytes=N-` answers 206 with the
 // rest from byte N; an empty log is 204, so a follower knows to wait.
 func (h *Handlers) JobLog(w http.ResponseWriter, r *http.Request) error {
-	c, err := requireUser(r)
-	if err != nil {
-		return err
-	}
-	rec, err := h.findJob(r, c)
+	_, rec, err := h.userAndJob(r)
 	if err != nil {
 		return err
 	}
