@@ -36,7 +36,7 @@ generate: ## regenerate generated code (go generate)
 	$(GO) generate ./...
 
 .PHONY: build
-build: ## build gpulab-master and gpulab-cli into bin/
+build: ## build gpulab-master, gpulab-slave and gpulab-cli into bin/
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 .PHONY: lint
@@ -48,7 +48,8 @@ lint: ## gofmt, go vet and golangci-lint (installed into .tmp/bin on first use)
 
 .PHONY: test
 test: PG_EXTRA_OPTS = -c fsync=off
-test: deps ## install what is missing, start Postgres, run every test (with -race)
+test: deps ## install what is missing, start Postgres and Docker, run every test (with -race)
+	@scripts/dockerd.sh
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting"; exit 1; }
 	$(GO) vet ./...
 	DATABASE_URL="$(DB_URL)" $(GO) test $(GOTESTFLAGS) ./...
@@ -63,7 +64,9 @@ bench: deps ## run the benchmarks against a real Postgres (fsync on); results in
 	DATABASE_URL="$(DB_URL)" $(GO) test -run '^$$' -bench . -benchmem -count 3 ./... | tee bench/results.txt
 
 .PHONY: run
-run: deps build ## start Postgres and a master on https://localhost:8443 with a demo user, project and certificate
+run: deps build ## start Postgres, Docker, a master on https://localhost:8443 and a slave with fake GPUs; prints a login
+	@scripts/dockerd.sh
+	@scripts/images.sh
 	@scripts/run.sh "$(DB_URL)" "$(RUN_DIR)" "$(RUN_PORT)" "$(BIN)"
 
 .PHONY: clean

@@ -11,9 +11,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/pki"
+	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
 )
 
@@ -26,6 +28,12 @@ type Config struct {
 	LatestClientVersion string
 	// JobOptions are the defaults and limits of job parsing.
 	JobOptions job.Options
+	// CA signs the certificates of joining slaves.
+	CA *pki.CA
+	// HeartbeatInterval is the interval slaves are told to heartbeat at.
+	HeartbeatInterval time.Duration
+	// MaxLongPoll bounds how long a slave's Next call is held open.
+	MaxLongPoll time.Duration
 }
 
 // Handlers serves the API. Create it with New.
@@ -33,11 +41,26 @@ type Handlers struct {
 	store *store.Store
 	cfg   Config
 	log   *slog.Logger
+	// sched wakes the scheduler loop (submit, heartbeat, job end); work wakes slaves' long
+	// polls (jobs assigned, jobs to stop).
+	sched, work *scheduler.Signal
 }
 
-// New makes the handlers.
-func New(st *store.Store, cfg Config, log *slog.Logger) *Handlers {
-	return &Handlers{store: st, cfg: cfg, log: log}
+// New makes the handlers. sched and work may be nil (a fresh signal is made).
+func New(st *store.Store, cfg Config, log *slog.Logger, sched, work *scheduler.Signal) *Handlers {
+	if sched == nil {
+		sched = scheduler.NewSignal()
+	}
+	if work == nil {
+		work = scheduler.NewSignal()
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = 5 * time.Second
+	}
+	if cfg.MaxLongPoll == 0 {
+		cfg.MaxLongPoll = 30 * time.Second
+	}
+	return &Handlers{store: st, cfg: cfg, log: log, sched: sched, work: work}
 }
 
 // Caller is who makes a request, as established by web's authentication middleware.
@@ -45,6 +68,8 @@ type Caller struct {
 	User       store.User
 	Kind       pki.Kind
 	ProjectIDs []int64
+	// SlaveName is set for slave callers (Kind == pki.KindSlave).
+	SlaveName string
 	// Via says how the caller authenticated ("certificate", "session"), for logs.
 	Via string
 }

@@ -1,9 +1,13 @@
 package handlers
 
 import (
+	"encoding/json"
+	"math"
 	"net/http"
 	"time"
 
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/protocol"
 	"github.com/opengpulab/gpulab/store"
 )
 
@@ -55,24 +59,75 @@ type ClusterInfo struct {
 	MemoryGb    FreeTotal   `json:"memoryGb"`
 }
 
-func slaveInfo(s store.Slave) SlaveInfo {
-	si := SlaveInfo{Name: s.Name, Host: s.Host, ClusterID: s.ClusterID, InstanceID: s.InstanceID, Version: s.Version,
+// slaveUse is what the jobs on a slave hold.
+type slaveUse struct{ jobs, gpus, cpus, memGb int }
+
+// slaveInfo shows a slave with its free/total resources: totals from its inventory, minus what
+// the jobs placed on it hold. Workers are job slots: every job needs at least one CPU, so a
+// slave runs at most one job per CPU.
+func slaveInfo(s store.Slave, use slaveUse) SlaveInfo {
+	si := SlaveInfo{Name: s.Name, Host: s.DNSName, ClusterID: s.ClusterID, InstanceID: s.InstanceID, Version: s.Version,
 		Online: s.Online, AcceptingJobs: s.AcceptingJobs, GPUModels: []string{}}
+	if si.Host == "" {
+		si.Host = s.Host
+	}
 	if s.LastHeartbeat.Valid {
 		t := s.LastHeartbeat.Time
 		si.LastHeartbeat = &t
 	}
+	var inv protocol.Inventory
+	if len(s.Inventory) > 0 && json.Unmarshal(s.Inventory, &inv) == nil {
+		si.CudaVersion = inv.CudaVersion
+		seen := map[string]bool{}
+		for _, g := range inv.GPUs {
+			si.Fake = si.Fake || g.Fake
+			if !seen[g.Model] {
+				seen[g.Model] = true
+				si.GPUModels = append(si.GPUModels, g.Model)
+			}
+		}
+		memGb := float64(inv.MemoryMiB) / 1024
+		si.GPUs = FreeTotal{Free: float64(len(inv.GPUs) - use.gpus), Total: float64(len(inv.GPUs))}
+		si.CPUs = FreeTotal{Free: float64(inv.CPUs - use.cpus), Total: float64(inv.CPUs)}
+		si.MemoryGb = FreeTotal{Free: round2(memGb - float64(use.memGb)), Total: round2(memGb)}
+		si.Workers = FreeTotal{Free: float64(inv.CPUs - use.jobs), Total: float64(inv.CPUs)}
+	}
+	if !s.Online {
+		// An offline slave offers nothing, whatever it has.
+		si.GPUs.Free, si.CPUs.Free, si.MemoryGb.Free, si.Workers.Free = 0, 0, 0, 0
+	}
 	return si
 }
 
+func round2(f float64) float64 { return math.Round(f*100) / 100 }
+
 func (h *Handlers) clusterInfos(r *http.Request) ([]ClusterInfo, []SlaveInfo, error) {
-	clusters, err := h.store.ListClusters(r.Context())
+	ctx := r.Context()
+	clusters, err := h.store.ListClusters(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	slaves, err := h.store.ListSlaves(r.Context())
+	slaves, err := h.store.ListSlaves(ctx)
 	if err != nil {
 		return nil, nil, err
+	}
+	running, err := h.store.ListJobs(ctx, store.JobFilter{Statuses: job.RunningStatuses})
+	if err != nil {
+		return nil, nil, err
+	}
+	use := map[string]slaveUse{}
+	for _, rec := range running {
+		res := rec.Job.State.Resources
+		name := rec.Job.State.Scheduling.AssignedSlaveName
+		if res == nil || name == "" {
+			continue
+		}
+		u := use[name]
+		u.jobs++
+		u.gpus += len(res.GPUIDs)
+		u.cpus += len(res.CPUIDs)
+		u.memGb += res.CPUMemoryGb
+		use[name] = u
 	}
 	infos := make([]ClusterInfo, 0, len(clusters))
 	index := map[int]int{}
@@ -82,7 +137,7 @@ func (h *Handlers) clusterInfos(r *http.Request) ([]ClusterInfo, []SlaveInfo, er
 	}
 	all := make([]SlaveInfo, 0, len(slaves))
 	for _, s := range slaves {
-		si := slaveInfo(s)
+		si := slaveInfo(s, use[s.Name])
 		all = append(all, si)
 		if i, ok := index[s.ClusterID]; ok {
 			ci := &infos[i]

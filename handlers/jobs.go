@@ -93,6 +93,7 @@ func (h *Handlers) SubmitJob(w http.ResponseWriter, r *http.Request) error {
 	if err := h.store.CreateJob(r.Context(), j, c.User.ID, project.ID, msg+" by "+c.User.Name); err != nil {
 		return fmt.Errorf("submit job: %w", err)
 	}
+	h.sched.Wake()
 	h.log.InfoContext(r.Context(), "job submitted", "job", j.UUID, "user", c.User.Name, "project", project.Name, "status", j.State.Status)
 	if wantsJSON(r) {
 		writeJSON(w, http.StatusCreated, h.present(r, c, &store.JobRecord{Job: j, UserID: c.User.ID, ProjectID: project.ID}))
@@ -423,6 +424,8 @@ func (h *Handlers) SetJobStatus(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	h.sched.Wake()
+	h.work.Wake()
 	h.log.InfoContext(r.Context(), "job state changed", "job", rec.Job.UUID, "from", from, "to", to, "by", c.User.Name)
 	updated, err := h.store.GetJob(r.Context(), rec.Job.UUID)
 	if err != nil {
@@ -477,6 +480,8 @@ func (h *Handlers) DeleteJob(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		st = job.StatusCancelled
+		h.sched.Wake()
+		h.work.Wake()
 	}
 	if real {
 		if err := h.store.DeleteJobRow(ctx, id); err != nil {

@@ -179,19 +179,35 @@ type ClientSpec struct {
 
 // IssueClient signs a client certificate and returns it with its fresh private key.
 func (ca *CA) IssueClient(spec ClientSpec) (*x509.Certificate, crypto.Signer, error) {
-	if spec.Kind == "" {
-		return nil, nil, errors.New("client certificate needs a kind")
-	}
-	u, err := url.Parse(spec.URN)
-	if err != nil || u.Scheme != "urn" {
-		return nil, nil, fmt.Errorf("client certificate URN %q is not a urn: URI", spec.URN)
-	}
-	if spec.Validity == 0 {
-		spec.Validity = 365 * 24 * time.Hour
+	tmpl, err := clientTemplate(spec)
+	if err != nil {
+		return nil, nil, err
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, fmt.Errorf("generate client key: %w", err)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sign client certificate: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse client certificate: %w", err)
+	}
+	return cert, key, nil
+}
+
+func clientTemplate(spec ClientSpec) (*x509.Certificate, error) {
+	if spec.Kind == "" {
+		return nil, errors.New("client certificate needs a kind")
+	}
+	u, err := url.Parse(spec.URN)
+	if err != nil || u.Scheme != "urn" {
+		return nil, fmt.Errorf("client certificate URN %q is not a urn: URI", spec.URN)
+	}
+	if spec.Validity == 0 {
+		spec.Validity = 365 * 24 * time.Hour
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: randomSerial(),
@@ -209,15 +225,46 @@ func (ca *CA) IssueClient(spec ClientSpec) (*x509.Certificate, crypto.Signer, er
 	if spec.Email != "" {
 		tmpl.EmailAddresses = []string{spec.Email}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("sign client certificate: %w", err)
+	return tmpl, nil
+}
+
+// SignCSR signs a certificate signing request as a client certificate for spec, so a slave
+// (or service) keeps its private key: only the CSR and the certificate cross the network.
+// The identity comes from spec, never from the CSR's subject.
+func (ca *CA) SignCSR(csrPEM []byte, spec ClientSpec) (*x509.Certificate, error) {
+	b, _ := pem.Decode(csrPEM)
+	if b == nil || b.Type != "CERTIFICATE REQUEST" {
+		return nil, errors.New("no PEM CERTIFICATE REQUEST found")
 	}
-	cert, err := x509.ParseCertificate(der)
+	csr, err := x509.ParseCertificateRequest(b.Bytes)
 	if err != nil {
-		return nil, nil, fmt.Errorf("parse client certificate: %w", err)
+		return nil, fmt.Errorf("parse certificate request: %w", err)
 	}
-	return cert, key, nil
+	if err := csr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("certificate request signature: %w", err)
+	}
+	tmpl, err := clientTemplate(spec)
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, csr.PublicKey, ca.Key)
+	if err != nil {
+		return nil, fmt.Errorf("sign certificate request: %w", err)
+	}
+	return x509.ParseCertificate(der)
+}
+
+// NewCSR makes a private key and a certificate signing request for it.
+func NewCSR(commonName string) (csrPEM []byte, key crypto.Signer, err error) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate key: %w", err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: commonName}}, k)
+	if err != nil {
+		return nil, nil, fmt.Errorf("make certificate request: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), k, nil
 }
 
 // ClientPEM encodes a certificate and its key in one PEM, as imec's portal hands them out and

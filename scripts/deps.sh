@@ -10,6 +10,11 @@ command -v gcc >/dev/null || missing+=(gcc)          # cgo, for go test -race
 command -v git >/dev/null || missing+=(git)
 command -v curl >/dev/null || missing+=(curl)
 command -v openssl >/dev/null || missing+=(openssl)
+# The slave runs jobs as Docker containers; tests build their images from busybox-static (a
+# static binary copied into the image) and debootstrap (debian:stable for the examples).
+command -v dockerd >/dev/null || [ -x /usr/sbin/dockerd ] || missing+=(docker.io)
+dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || missing+=(busybox-static)
+command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "deps.sh: missing ${missing[*]}; run as root or install them" >&2; exit 1

@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"encoding/json"
 	"time"
 )
 
@@ -34,26 +32,18 @@ func (s *Store) ListClusters(ctx context.Context) ([]Cluster, error) {
 	return cs, mapErr(err, "list clusters")
 }
 
-// Slave is a registered worker machine.
-type Slave struct {
-	ID            int64           `db:"id"`
-	Name          string          `db:"name"`
-	InstanceID    string          `db:"instance_id"`
-	ClusterID     int             `db:"cluster_id"`
-	Host          string          `db:"host"`
-	Version       string          `db:"version"`
-	Inventory     json.RawMessage `db:"inventory"`
-	Usage         json.RawMessage `db:"usage"`
-	AcceptingJobs bool            `db:"accepting_jobs"`
-	Online        bool            `db:"online"`
-	LastHeartbeat sql.NullTime    `db:"last_heartbeat"`
-	RegisteredAt  time.Time       `db:"registered_at"`
-}
-
-// ListSlaves lists slaves by cluster and name.
-func (s *Store) ListSlaves(ctx context.Context) ([]Slave, error) {
-	var ss []Slave
-	err := s.q.SelectContext(ctx, &ss, `SELECT id, name, instance_id, cluster_id, host, version, inventory, usage,
-accepting_jobs, online, last_heartbeat, registered_at FROM slaves ORDER BY cluster_id, name`)
-	return ss, mapErr(err, "list slaves")
+// ClusterOwners maps each private cluster to its owning projects.
+func (s *Store) ClusterOwners(ctx context.Context) (map[int][]int64, error) {
+	var rows []struct {
+		ClusterID int   `db:"cluster_id"`
+		ProjectID int64 `db:"project_id"`
+	}
+	if err := s.q.SelectContext(ctx, &rows, `SELECT cluster_id, project_id FROM cluster_projects ORDER BY cluster_id, project_id`); err != nil {
+		return nil, mapErr(err, "list cluster owners")
+	}
+	out := map[int][]int64{}
+	for _, r := range rows {
+		out[r.ClusterID] = append(out[r.ClusterID], r.ProjectID)
+	}
+	return out, nil
 }

@@ -21,6 +21,7 @@ type JobRecord struct {
 	UserName    string
 	ProjectID   int64
 	ProjectName string
+	ProjectGID  int
 }
 
 // jobRow is one row of the jobs query with its user and project joined in.
@@ -37,6 +38,7 @@ type jobRow struct {
 	ProjectID             int64          `db:"project_id"`
 	ProjectURN            string         `db:"project_urn"`
 	ProjectName           string         `db:"project_name"`
+	ProjectGID            int            `db:"project_gid"`
 	Status                string         `db:"status"`
 	EventTimes            []byte         `db:"event_times"`
 	RestartInitialUUID    sql.NullString `db:"restart_initial_uuid"`
@@ -53,7 +55,7 @@ type jobRow struct {
 
 const jobSelect = `SELECT j.uuid, j.name, j.description, j.deployment_environment, j.request,
     j.user_id, u.urn AS user_urn, u.name AS user_name, j.user_email,
-    j.project_id, p.urn AS project_urn, p.name AS project_name,
+    j.project_id, p.urn AS project_urn, p.name AS project_name, p.gid AS project_gid,
     j.status, j.event_times, j.restart_initial_uuid, j.restart_count,
     j.assigned_cluster_id, j.assigned_slave_name, j.assigned_instance_id,
     j.scheduling, j.resources, j.final_usage, j.created_at, j.updated_at
@@ -96,7 +98,7 @@ func (r *jobRow) record() (*JobRecord, error) {
 	if r.RestartInitialUUID.Valid {
 		j.RestartInfo = &job.RestartInfo{InitialJobUUID: r.RestartInitialUUID.String, RestartCount: r.RestartCount}
 	}
-	return &JobRecord{Job: j, UserID: r.UserID, UserName: r.UserName, ProjectID: r.ProjectID, ProjectName: r.ProjectName}, nil
+	return &JobRecord{Job: j, UserID: r.UserID, UserName: r.UserName, ProjectID: r.ProjectID, ProjectName: r.ProjectName, ProjectGID: r.ProjectGID}, nil
 }
 
 const insertJob = `INSERT INTO jobs (uuid, name, description, deployment_environment, request, user_id, user_email,

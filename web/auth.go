@@ -33,9 +33,15 @@ func (s *Server) callerFromCert(r *http.Request) (*handlers.Caller, error) {
 	if err != nil {
 		return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: "client certificate: " + err.Error()}
 	}
+	if id.Kind == pki.KindSlave {
+		urn, err := pki.ParseURN(id.URN)
+		if err != nil || urn.Type != "slave" {
+			return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: fmt.Sprintf("slave certificate names %q, not a slave", id.URN)}
+		}
+		return &handlers.Caller{Kind: pki.KindSlave, SlaveName: urn.Name, Via: "certificate"}, nil
+	}
 	if id.Kind != pki.KindUser {
-		// Slaves and services are resolved by their own endpoints (next milestones); here they
-		// only get a caller that user endpoints refuse.
+		// Services get their own endpoints in a later milestone; user endpoints refuse them.
 		return &handlers.Caller{Kind: id.Kind, Via: "certificate"}, nil
 	}
 	urn, err := pki.ParseURN(id.URN)

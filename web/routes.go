@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/opengpulab/gpulab/handlers"
+	"github.com/opengpulab/gpulab/protocol"
 )
 
 // Route is one entry of the route table. Public routes answer without credentials; all others
@@ -33,6 +34,20 @@ func APIRoutes(h *handlers.Handlers) []Route {
 	}
 }
 
+// SlaveRoutes is the route table of the slave protocol (package protocol), below the root.
+func SlaveRoutes(h *handlers.Handlers) []Route {
+	return []Route{
+		{"POST", protocol.JoinPath, true, h.SlaveJoin},
+		{"POST", protocol.RegisterPath, false, h.SlaveRegister},
+		{"POST", protocol.HeartbeatPath, false, h.SlaveHeartbeat},
+		{"POST", protocol.NextPath, false, h.SlaveNext},
+		{"POST", protocol.UpdatePath, false, h.SlaveUpdate},
+		{"POST", protocol.LogPath, false, h.SlaveLog},
+		{"POST", protocol.LogStatePath, false, h.SlaveLogState},
+		{"POST", protocol.DonePath, false, h.SlaveDone},
+	}
+}
+
 // routes builds the server's handler: the API under each version, the OpenAPI document and
 // health checks, each behind the middleware its group needs.
 func (s *Server) routes() http.Handler {
@@ -45,6 +60,9 @@ func (s *Server) routes() http.Handler {
 				fn(w, r.WithContext(handlers.WithAPIVersion(r.Context(), version)))
 			}))
 		}
+	}
+	for _, rt := range SlaveRoutes(s.h) {
+		mux.Handle(rt.Method+" "+rt.Path, s.h.Wrap(rt.Handler))
 	}
 	mux.Handle("GET /api/gpulab/openapi.json", s.h.Wrap(s.h.OpenAPI))
 	mux.Handle("/api/", s.h.Wrap(func(w http.ResponseWriter, r *http.Request) error {

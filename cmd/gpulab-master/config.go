@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/pki"
@@ -26,6 +27,11 @@ type config struct {
 	DefaultMaxDuration string
 	LogLevel           string
 	NoMigrate          bool
+	HeartbeatInterval  time.Duration
+	HeartbeatGrace     time.Duration
+	JobGrace           time.Duration
+	SchedulerInterval  time.Duration
+	MemoryReserveGb    int
 }
 
 // addCommon registers the flags every command needs (database, data folder, authority).
@@ -44,8 +50,20 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.TLSCert, "tls-cert", getenv("GPULAB_TLS_CERT"), "server certificate PEM instead of one from the CA (env GPULAB_TLS_CERT)")
 	fs.StringVar(&c.TLSKey, "tls-key", getenv("GPULAB_TLS_KEY"), "key of --tls-cert (env GPULAB_TLS_KEY)")
 	fs.BoolVar(&c.NoMigrate, "no-migrate", getenv("GPULAB_NO_MIGRATE") == "1", "do not migrate the schema at start; refuse to start on an older one (env GPULAB_NO_MIGRATE=1)")
+	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", envDuration(getenv, "GPULAB_HEARTBEAT_INTERVAL", 5*time.Second), "how often slaves heartbeat (env GPULAB_HEARTBEAT_INTERVAL)")
+	fs.DurationVar(&c.HeartbeatGrace, "heartbeat-grace", envDuration(getenv, "GPULAB_HEARTBEAT_GRACE", 30*time.Second), "a slave silent this long is offline (env GPULAB_HEARTBEAT_GRACE)")
+	fs.DurationVar(&c.JobGrace, "job-grace", envDuration(getenv, "GPULAB_JOB_GRACE", 5*time.Minute), "jobs of a slave offline this long fail with `worker lost` (env GPULAB_JOB_GRACE)")
+	fs.DurationVar(&c.SchedulerInterval, "scheduler-interval", envDuration(getenv, "GPULAB_SCHEDULER_INTERVAL", 5*time.Second), "longest time between scheduler passes (env GPULAB_SCHEDULER_INTERVAL)")
+	fs.IntVar(&c.MemoryReserveGb, "memory-reserve-gb", 1, "memory kept free on every slave for its system")
 	fs.StringVar(&c.DefaultMinDuration, "default-min-duration", envOr(getenv, "GPULAB_DEFAULT_MIN_DURATION", "1 week"), "minDuration of jobs that give none (env GPULAB_DEFAULT_MIN_DURATION)")
 	fs.StringVar(&c.DefaultMaxDuration, "default-max-duration", envOr(getenv, "GPULAB_DEFAULT_MAX_DURATION", "2 weeks"), "maxDuration of jobs that give none (env GPULAB_DEFAULT_MAX_DURATION)")
+}
+
+func envDuration(getenv func(string) string, key string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(getenv(key)); err == nil && d > 0 {
+		return d
+	}
+	return def
 }
 
 func envOr(getenv func(string) string, key, def string) string {

@@ -53,6 +53,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = memberCmd(ctx, args, getenv, stdout, stderr)
 	case "cluster":
 		err = clusterCmd(ctx, args, getenv, stdout, stderr)
+	case "slave-token":
+		err = slaveToken(ctx, args, getenv, stdout, stderr)
+	case "slave":
+		err = slaveCmd(ctx, args, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -85,6 +89,10 @@ Commands:
   cluster add ID [--name N] [--private]
                                  create a cluster
   cluster list                   list clusters
+  slave-token --name NAME --cluster ID [--valid 24h]
+                                 make a one-time token with which a slave joins
+  slave drain NAME | slave open NAME
+                                 stop / resume placing jobs on a slave
 
 Run 'gpulab-master COMMAND -h' for the flags of a command.
 `

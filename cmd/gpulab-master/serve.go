@@ -9,6 +9,7 @@ import (
 	"net"
 
 	"github.com/opengpulab/gpulab/handlers"
+	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
 	"github.com/opengpulab/gpulab/web"
 )
@@ -65,8 +66,17 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		}
 		wcfg.TLSCert = &cert
 	}
-	h := handlers.New(st, handlers.Config{Authority: c.Authority, Version: version, LatestClientVersion: latestClientVersion, JobOptions: opts}, log)
+	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
+	h := handlers.New(st, handlers.Config{Authority: c.Authority, Version: version, LatestClientVersion: latestClientVersion,
+		JobOptions: opts, CA: ca, HeartbeatInterval: c.HeartbeatInterval}, log, wake, work)
 	srv := web.New(wcfg, st, h, log)
+	loop := scheduler.NewLoop(st, scheduler.LoopConfig{Interval: c.SchedulerInterval, HeartbeatGrace: c.HeartbeatGrace,
+		JobGrace: c.JobGrace, MemoryReserveGb: c.MemoryReserveGb}, log, wake, work)
+	go func() {
+		if err := loop.Run(ctx); err != nil {
+			log.Error("scheduler stopped", "err", err)
+		}
+	}()
 	l, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)

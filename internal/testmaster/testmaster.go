@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/pki"
+	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
 	"github.com/opengpulab/gpulab/web"
 )
@@ -43,6 +45,13 @@ type Master struct {
 type Options struct {
 	Admins []string
 	Job    *job.Options
+	// Scheduler runs the scheduler loop (with short intervals) besides the API.
+	Scheduler bool
+	// Loop overrides the loop's timings (defaults: pass every 200 ms, slave offline after 3 s,
+	// its jobs lost after 3 s more).
+	Loop scheduler.LoopConfig
+	// HeartbeatInterval is what slaves are told (default 500 ms).
+	HeartbeatInterval time.Duration
 }
 
 // Start runs a master for the test's duration.
@@ -69,8 +78,30 @@ func Start(t testing.TB, opts Options) *Master {
 		jobOpts = *opts.Job
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	h := handlers.New(st, handlers.Config{Authority: Authority, Version: "test", LatestClientVersion: "4.0.0", JobOptions: jobOpts}, log)
+	if opts.HeartbeatInterval == 0 {
+		opts.HeartbeatInterval = 500 * time.Millisecond
+	}
+	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
+	h := handlers.New(st, handlers.Config{Authority: Authority, Version: "test", LatestClientVersion: "4.0.0", JobOptions: jobOpts,
+		CA: ca, HeartbeatInterval: opts.HeartbeatInterval, MaxLongPoll: 5 * time.Second}, log, wake, work)
 	srv := web.New(web.Config{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}, Admins: opts.Admins}, st, h, log)
+	loopDone := make(chan struct{})
+	if opts.Scheduler {
+		lc := opts.Loop
+		if lc.Interval == 0 {
+			lc.Interval = 200 * time.Millisecond
+		}
+		if lc.HeartbeatGrace == 0 {
+			lc.HeartbeatGrace = 3 * time.Second
+		}
+		if lc.JobGrace == 0 {
+			lc.JobGrace = 3 * time.Second
+		}
+		loop := scheduler.NewLoop(st, lc, log, wake, work)
+		go func() { defer close(loopDone); _ = loop.Run(ctx) }()
+	} else {
+		close(loopDone)
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		cancel()
@@ -88,6 +119,7 @@ func Start(t testing.TB, opts Options) *Master {
 		case <-time.After(15 * time.Second):
 			t.Errorf("master did not stop within 15 s")
 		}
+		<-loopDone
 		_ = st.Close()
 	})
 	m := &Master{t: t, URL: "https://" + l.Addr().String(), CA: ca, Store: st, Dir: dir, CAFile: filepath.Join(dir, "ca", "ca.pem")}
@@ -187,4 +219,22 @@ func (m *Master) Do(u *User, method, path string, body io.Reader, header ...stri
 		m.t.Fatalf("read body: %v", err)
 	}
 	return resp.StatusCode, data, resp.Header
+}
+
+// SlaveCert makes a slave in cluster (created when new) as if it had joined, and returns its
+// client certificate.
+func (m *Master) SlaveCert(name string, cluster int) tls.Certificate {
+	m.t.Helper()
+	ctx := context.Background()
+	if _, err := m.Store.CreateCluster(ctx, store.Cluster{ID: cluster, Name: fmt.Sprintf("cluster%d", cluster)}); err != nil && !errors.Is(err, store.ErrConflict) {
+		m.t.Fatalf("create cluster %d: %v", cluster, err)
+	}
+	if err := m.Store.JoinSlave(ctx, name, cluster); err != nil {
+		m.t.Fatalf("join slave %s: %v", name, err)
+	}
+	cert, key, err := m.CA.IssueClient(pki.ClientSpec{Kind: pki.KindSlave, URN: pki.URN{Authority: Authority, Type: "slave", Name: name}.String(), Name: name})
+	if err != nil {
+		m.t.Fatalf("issue slave certificate: %v", err)
+	}
+	return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
 }

@@ -1,0 +1,272 @@
+// Command gpulab-slave runs jobs on one GPU machine for a GPULab master.
+//
+//	gpulab-slave join --master URL --ca CA.pem --token TOKEN [--state-dir DIR]
+//	gpulab-slave [run] --master URL [--storage /project=/srv/projects/{project}] [--fake-gpus 2xV100-32GB]
+//
+// `join` exchanges a one-time token (`gpulab-master slave-token`) for the slave's certificate,
+// kept in the state folder with the master's CA; `run` registers the inventory and runs the
+// jobs the master assigns, as Docker containers.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/docker/docker/client"
+
+	"github.com/opengpulab/gpulab/pki"
+	"github.com/opengpulab/gpulab/protocol"
+	"github.com/opengpulab/gpulab/slave"
+	"github.com/opengpulab/gpulab/slave/container"
+	"github.com/opengpulab/gpulab/slave/gpu"
+	"github.com/opengpulab/gpulab/slave/storage"
+)
+
+// version is set at build time (-ldflags "-X main.version=...").
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cmd := "run"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "join":
+		err = join(ctx, args, getenv, stdout, stderr)
+	case "run":
+		err = runSlave(ctx, args, getenv, stderr)
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "gpulab-slave: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintf(stderr, "gpulab-slave %s: %v\n", cmd, err)
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	return 1
+}
+
+const usage = `Usage: gpulab-slave COMMAND [flags]
+
+Commands:
+  join --master URL --ca CA.pem --token TOKEN   get this slave's certificate (once)
+  run  --master URL [flags]                     run jobs (the default command)
+
+Run 'gpulab-slave COMMAND -h' for the flags.
+`
+
+func envOr(getenv func(string) string, key, def string) string {
+	if v := getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// identity is what join leaves in the state folder besides the key and certificates.
+type identity struct {
+	Name      string `json:"name"`
+	ClusterID int    `json:"clusterId"`
+	Master    string `json:"master"`
+}
+
+func join(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("join", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	master := fs.String("master", getenv("GPULAB_MASTER_URL"), "master URL, https://host:port (env GPULAB_MASTER_URL)")
+	caFile := fs.String("ca", getenv("GPULAB_MASTER_CA"), "the master's CA certificate, to trust it (env GPULAB_MASTER_CA)")
+	token := fs.String("token", getenv("GPULAB_JOIN_TOKEN"), "one-time join token from `gpulab-master slave-token` (env GPULAB_JOIN_TOKEN)")
+	stateDir := fs.String("state-dir", envOr(getenv, "GPULAB_SLAVE_DIR", "/var/lib/gpulab-slave"), "where the key and certificates are kept (env GPULAB_SLAVE_DIR)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *master == "" || *caFile == "" || *token == "" {
+		return fmt.Errorf("--master, --ca and --token are required: %w", errUsage)
+	}
+	caPEM, err := os.ReadFile(*caFile)
+	if err != nil {
+		return fmt.Errorf("read --ca: %w", err)
+	}
+	cl, err := protocol.NewClient(*master, caPEM, nil)
+	if err != nil {
+		return err
+	}
+	csr, key, err := pki.NewCSR("gpulab-slave")
+	if err != nil {
+		return err
+	}
+	reply, err := cl.Join(ctx, protocol.JoinRequest{Token: *token, CSR: string(csr)})
+	if err != nil {
+		return fmt.Errorf("join %s: %w", *master, err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return fmt.Errorf("encode key: %w", err)
+	}
+	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
+		return fmt.Errorf("state folder: %w", err)
+	}
+	id, _ := json.MarshalIndent(identity{Name: reply.Name, ClusterID: reply.ClusterID, Master: *master}, "", "  ")
+	files := []struct {
+		name string
+		data []byte
+		mode os.FileMode
+	}{
+		{"slave-key.pem", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600},
+		{"slave.pem", []byte(reply.Certificate), 0o644},
+		{"ca.pem", []byte(reply.CA), 0o644},
+		{"slave.json", append(id, '\n'), 0o644},
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(*stateDir, f.name), f.data, f.mode); err != nil {
+			return fmt.Errorf("write %s: %w", f.name, err)
+		}
+	}
+	fmt.Fprintf(stdout, "joined as slave %s in cluster %d; credentials in %s\n", reply.Name, reply.ClusterID, *stateDir)
+	return nil
+}
+
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+func runSlave(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	master := fs.String("master", getenv("GPULAB_MASTER_URL"), "master URL, https://host:port (env GPULAB_MASTER_URL; default: the one joined)")
+	stateDir := fs.String("state-dir", envOr(getenv, "GPULAB_SLAVE_DIR", "/var/lib/gpulab-slave"), "the folder `join` filled (env GPULAB_SLAVE_DIR)")
+	var storageSpecs listFlag
+	fs.Var(&storageSpecs, "storage", "public storage root and its host folder per project, ROOT=TEMPLATE with {project}, e.g. /project=/srv/gpulab/projects/{project} (repeatable; env GPULAB_SLAVE_STORAGE, comma-separated)")
+	scratch := fs.String("scratch-root", envOr(getenv, "GPULAB_SLAVE_SCRATCH", "/var/lib/gpulab-slave/scratch"), "per-job scratch folders (.ssh) (env GPULAB_SLAVE_SCRATCH)")
+	fakeGPUs := fs.String("fake-gpus", getenv("GPULAB_FAKE_GPUS"), "simulate GPUs for demos and tests, e.g. 2xV100-32GB (env GPULAB_FAKE_GPUS); marked fake everywhere")
+	fakeCuda := fs.String("fake-cuda-version", "", "CUDA version the fake GPUs claim (default "+gpu.DefaultFakeCudaVersion+")")
+	dnsName := fs.String("dns-name", getenv("GPULAB_SLAVE_DNSNAME"), "the name users reach published ports at (default: the host name)")
+	logLevel := fs.String("log-level", envOr(getenv, "GPULAB_LOG_LEVEL", "info"), "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(*logLevel))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if len(storageSpecs) == 0 && getenv("GPULAB_SLAVE_STORAGE") != "" {
+		storageSpecs = strings.Split(getenv("GPULAB_SLAVE_STORAGE"), ",")
+	}
+	storageMap, err := storage.ParseMap(storageSpecs)
+	if err != nil {
+		return fmt.Errorf("--storage: %w: %w", err, errUsage)
+	}
+	var id identity
+	if data, err := os.ReadFile(filepath.Join(*stateDir, "slave.json")); err != nil {
+		return fmt.Errorf("not joined yet (run `gpulab-slave join` first): %w", err)
+	} else if err := json.Unmarshal(data, &id); err != nil {
+		return fmt.Errorf("read slave.json: %w", err)
+	}
+	if *master == "" {
+		*master = id.Master
+	}
+	cert, err := tls.LoadX509KeyPair(filepath.Join(*stateDir, "slave.pem"), filepath.Join(*stateDir, "slave-key.pem"))
+	if err != nil {
+		return fmt.Errorf("load the slave certificate: %w", err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(*stateDir, "ca.pem"))
+	if err != nil {
+		return fmt.Errorf("read the master CA: %w", err)
+	}
+	mc, err := protocol.NewClient(*master, caPEM, &cert)
+	if err != nil {
+		return err
+	}
+
+	var gi gpu.Inventory
+	var sampler *gpu.Sampler
+	if *fakeGPUs != "" {
+		gi, err = gpu.Fake(*fakeGPUs, *fakeCuda)
+		if err != nil {
+			return fmt.Errorf("--fake-gpus: %w: %w", err, errUsage)
+		}
+		sampler = gpu.NewSampler(nil, gi.GPUs)
+		log.Warn("this slave offers FAKE GPUs (simulated, for demos and tests)", "gpus", len(gi.GPUs), "spec", *fakeGPUs)
+	} else {
+		lib := gpu.Real()
+		gi = gpu.Discover(lib, log)
+		sampler = gpu.NewSampler(lib, gi.GPUs)
+	}
+	defer sampler.Close()
+
+	host, _ := os.Hostname()
+	if *dnsName == "" {
+		*dnsName = host
+	}
+	instance := make([]byte, 8)
+	_, _ = rand.Read(instance)
+	inv := protocol.Inventory{
+		Name: id.Name, InstanceID: hex.EncodeToString(instance), ClusterID: id.ClusterID, Host: host, DNSName: *dnsName,
+		Version: version, PID: os.Getpid(), CPUs: runtime.NumCPU(), MemoryMiB: memTotalMiB(),
+		GPUs: gi.GPUs, DriverVersion: gi.DriverVersion, CudaVersion: gi.CudaVersion, GPUStatus: gi.Status,
+		StorageRoots: storageMap.Roots(),
+	}
+	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return fmt.Errorf("docker client: %w", err)
+	}
+	defer func() { _ = dc.Close() }()
+	if _, err := dc.Ping(ctx); err != nil {
+		return fmt.Errorf("the Docker Engine does not answer (is dockerd running?): %w", err)
+	}
+	rt := container.New(dc, container.Config{Storage: storageMap, ScratchRoot: *scratch, SlaveName: id.Name, SlaveHost: host,
+		SlaveDNSName: *dnsName, SlaveInstanceID: inv.InstanceID, SlavePID: inv.PID, Version: version}, log)
+	log.Info("slave starting", "name", id.Name, "cluster", id.ClusterID, "master", *master, "cpus", inv.CPUs, "memory_mib", inv.MemoryMiB,
+		"gpus", len(inv.GPUs), "gpu_status", inv.GPUStatus, "storage", inv.StorageRoots)
+	return slave.New(mc, rt, sampler, inv, slave.Config{}, log).Run(ctx)
+}
+
+// memTotalMiB reads the machine's memory from /proc/meminfo.
+func memTotalMiB() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "MemTotal:" {
+			kb, _ := strconv.ParseInt(fields[1], 10, 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}

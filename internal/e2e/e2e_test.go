@@ -1,0 +1,390 @@
+// Package e2e runs the master (real Postgres, real TLS, the scheduler loop) and slaves (the real
+// agent and container runtime on the real Docker Engine) together, and checks what users see
+// through the API.
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+
+	"github.com/opengpulab/gpulab/internal/testenv"
+	"github.com/opengpulab/gpulab/internal/testmaster"
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/protocol"
+	"github.com/opengpulab/gpulab/slave"
+	slavecontainer "github.com/opengpulab/gpulab/slave/container"
+	"github.com/opengpulab/gpulab/slave/gpu"
+	"github.com/opengpulab/gpulab/slave/storage"
+)
+
+const v31 = "/api/gpulab/v3.1"
+
+// env is a master with a user alice in project "vision" and helpers to run slaves.
+type env struct {
+	t        *testing.T
+	m        *testmaster.Master
+	alice    *testmaster.User
+	image    string
+	docker   *client.Client
+	projects string // host folder holding the projects' folders
+	scratch  string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	docker := testenv.Docker(t)
+	image := testenv.BusyboxImage(t)
+	m := testmaster.Start(t, testmaster.Options{Scheduler: true})
+	e := &env{t: t, m: m, image: image, docker: docker, projects: t.TempDir(), scratch: t.TempDir()}
+	e.alice = m.AddUser("alice", false, "", "vision")
+	return e
+}
+
+// slaveRun is one running slave agent.
+type slaveRun struct {
+	name    string
+	cancel  context.CancelFunc
+	stopped chan struct{} // closed when the agent returned
+}
+
+// stop stops the agent as a crash would: its containers keep running.
+func (s *slaveRun) stop(t *testing.T) {
+	t.Helper()
+	s.cancel()
+	select {
+	case <-s.stopped:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("slave %s did not stop", s.name)
+	}
+}
+
+type slaveOpts struct {
+	name     string
+	cluster  int
+	fakeGPUs string
+	docker   *client.Client
+	// deviceRequests hands fake GPUs over as real ones (on the stub-hook engine).
+	deviceRequests bool
+}
+
+// startSlave runs a slave agent in-process against the master, with the real container runtime.
+func (e *env) startSlave(o slaveOpts) *slaveRun {
+	t := e.t
+	t.Helper()
+	if o.docker == nil {
+		o.docker = e.docker
+	}
+	cert := e.m.SlaveCert(o.name, o.cluster)
+	caPEM, err := os.ReadFile(e.m.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc, err := protocol.NewClient(e.m.URL, caPEM, &cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	smap, err := storage.ParseMap([]string{"/project=" + filepath.Join(e.projects, "{project}")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gi := gpu.Inventory{Status: "none: test slave"}
+	if o.fakeGPUs != "" {
+		if gi, err = gpu.Fake(o.fakeGPUs, "12.4"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	inv := protocol.Inventory{Name: o.name, InstanceID: hex.EncodeToString(b), ClusterID: o.cluster, Host: "127.0.0.1", DNSName: "127.0.0.1",
+		Version: "test", PID: os.Getpid(), CPUs: 4, MemoryMiB: 8192, GPUs: gi.GPUs, CudaVersion: gi.CudaVersion, GPUStatus: gi.Status,
+		StorageRoots: smap.Roots()}
+	log := slog.New(slog.NewTextHandler(testWriter{t, o.name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	rt := slavecontainer.New(o.docker, slavecontainer.Config{Storage: smap, ScratchRoot: e.scratch, SlaveName: o.name, SlaveHost: "127.0.0.1",
+		SlaveDNSName: "127.0.0.1", SlaveInstanceID: inv.InstanceID, SlavePID: inv.PID, Version: "test", FakeGPUDeviceRequests: o.deviceRequests}, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	run := &slaveRun{name: o.name, cancel: cancel, stopped: make(chan struct{})}
+	agent := slave.New(mc, rt, gpu.NewSampler(nil, gi.GPUs), inv, slave.Config{PollWait: 2 * time.Second}, log)
+	go func() {
+		defer close(run.stopped)
+		if err := agent.Run(ctx); err != nil {
+			t.Logf("slave %s: %v", o.name, err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-run.stopped
+		removeContainers(o.docker, o.name)
+	})
+	return run
+}
+
+// removeContainers removes every container of a test slave (also those a stopped agent left).
+func removeContainers(d *client.Client, slaveName string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := d.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "gpulab.slave="+slaveName))})
+	if err != nil {
+		return
+	}
+	for _, c := range cs {
+		_ = d.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+	}
+}
+
+type testWriter struct {
+	t      *testing.T
+	prefix string
+}
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(w.prefix + ": " + strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// jobFile makes a job request running cmd (a shell script) in the busybox image.
+func (e *env) jobFile(name, script string, edit func(r map[string]any)) string {
+	req := map[string]any{
+		"resources":  map[string]any{"cpus": 1, "gpus": 0, "cpuMemoryGb": 1},
+		"docker":     map[string]any{"image": e.image, "command": []string{"sh", "-c", script}},
+		"scheduling": map[string]any{},
+	}
+	if edit != nil {
+		edit(req)
+	}
+	b, _ := json.Marshal(map[string]any{"name": name, "request": req})
+	return string(b)
+}
+
+func (e *env) submit(body string) string {
+	e.t.Helper()
+	status, data, _ := e.m.Do(e.alice, "POST", v31+"/jobs", strings.NewReader(body))
+	if status != 201 {
+		e.t.Fatalf("submit: %d %s", status, data)
+	}
+	return strings.TrimSpace(string(data))
+}
+
+func (e *env) job(id string) *job.Job {
+	e.t.Helper()
+	status, data, _ := e.m.Do(e.alice, "GET", v31+"/jobs/"+id, nil)
+	if status != 200 {
+		e.t.Fatalf("get job %s: %d %s", id, status, data)
+	}
+	var j job.Job
+	if err := json.Unmarshal(data, &j); err != nil {
+		e.t.Fatalf("decode job: %v", err)
+	}
+	return &j
+}
+
+// waitFor polls the job until it reaches one of want (failing on any other ended state).
+func (e *env) waitFor(id string, timeout time.Duration, want ...job.Status) *job.Job {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var j *job.Job
+	for time.Now().Before(deadline) {
+		j = e.job(id)
+		for _, w := range want {
+			if j.State.Status == w {
+				return j
+			}
+		}
+		if j.State.Status.Ended() {
+			e.t.Fatalf("job %s ended %s, want %v; events:\n%s", id, j.State.Status, want, e.events(id))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.t.Fatalf("job %s is %s after %s, want %v; events:\n%s", id, j.State.Status, timeout, want, e.events(id))
+	return nil
+}
+
+func (e *env) events(id string) string {
+	_, data, _ := e.m.Do(e.alice, "GET", v31+"/jobs/"+id+"/debug", nil)
+	return string(data)
+}
+
+func (e *env) logOf(id string) string {
+	e.t.Helper()
+	status, data, _ := e.m.Do(e.alice, "GET", v31+"/jobs/"+id+"/log", nil)
+	if status != 200 && status != 204 {
+		e.t.Fatalf("log: %d %s", status, data)
+	}
+	return string(data)
+}
+
+// waitLog polls the log until it contains want.
+func (e *env) waitLog(id, want string, timeout time.Duration) string {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var l string
+	for time.Now().Before(deadline) {
+		if l = e.logOf(id); strings.Contains(l, want) {
+			return l
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.t.Fatalf("log of %s lacks %q after %s:\n%s", id, want, timeout, l)
+	return ""
+}
+
+func (e *env) put(id, status string) {
+	e.t.Helper()
+	code, data, _ := e.m.Do(e.alice, "PUT", v31+"/jobs/"+id+"/state/status", strings.NewReader(status))
+	if code != 200 {
+		e.t.Fatalf("PUT %s: %d %s", status, code, data)
+	}
+}
+
+func TestHelloWorldRunsToFinished(t *testing.T) {
+	e := newEnv(t)
+	e.startSlave(slaveOpts{name: "s1", cluster: 1})
+	id := e.submit(e.jobFile("hello", "echo 'Hello World!'; sleep 0.2; echo to-stderr >&2; sleep 0.2; echo done", nil))
+	j := e.waitFor(id, 60*time.Second, job.StatusFinished)
+	if j.State.Resources == nil || j.State.Resources.ExitCode == nil || *j.State.Resources.ExitCode != 0 {
+		t.Fatalf("exit code: %+v", j.State.Resources)
+	}
+	for _, s := range []job.Status{job.StatusQueued, job.StatusAssigned, job.StatusStarting, job.StatusRunning, job.StatusFinished} {
+		if j.State.EventTimes[s].IsZero() {
+			t.Errorf("no event time for %s: %v", s, j.State.EventTimes)
+		}
+	}
+	if j.State.Resources.SlaveName != "s1" || j.State.Scheduling.AssignedSlaveName != "s1" {
+		t.Errorf("slave: %+v %+v", j.State.Resources, j.State.Scheduling)
+	}
+	if l := e.waitLog(id, "done", 10*time.Second); l != "Hello World!\nto-stderr\ndone\n" {
+		t.Errorf("log = %q", l)
+	}
+	// The container is gone once the job ended.
+	if n := countContainers(t, e.docker, "s1"); n != 0 {
+		t.Errorf("%d containers left behind", n)
+	}
+	// A non-zero exit is FAILED with its exit code.
+	id = e.submit(e.jobFile("fail", "echo failing; exit 3", nil))
+	j = e.waitFor(id, 60*time.Second, job.StatusFailed)
+	if j.State.Resources.ExitCode == nil || *j.State.Resources.ExitCode != 3 {
+		t.Errorf("exit code of a failing job: %+v", j.State.Resources)
+	}
+}
+
+func countContainers(t *testing.T, d *client.Client, slaveName string) int {
+	t.Helper()
+	cs, err := d.ContainerList(context.Background(), container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "gpulab.slave="+slaveName))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(cs)
+}
+
+func TestEnvironmentPortsAndStorage(t *testing.T) {
+	e := newEnv(t)
+	e.startSlave(slaveOpts{name: "s1", cluster: 1})
+	// Every GPULAB_* variable, the project GID, the request's environment.
+	id := e.submit(e.jobFile("env", "env | sort", func(r map[string]any) {
+		d := r["docker"].(map[string]any)
+		d["environment"] = map[string]any{"DEMO_A": 1, "DEMO_B": "two"}
+		d["projectGidVariableName"] = "DEMO_PROJECT_GID"
+	}))
+	e.waitFor(id, 60*time.Second, job.StatusFinished)
+	l := e.waitLog(id, "GPULAB_WORKER_ID", 10*time.Second)
+	p, _ := e.m.Store.GetProjectByName(context.Background(), "vision")
+	want := map[string]string{
+		"GPULAB_USERNAME": "alice", "GPULAB_USER_URN": e.alice.URN, "GPULAB_PROJECT": "vision", "GPULAB_JOB_ID": id,
+		"GPULAB_CLUSTER_ID": "1", "GPULAB_SLAVE_HOSTNAME": "127.0.0.1", "GPULAB_SLAVE_DNSNAME": "127.0.0.1",
+		"GPULAB_CPUS_RESERVED": "1", "GPULAB_GPUS_RESERVED": "0", "GPULAB_VERSION": "test", "GPULAB_RESTART_COUNT": "0",
+		"GPULAB_RESTART_INITIAL_JOB_ID": id, "DEMO_A": "1", "DEMO_B": "two", "DEMO_PROJECT_GID": fmt.Sprint(p.GID),
+	}
+	for k, v := range want {
+		if !strings.Contains(l, "\n"+k+"="+v+"\n") && !strings.HasPrefix(l, k+"="+v+"\n") {
+			t.Errorf("%s=%s not in the container's environment:\n%s", k, v, l)
+		}
+	}
+	for _, k := range []string{"GPULAB_USER_MINI_ID", "GPULAB_SLAVE_INSTANCE_ID", "GPULAB_SLAVE_PID", "GPULAB_WORKER_ID", "GPULAB_MEM_RESERVED"} {
+		if !strings.Contains(l, k+"=") {
+			t.Errorf("%s missing:\n%s", k, l)
+		}
+	}
+
+	// A published port is reachable at the host port the job reports.
+	id = e.submit(e.jobFile("web", "mkdir -p /www && echo hello-from-job > /www/index.html && httpd -f -p 8080 -h /www", func(r map[string]any) {
+		r["docker"].(map[string]any)["portMappings"] = []any{8080}
+	}))
+	j := e.waitFor(id, 60*time.Second, job.StatusRunning)
+	if len(j.State.Resources.PortMappings) != 1 || j.State.Resources.PortMappings[0].HostPort == 0 {
+		t.Fatalf("port mappings: %+v", j.State.Resources.PortMappings)
+	}
+	addr := net.JoinHostPort("127.0.0.1", fmt.Sprint(j.State.Resources.PortMappings[0].HostPort))
+	var body string
+	for i := 0; i < 50 && !strings.Contains(body, "hello-from-job"); i++ {
+		body = httpGet(addr)
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(body, "hello-from-job") {
+		t.Fatalf("GET %s: %q", addr, body)
+	}
+	e.put(id, "CANCELLED")
+
+	// The project folder is mounted; a symlink in it pointing outside is refused before any
+	// container exists.
+	projDir := filepath.Join(e.projects, "vision")
+	if err := os.MkdirAll(projDir, 0o770); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(projDir, "input.txt"), []byte("project data\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id = e.submit(e.jobFile("storage", "cat /project/input.txt; echo written > /project/out.txt", func(r map[string]any) {
+		r["docker"].(map[string]any)["storage"] = []any{map[string]any{"containerPath": "/project"}}
+	}))
+	e.waitFor(id, 60*time.Second, job.StatusFinished)
+	if l := e.waitLog(id, "project data", 10*time.Second); !strings.Contains(l, "project data") {
+		t.Fatalf("log: %q", l)
+	}
+	if data, err := os.ReadFile(filepath.Join(projDir, "out.txt")); err != nil || string(data) != "written\n" {
+		t.Fatalf("write from the job: %q %v", data, err)
+	}
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(projDir, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	before := countContainers(t, e.docker, "s1")
+	id = e.submit(e.jobFile("escape", "ls /data", func(r map[string]any) {
+		r["docker"].(map[string]any)["storage"] = []any{map[string]any{"hostPath": "/project/escape", "containerPath": "/data"}}
+	}))
+	j = e.waitFor(id, 60*time.Second, job.StatusFailed)
+	if ev := e.events(id); !strings.Contains(ev, "storage") {
+		t.Errorf("the failure does not say why: %s", ev)
+	}
+	if j.State.Resources != nil && j.State.Resources.ExitCode != nil {
+		t.Errorf("a refused job has an exit code: %+v", j.State.Resources)
+	}
+	if after := countContainers(t, e.docker, "s1"); after > before {
+		t.Errorf("a container was created for a refused storage request (%d → %d)", before, after)
+	}
+}
+
+func httpGet(addr string) string {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return ""
+	}
+	defer func() { _ = c.Close() }()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	_, _ = fmt.Fprintf(c, "GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+	buf := make([]byte, 4096)
+	n, _ := c.Read(buf)
+	return string(buf[:n])
+}

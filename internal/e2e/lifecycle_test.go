@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opengpulab/gpulab/internal/testenv"
+	"github.com/opengpulab/gpulab/job"
+)
+
+// haltScript traps SIGUSR1 and exits with 123, as imec's restartable example does.
+const haltScript = `trap 'echo "saw SIGUSR1"; exit 123' USR1
+echo "restart count ${GPULAB_RESTART_COUNT} initial ${GPULAB_RESTART_INITIAL_JOB_ID}"
+while true; do sleep 0.2; done`
+
+func TestHaltTrappedRestartsAndIgnoredFails(t *testing.T) {
+	e := newEnv(t)
+	e.startSlave(slaveOpts{name: "s1", cluster: 1})
+	restartable := func(r map[string]any) {
+		r["scheduling"] = map[string]any{"restartable": true, "minDuration": "1 minute", "maxDuration": "1 hour"}
+	}
+	id := e.submit(e.jobFile("halter", haltScript, restartable))
+	e.waitFor(id, 60*time.Second, job.StatusRunning)
+	e.waitLog(id, "restart count 0 initial "+id, 10*time.Second)
+	e.put(id, "MUSTHALT")
+	j := e.waitFor(id, 30*time.Second, job.StatusHalted)
+	if j.State.Resources.ExitCode == nil || *j.State.Resources.ExitCode != 123 {
+		t.Errorf("halted exit code: %+v", j.State.Resources)
+	}
+	if j.State.EventTimes[job.StatusHalting].IsZero() {
+		t.Errorf("no HALTING event time")
+	}
+	e.waitLog(id, "saw SIGUSR1", 10*time.Second)
+	// The restart job: a new job, same request, restart count 1, seen inside its container.
+	var restart *job.Job
+	deadline := time.Now().Add(30 * time.Second)
+	for restart == nil && time.Now().Before(deadline) {
+		_, data, _ := e.m.Do(e.alice, "GET", v31+"/jobs?pending=true&running=true", nil)
+		var list []job.Job
+		_ = json.Unmarshal(data, &list)
+		for i := range list {
+			if list[i].RestartInfo != nil && list[i].RestartInfo.InitialJobUUID == id {
+				restart = &list[i]
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if restart == nil || restart.RestartInfo.RestartCount != 1 || restart.UUID == id {
+		t.Fatalf("no restart job for %s: %+v", id, restart)
+	}
+	if max := time.Duration(restart.Request.Scheduling.MaxDuration); max >= time.Hour || max < 58*time.Minute {
+		t.Errorf("restart job's maxDuration %s, want 1 hour minus the time run", max)
+	}
+	e.waitFor(restart.UUID, 60*time.Second, job.StatusRunning)
+	e.waitLog(restart.UUID, fmt.Sprintf("restart count 1 initial %s", id), 10*time.Second)
+	e.put(restart.UUID, "CANCELLED")
+
+	// A job that ignores SIGUSR1 is killed after 15 s and FAILED.
+	id = e.submit(e.jobFile("stubborn", `trap '' USR1; echo started; while true; do sleep 0.2; done`, restartable))
+	e.waitFor(id, 60*time.Second, job.StatusRunning)
+	e.waitLog(id, "started", 10*time.Second)
+	start := time.Now()
+	e.put(id, "MUSTHALT")
+	j = e.waitFor(id, 40*time.Second, job.StatusFailed)
+	if took := time.Since(start); took < 15*time.Second {
+		t.Errorf("a job ignoring SIGUSR1 failed after %s, before the 15 s halt grace", took)
+	}
+	if ev := e.events(id); !strings.Contains(ev, "123") {
+		t.Errorf("the failure does not say why: %s", ev)
+	}
+	_ = j
+}
+
+func TestCancelRunningJob(t *testing.T) {
+	e := newEnv(t)
+	e.startSlave(slaveOpts{name: "s1", cluster: 1})
+	id := e.submit(e.jobFile("sleeper", `trap 'echo got TERM; exit 0' TERM; echo sleeping; while true; do sleep 0.2; done`, nil))
+	e.waitFor(id, 60*time.Second, job.StatusRunning)
+	e.waitLog(id, "sleeping", 10*time.Second)
+	e.put(id, "CANCELLED")
+	e.waitLog(id, "got TERM", 15*time.Second)
+	deadline := time.Now().Add(20 * time.Second)
+	for countContainers(t, e.docker, "s1") > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := countContainers(t, e.docker, "s1"); n != 0 {
+		t.Fatalf("cancelled job's container still there (%d)", n)
+	}
+	if j := e.job(id); j.State.Status != job.StatusCancelled {
+		t.Fatalf("status %s", j.State.Status)
+	}
+}
+
+// A slave that dies mid-job and comes back re-attaches to the container: the job finishes with
+// its whole log.
+func TestSlaveRestartKeepsJobAndLog(t *testing.T) {
+	e := newEnv(t)
+	s := e.startSlave(slaveOpts{name: "s1", cluster: 1})
+	id := e.submit(e.jobFile("counter", `for i in $(seq 1 40); do echo line $i; sleep 0.1; done`, nil))
+	e.waitFor(id, 60*time.Second, job.StatusRunning)
+	e.waitLog(id, "line 3\n", 10*time.Second)
+	s.stop(t)
+	time.Sleep(1500 * time.Millisecond) // the job goes on without its slave
+	e.startSlave(slaveOpts{name: "s1", cluster: 1})
+	e.waitFor(id, 60*time.Second, job.StatusFinished)
+	l := e.waitLog(id, "line 40\n", 10*time.Second)
+	var want strings.Builder
+	for i := 1; i <= 40; i++ {
+		fmt.Fprintf(&want, "line %d\n", i)
+	}
+	if l != want.String() {
+		t.Fatalf("log after a slave restart is not whole and in order:\n%s", l)
+	}
+}
+
+// A slave that goes away for good: its jobs fail with `worker lost` (restartable ones restart).
+func TestSlaveGoneWorkerLost(t *testing.T) {
+	e := newEnv(t)
+	s := e.startSlave(slaveOpts{name: "s1", cluster: 1})
+	id := e.submit(e.jobFile("lost", `echo running; while true; do sleep 0.2; done`, func(r map[string]any) {
+		r["scheduling"] = map[string]any{"restartable": true}
+	}))
+	e.waitFor(id, 60*time.Second, job.StatusRunning)
+	s.stop(t)
+	e.waitFor(id, 30*time.Second, job.StatusFailed)
+	if ev := e.events(id); !strings.Contains(ev, "worker lost") {
+		t.Fatalf("failure reason: %s", ev)
+	}
+	_, data, _ := e.m.Do(e.alice, "GET", v31+"/jobs?pending=true", nil)
+	var list []job.Job
+	_ = json.Unmarshal(data, &list)
+	if len(list) != 1 || list[0].RestartInfo == nil || list[0].RestartInfo.InitialJobUUID != id {
+		t.Fatalf("no restart job queued after worker lost: %s", data)
+	}
+}
+
+// Two slaves in two clusters with different (fake) GPU models: jobs land where clusterId and
+// gpuModel say, and an impossible request fails at once.
+func TestPlacementByClusterAndModel(t *testing.T) {
+	e := newEnv(t)
+	e.startSlave(slaveOpts{name: "v100s", cluster: 1, fakeGPUs: "2xV100-32GB"})
+	e.startSlave(slaveOpts{name: "a100s", cluster: 2, fakeGPUs: "2xA100-40GB"})
+	gpuJob := func(name string, res map[string]any) string {
+		return e.submit(e.jobFile(name, "echo ok", func(r map[string]any) {
+			rr := r["resources"].(map[string]any)
+			rr["gpus"] = 1
+			for k, v := range res {
+				rr[k] = v
+			}
+		}))
+	}
+	byModel := gpuJob("by-model", map[string]any{"gpuModel": "a100"})
+	byCluster := gpuJob("by-cluster", map[string]any{"clusterId": 1})
+	for id, want := range map[string]string{byModel: "a100s", byCluster: "v100s"} {
+		deadline := time.Now().Add(30 * time.Second)
+		var got string
+		for time.Now().Before(deadline) {
+			if got = e.job(id).State.Scheduling.AssignedSlaveName; got != "" {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if got != want {
+			t.Errorf("job %s placed on %q, want %s", id, got, want)
+		}
+	}
+	impossible := gpuJob("impossible", map[string]any{"gpuModel": "H100"})
+	e.waitFor(impossible, 30*time.Second, job.StatusFailed)
+	if ev := e.events(impossible); !strings.Contains(ev, "H100") {
+		t.Errorf("failure does not name the model: %s", ev)
+	}
+}
+
+// On an engine with the NVIDIA hook (a stub), the container sees exactly its assigned GPUs.
+func TestGPUHandOff(t *testing.T) {
+	e := newEnv(t)
+	gpuDocker, _ := testenv.GPUDocker(t)
+	e.image = testenv.BusyboxImageOn(t, gpuDocker)
+	e.startSlave(slaveOpts{name: "gpuslave", cluster: 1, fakeGPUs: "4xV100-32GB", docker: gpuDocker, deviceRequests: true})
+	id := e.submit(e.jobFile("gpus", "echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES", func(r map[string]any) {
+		r["resources"].(map[string]any)["gpus"] = 2
+	}))
+	j := e.waitFor(id, 60*time.Second, job.StatusFinished)
+	l := e.waitLog(id, "NVIDIA_VISIBLE_DEVICES=", 10*time.Second)
+	var gpus []struct {
+		UUID string `json:"uuid"`
+	}
+	if err := json.Unmarshal(j.State.Resources.GPUDetails, &gpus); err != nil || len(gpus) != 2 {
+		t.Fatalf("gpu details %s: %v", j.State.Resources.GPUDetails, err)
+	}
+	want := "NVIDIA_VISIBLE_DEVICES=" + gpus[0].UUID + "," + gpus[1].UUID + "\n"
+	if l != want {
+		t.Fatalf("inside the container %q, want %q", l, want)
+	}
+}

@@ -1,0 +1,156 @@
+package protocol
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Client is the slave's side of Master over HTTPS with the slave's client certificate.
+type Client struct {
+	base string
+	http *http.Client
+}
+
+var _ Master = (*Client)(nil)
+
+// NewClient makes a client of the master at baseURL (https://host:port), trusting caPEM and
+// presenting cert.
+func NewClient(baseURL string, caPEM []byte, cert *tls.Certificate) (*Client, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("master CA: no PEM certificate found")
+	}
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	return &Client{
+		base: strings.TrimRight(baseURL, "/"),
+		// No overall timeout: Next long-polls; each call has its own context deadline.
+		http: &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}},
+	}, nil
+}
+
+// Join exchanges a one-time token and a CSR for a certificate (no client certificate needed).
+func (c *Client) Join(ctx context.Context, req JoinRequest) (JoinReply, error) {
+	var out JoinReply
+	err := c.call(ctx, JoinPath, req, &out, 30*time.Second)
+	return out, err
+}
+
+// Register implements Master.
+func (c *Client) Register(ctx context.Context, inv Inventory) (Registration, error) {
+	var out Registration
+	err := c.call(ctx, RegisterPath, inv, &out, 30*time.Second)
+	return out, err
+}
+
+// Heartbeat implements Master.
+func (c *Client) Heartbeat(ctx context.Context, hb Heartbeat) (HeartbeatReply, error) {
+	var out HeartbeatReply
+	err := c.call(ctx, HeartbeatPath, hb, &out, 30*time.Second)
+	return out, err
+}
+
+// Next implements Master.
+func (c *Client) Next(ctx context.Context, req NextRequest) (Work, error) {
+	var out Work
+	err := c.call(ctx, NextPath, req, &out, req.Wait+30*time.Second)
+	return out, err
+}
+
+// Update implements Master.
+func (c *Client) Update(ctx context.Context, u StateUpdate) error {
+	return c.call(ctx, UpdatePath, u, nil, 30*time.Second)
+}
+
+// Log implements Master.
+func (c *Client) Log(ctx context.Context, chunk LogChunk) error {
+	return c.call(ctx, LogPath, chunk, nil, time.Minute)
+}
+
+// LogState implements Master.
+func (c *Client) LogState(ctx context.Context, jobUUID string) (LogState, error) {
+	var out LogState
+	err := c.call(ctx, LogStatePath, map[string]string{"jobUuid": jobUUID}, &out, 30*time.Second)
+	return out, err
+}
+
+// Done implements Master.
+func (c *Client) Done(ctx context.Context, d Completion) error {
+	return c.call(ctx, DonePath, d, nil, 30*time.Second)
+}
+
+// StatusError is an answer of the master that is not a success.
+type StatusError struct {
+	Status  int
+	Message string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("master answered %d: %s", e.Status, e.Message)
+}
+
+// Unwrap maps status codes to the protocol's sentinel errors.
+func (e *StatusError) Unwrap() error {
+	switch e.Status {
+	case http.StatusConflict:
+		return ErrConflict
+	case http.StatusNotFound:
+		return ErrNotFound
+	}
+	return nil
+}
+
+// Temporary reports whether a retry may succeed (5xx, 429).
+func (e *StatusError) Temporary() bool {
+	return e.Status >= 500 || e.Status == http.StatusTooManyRequests
+}
+
+func (c *Client) call(ctx context.Context, path string, in, out any, timeout time.Duration) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", path, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("%s: read answer: %w", path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(data, &e)
+		if e.Error == "" {
+			e.Error = strings.TrimSpace(string(data))
+		}
+		return fmt.Errorf("%s: %w", path, &StatusError{Status: resp.StatusCode, Message: e.Error})
+	}
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("%s: decode answer: %w", path, err)
+		}
+	}
+	return nil
+}

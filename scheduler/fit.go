@@ -1,0 +1,260 @@
+package scheduler
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/opengpulab/gpulab/protocol"
+)
+
+// slaveState is a slave during one pass: its inventory (read-only, from the snapshot) and what
+// is still free after Running and the assignments made so far.
+type slaveState struct {
+	s        *Slave
+	cluster  *Cluster       // nil when the snapshot does not list the slave's cluster: public
+	gpus     []protocol.GPU // a sorted copy (by Index), so the snapshot is never reordered
+	modelID  []int          // per gpus[i]: index into planner.models
+	gpuFree  []bool         // per gpus[i]
+	cpuFree  []bool         // per CPU id
+	cpusUsed int
+	memUsed  int
+}
+
+// newPlanner copies what it must change (free resources, sorted lists) and leaves the snapshot
+// alone; Slave structs are copied, their GPU slices only read.
+func newPlanner(s Snapshot) *planner {
+	p := &planner{now: s.Now, clusters: s.Clusters}
+	slaves := slices.Clone(s.Slaves)
+	slices.SortStableFunc(slaves, func(a, b Slave) int {
+		if c := cmp.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.InstanceID, b.InstanceID)
+	})
+	modelIDs := map[string]int{}
+	byName := make(map[string]*slaveState, len(slaves))
+	p.slaves = make([]*slaveState, len(slaves))
+	for i := range slaves {
+		st := &slaveState{s: &slaves[i]}
+		if c, ok := s.Clusters[slaves[i].ClusterID]; ok {
+			st.cluster = &c
+		}
+		st.gpus = slices.Clone(slaves[i].GPUs)
+		slices.SortStableFunc(st.gpus, func(a, b protocol.GPU) int { return cmp.Compare(a.Index, b.Index) })
+		st.modelID = make([]int, len(st.gpus))
+		st.gpuFree = make([]bool, len(st.gpus))
+		for k, g := range st.gpus {
+			m := strings.ToLower(g.Model)
+			id, ok := modelIDs[m]
+			if !ok {
+				id = len(p.models)
+				modelIDs[m] = id
+				p.models = append(p.models, m)
+			}
+			st.modelID[k] = id
+			st.gpuFree[k] = true
+		}
+		st.cpuFree = make([]bool, max(0, slaves[i].CPUs))
+		for k := range st.cpuFree {
+			st.cpuFree[k] = true
+		}
+		p.slaves[i] = st
+		if _, dup := byName[st.s.Name]; !dup {
+			byName[st.s.Name] = st
+		}
+	}
+	// Taking resources is idempotent per GPU and CPU id and additive for memory, so the order of
+	// Running does not matter. Ids the slave does not have are ignored.
+	for _, r := range s.Running {
+		st := byName[r.SlaveName]
+		if st == nil {
+			continue
+		}
+		for _, idx := range r.GPUIndices {
+			if k := slices.IndexFunc(st.gpus, func(g protocol.GPU) bool { return g.Index == idx }); k >= 0 {
+				st.gpuFree[k] = false
+			}
+		}
+		for _, id := range r.CPUIDs {
+			if id >= 0 && id < len(st.cpuFree) && st.cpuFree[id] {
+				st.cpuFree[id] = false
+				st.cpusUsed++
+			}
+		}
+		st.memUsed += r.MemoryGb
+	}
+	return p
+}
+
+// need is a job's request in the form the filters use, computed once per job.
+type need struct {
+	gpus      int
+	models    []string // as the user wrote them, for messages
+	modelOK   []bool   // per model id; nil when any model will do
+	gpuMemMiB int64
+	gpuMemGb  int
+	cuda      int
+	cpus      int
+	memGb     int
+}
+
+func (p *planner) needOf(j *Job) need {
+	res := j.Request.Resources
+	// Stored requests are validated (counts ≥ 0); clamping keeps a damaged row from panicking
+	// the whole pass.
+	n := need{
+		gpus:      max(0, res.GPUs),
+		models:    res.GPUModel,
+		gpuMemGb:  res.GPUMemoryGb,
+		gpuMemMiB: int64(res.GPUMemoryGb) * 1024,
+		cuda:      res.MinCudaVersion,
+		cpus:      max(0, res.CPUs),
+		memGb:     j.Request.TotalMemoryGb(),
+	}
+	if len(res.GPUModel) > 0 {
+		want := make([]string, len(res.GPUModel))
+		for i, m := range res.GPUModel {
+			want[i] = strings.ToLower(m)
+		}
+		n.modelOK = make([]bool, len(p.models))
+		for id, m := range p.models {
+			n.modelOK[id] = slices.ContainsFunc(want, func(w string) bool { return strings.Contains(m, w) })
+		}
+	}
+	return n
+}
+
+// stage is a feasibility filter; a slave that fails a later stage came closer to taking the job.
+type stage int
+
+const (
+	stageCUDA   stage = iota // CUDA major below minCudaVersion (jobs without GPUs; see check)
+	stageGPU                 // not enough GPUs matching model, GPU memory and CUDA
+	stageCPU                 // not enough CPUs
+	stageMemory              // not enough memory
+	stageFits
+)
+
+// verdict is the first filter a slave fails and the amount it has of what that filter counts
+// (CUDA major, matching GPUs, CPUs, GiB). For stageFits, amount is the matching GPUs free.
+type verdict struct {
+	stage  stage
+	amount int
+}
+
+// gpuOK is the GPU filter for one GPU: model (any entry a case-insensitive substring) and
+// memory (at least gpuMemoryGb GiB).
+func (st *slaveState) gpuOK(n *need, k int) bool {
+	return (n.modelOK == nil || n.modelOK[st.modelID[k]]) && st.gpus[k].MemoryMiB >= n.gpuMemMiB
+}
+
+// matchingGPUs counts the GPUs that match the request, all of them or only the free ones.
+func (st *slaveState) matchingGPUs(n *need, free bool) int {
+	c := 0
+	for k := range st.gpus {
+		if (!free || st.gpuFree[k]) && st.gpuOK(n, k) {
+			c++
+		}
+	}
+	return c
+}
+
+func (st *slaveState) cpus(free bool) int {
+	if free {
+		return len(st.cpuFree) - st.cpusUsed
+	}
+	return len(st.cpuFree)
+}
+
+func (st *slaveState) memory(free bool) int {
+	if free {
+		return max(0, st.s.MemoryGb-st.memUsed)
+	}
+	return max(0, st.s.MemoryGb)
+}
+
+// check runs the resource filters on the slave's totals (free=false: could it ever take the
+// job?) or on what is free now. CUDA is folded into the GPU filter for jobs with GPUs, so that
+// the answer reads "no GPU matching V100 with CUDA ≥ 11" rather than naming two half-reasons.
+func (st *slaveState) check(n *need, free bool) verdict {
+	if n.gpus == 0 && st.s.CudaMajor < n.cuda {
+		return verdict{stageCUDA, max(0, st.s.CudaMajor)}
+	}
+	gpus := 0
+	if st.s.CudaMajor >= n.cuda {
+		gpus = st.matchingGPUs(n, free)
+	}
+	switch {
+	case gpus < n.gpus:
+		return verdict{stageGPU, gpus}
+	case st.cpus(free) < n.cpus:
+		return verdict{stageCPU, st.cpus(free)}
+	case st.memory(free) < n.memGb:
+		return verdict{stageMemory, st.memory(free)}
+	}
+	return verdict{stageFits, gpus}
+}
+
+// rank orders feasible slaves: best fit first (fewest matching GPUs left free, so whole slaves
+// stay available for big jobs), then the least loaded after placing (CPU share, then memory
+// share). Ties keep the slave order (name), which makes the choice deterministic.
+type rank struct {
+	gpusLeft          int
+	cpuUsed, cpuTotal int
+	memUsed, memTotal int
+}
+
+func (st *slaveState) rank(n *need, freeGPUs int) rank {
+	return rank{
+		gpusLeft: freeGPUs - n.gpus,
+		cpuUsed:  st.cpusUsed + n.cpus, cpuTotal: max(1, len(st.cpuFree)),
+		memUsed: st.memUsed + n.memGb, memTotal: max(1, st.s.MemoryGb),
+	}
+}
+
+func (a rank) less(b rank) bool {
+	if a.gpusLeft != b.gpusLeft {
+		return a.gpusLeft < b.gpusLeft
+	}
+	// Compare used/total fractions exactly: a.used/a.total < b.used/b.total.
+	if x, y := int64(a.cpuUsed)*int64(b.cpuTotal), int64(b.cpuUsed)*int64(a.cpuTotal); x != y {
+		return x < y
+	}
+	return int64(a.memUsed)*int64(b.memTotal) < int64(b.memUsed)*int64(a.memTotal)
+}
+
+// take gives the job the lowest free matching GPU indices and the lowest free CPU ids, and
+// marks them used for the rest of the pass.
+func (st *slaveState) take(j *Job, n *need) *Assignment {
+	a := &Assignment{
+		JobUUID:         j.UUID,
+		SlaveName:       st.s.Name,
+		SlaveInstanceID: st.s.InstanceID,
+		ClusterID:       st.s.ClusterID,
+		GPUs:            make([]protocol.GPU, 0, n.gpus),
+		CPUIDs:          make([]int, 0, n.cpus),
+		MemoryGb:        n.memGb,
+	}
+	for k := range st.gpus {
+		if len(a.GPUs) == n.gpus {
+			break
+		}
+		if st.gpuFree[k] && st.gpuOK(n, k) {
+			st.gpuFree[k] = false
+			a.GPUs = append(a.GPUs, st.gpus[k])
+		}
+	}
+	for id := range st.cpuFree {
+		if len(a.CPUIDs) == n.cpus {
+			break
+		}
+		if st.cpuFree[id] {
+			st.cpuFree[id] = false
+			a.CPUIDs = append(a.CPUIDs, id)
+		}
+	}
+	st.cpusUsed += len(a.CPUIDs)
+	st.memUsed += n.memGb
+	return a
+}

@@ -1,0 +1,285 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/protocol"
+	"github.com/opengpulab/gpulab/store"
+)
+
+// LoopConfig tunes the loop.
+type LoopConfig struct {
+	// Interval is the longest time between two passes; submits, heartbeats and job ends wake
+	// the loop sooner.
+	Interval time.Duration
+	// HeartbeatGrace: a slave silent this long is marked offline.
+	HeartbeatGrace time.Duration
+	// JobGrace: the jobs of a slave offline this long fail with `worker lost`.
+	JobGrace time.Duration
+	// MemoryReserveGb is kept free on every slave for the system.
+	MemoryReserveGb int
+}
+
+// Loop runs the scheduler on the master that holds the scheduler lock: each pass does the
+// housekeeping (offline slaves, lost jobs, jobs past maxDuration), takes a snapshot, plans
+// and applies the plan.
+type Loop struct {
+	st   *store.Store
+	cfg  LoopConfig
+	log  *slog.Logger
+	wake *Signal // wakes the loop
+	work *Signal // wakes slaves' long polls after assignments and cancellations
+	now  func() time.Time
+}
+
+// NewLoop makes a loop. wake and work are shared with the handlers.
+func NewLoop(st *store.Store, cfg LoopConfig, log *slog.Logger, wake, work *Signal) *Loop {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 5 * time.Second
+	}
+	if cfg.HeartbeatGrace <= 0 {
+		cfg.HeartbeatGrace = 30 * time.Second
+	}
+	if cfg.JobGrace <= 0 {
+		cfg.JobGrace = 5 * time.Minute
+	}
+	return &Loop{st: st, cfg: cfg, log: log, wake: wake, work: work, now: time.Now}
+}
+
+// Run schedules until ctx ends. Only one master at a time holds the lock; the others retry
+// every interval, so one takes over when the leader goes away.
+func (l *Loop) Run(ctx context.Context) error {
+	for {
+		leader, ok, err := l.st.TryLeader(ctx)
+		if err != nil && ctx.Err() == nil {
+			l.log.Warn("scheduler lock", "err", err)
+		}
+		if ok {
+			l.log.Info("this master runs the scheduler")
+			err := l.lead(ctx, leader)
+			_ = leader.Release()
+			if ctx.Err() != nil {
+				return nil
+			}
+			l.log.Warn("scheduler lost its lock", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(l.cfg.Interval):
+		}
+	}
+}
+
+func (l *Loop) lead(ctx context.Context, leader *store.Leader) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		woken := l.wake.C()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-woken:
+			// Let a burst of submits or heartbeats settle into one pass.
+			time.Sleep(20 * time.Millisecond)
+		case <-timer.C:
+		}
+		if !leader.Alive(ctx) {
+			return errors.New("scheduler lock connection lost")
+		}
+		if err := l.Pass(ctx); err != nil && ctx.Err() == nil {
+			l.log.Error("scheduler pass failed", "err", err)
+		}
+		timer.Reset(l.cfg.Interval)
+	}
+}
+
+// Pass does one housekeeping and scheduling pass.
+func (l *Loop) Pass(ctx context.Context) error {
+	now := l.now()
+	if err := l.housekeeping(ctx, now); err != nil {
+		return err
+	}
+	snap, err := l.snapshot(ctx, now)
+	if err != nil {
+		return err
+	}
+	plan := snap.Plan()
+	return l.apply(ctx, snap, plan)
+}
+
+// housekeeping marks silent slaves offline, fails the jobs of slaves gone too long (restarting
+// restartable ones) and cancels jobs past their maxDuration.
+func (l *Loop) housekeeping(ctx context.Context, now time.Time) error {
+	offline, err := l.st.MarkSlavesOffline(ctx, now.Add(-l.cfg.HeartbeatGrace))
+	if err != nil {
+		return err
+	}
+	for _, name := range offline {
+		l.log.Warn("slave offline: no heartbeat", "slave", name, "grace", l.cfg.HeartbeatGrace)
+	}
+	lost, err := l.st.ListLostJobs(ctx, now.Add(-l.cfg.JobGrace))
+	if err != nil {
+		return err
+	}
+	for _, j := range lost {
+		restart, err := l.st.EndJob(ctx, j.UUID, store.JobEnd{From: []job.Status{job.Status(j.Status)}, To: job.StatusFailed, Restart: true,
+			Event: store.Event{Actor: string(job.ActorScheduler), Message: "worker lost: slave " + j.SlaveName + " stopped answering"}})
+		if errors.Is(err, store.ErrStateConflict) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		l.log.Warn("job failed: worker lost", "job", j.UUID, "slave", j.SlaveName, "restart_job", restart)
+	}
+	expired, err := l.st.ListExpiredJobs(ctx, now)
+	if err != nil {
+		return err
+	}
+	for _, j := range expired {
+		_, err := l.st.TransitionJob(ctx, j.UUID, []job.Status{job.Status(j.Status)}, job.StatusCancelled,
+			store.Event{Actor: string(job.ActorScheduler), Message: "maxDuration (" + job.FormatDuration(time.Duration(j.MaxS)*time.Second) + ") reached"})
+		if errors.Is(err, store.ErrStateConflict) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		l.log.Info("job cancelled: maxDuration reached", "job", j.UUID)
+	}
+	if len(expired) > 0 {
+		l.work.Wake()
+	}
+	return nil
+}
+
+// snapshot reads what Plan needs.
+func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, error) {
+	snap := Snapshot{Now: now, Clusters: map[int]Cluster{}}
+	clusters, err := l.st.ListClusters(ctx)
+	if err != nil {
+		return snap, err
+	}
+	owners, err := l.st.ClusterOwners(ctx)
+	if err != nil {
+		return snap, err
+	}
+	for _, c := range clusters {
+		snap.Clusters[c.ID] = Cluster{ID: c.ID, Private: c.Private, Projects: owners[c.ID], GuestLimit: time.Duration(c.GuestLimitS) * time.Second}
+	}
+	slaves, err := l.st.ListSlaves(ctx)
+	if err != nil {
+		return snap, err
+	}
+	for _, s := range slaves {
+		if s.InstanceID == "" {
+			continue // joined but never registered: nothing is known of what it has
+		}
+		var inv protocol.Inventory
+		if len(s.Inventory) > 0 {
+			if err := json.Unmarshal(s.Inventory, &inv); err != nil {
+				return snap, fmt.Errorf("inventory of slave %s: %w", s.Name, err)
+			}
+		}
+		snap.Slaves = append(snap.Slaves, Slave{
+			Name: s.Name, InstanceID: s.InstanceID, ClusterID: s.ClusterID,
+			Online: s.Online, Accepting: s.AcceptingJobs,
+			CPUs: inv.CPUs, MemoryGb: max(int(inv.MemoryMiB/1024)-l.cfg.MemoryReserveGb, 0),
+			CudaMajor: inv.CudaMajor(), GPUs: inv.GPUs,
+		})
+	}
+	queued, err := l.st.ListJobs(ctx, store.JobFilter{Statuses: []job.Status{job.StatusQueued}, Sort: "created"})
+	if err != nil {
+		return snap, err
+	}
+	for _, rec := range queued {
+		snap.Queued = append(snap.Queued, Job{UUID: rec.Job.UUID, Request: rec.Job.Request, Submitted: rec.Job.State.Created,
+			UserID: rec.UserID, ProjectID: rec.ProjectID})
+	}
+	running, err := l.st.ListJobs(ctx, store.JobFilter{Statuses: job.RunningStatuses})
+	if err != nil {
+		return snap, err
+	}
+	for _, rec := range running {
+		res := rec.Job.State.Resources
+		if res == nil {
+			continue
+		}
+		snap.Running = append(snap.Running, Placed{JobUUID: rec.Job.UUID, SlaveName: rec.Job.State.Scheduling.AssignedSlaveName,
+			GPUIndices: res.GPUIDs, CPUIDs: res.CPUIDs, MemoryGb: res.CPUMemoryGb})
+	}
+	return snap, nil
+}
+
+// apply writes a plan in one transaction. Each change stays conditional on the state the
+// snapshot saw: a job cancelled since is skipped, not assigned.
+func (l *Loop) apply(ctx context.Context, snap Snapshot, plan Plan) error {
+	hosts := map[string]string{}
+	for _, s := range snap.Slaves {
+		hosts[s.Name] = s.Name
+	}
+	slaves, err := l.st.ListSlaves(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range slaves {
+		if s.DNSName != "" {
+			hosts[s.Name] = s.DNSName
+		} else if s.Host != "" {
+			hosts[s.Name] = s.Host
+		}
+	}
+	assigned := 0
+	err = l.st.WithTx(ctx, func(tx *store.Store) error {
+		for _, a := range plan.Assignments {
+			gpuIDs := make([]int, len(a.GPUs))
+			for i, g := range a.GPUs {
+				gpuIDs[i] = g.Index
+			}
+			details, err := json.Marshal(a.GPUs)
+			if err != nil {
+				return fmt.Errorf("encode GPUs: %w", err)
+			}
+			res := job.StateResources{ClusterID: a.ClusterID, GPUIDs: gpuIDs, CPUIDs: a.CPUIDs, CPUMemoryGb: a.MemoryGb,
+				SlaveName: a.SlaveName, SlaveHost: hosts[a.SlaveName], SlaveInstanceID: a.SlaveInstanceID,
+				PortMappings: []job.PortMapping{}, GPUDetails: details}
+			msg := fmt.Sprintf("assigned to slave %s (GPUs %v, CPUs %v, %d GB)", a.SlaveName, gpuIDs, a.CPUIDs, a.MemoryGb)
+			err = tx.AssignJob(ctx, a.JobUUID, store.Placement{SlaveName: a.SlaveName, SlaveInstanceID: a.SlaveInstanceID, ClusterID: a.ClusterID, Resources: res}, msg)
+			if errors.Is(err, store.ErrStateConflict) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			assigned++
+		}
+		for _, f := range plan.Failures {
+			_, err := tx.EndJob(ctx, f.JobUUID, store.JobEnd{From: []job.Status{job.StatusQueued}, To: job.StatusFailed,
+				Event: store.Event{Actor: string(job.ActorScheduler), Message: f.Reason}})
+			if errors.Is(err, store.ErrStateConflict) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return tx.SetQueuedExplanations(ctx, plan.Explanations)
+	})
+	if err != nil {
+		return err
+	}
+	if assigned > 0 {
+		l.work.Wake()
+	}
+	if assigned > 0 || len(plan.Failures) > 0 {
+		l.log.Info("scheduler pass", "queued", len(snap.Queued), "assigned", assigned, "failed", len(plan.Failures))
+	}
+	return nil
+}

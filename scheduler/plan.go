@@ -1,0 +1,299 @@
+// Package scheduler decides where queued jobs run (SPEC section 7). The decision is a pure
+// function, Snapshot.Plan, from what the database holds to what should change; the loop that
+// takes snapshots and applies plans in one transaction is the only part that touches the store.
+// Keeping the decision pure lets it be table-tested, and lets the simulator replay workload
+// traces through the very same function in simulated time.
+//
+// Planning follows Nomad's shape: for each queued job, feasibility filters drop the slaves that
+// cannot take it, and a ranking picks the best of the rest. See README.md.
+package scheduler
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/opengpulab/gpulab/protocol"
+)
+
+// Plan is what one planning pass decided; the loop applies all of it in one transaction, each
+// state write conditional on the job still being QUEUED.
+type Plan struct {
+	// Assignments move jobs to ASSIGNED on a slave, in queue order.
+	Assignments []Assignment
+	// Failures move queued jobs to FAILED, with the reason shown to the user, in queue order.
+	Failures []Failure
+	// Explanations say, for every queued job neither assigned nor failed, why it waits (1 to 3
+	// short lines, the concrete blocker first); they become the job's queuedExplanations.
+	Explanations map[string][]string
+}
+
+// Assignment places one job on one slave with the exact GPUs and CPU ids it gets, so that the
+// slave needs no decision of its own and two jobs never share a device.
+type Assignment struct {
+	JobUUID         string
+	SlaveName       string
+	SlaveInstanceID string // the instance planned for: a restarted slave must not inherit it blindly
+	ClusterID       int
+	GPUs            []protocol.GPU // lowest free matching indices, sorted by Index; empty, not nil, when none
+	CPUIDs          []int          // lowest free ids, ascending
+	MemoryGb        int            // cpuMemoryGb plus tmpfs (job.Request.TotalMemoryGb)
+}
+
+// Failure ends a queued job that can never run, or must not run any more, with a reason the user
+// reads in the job's events.
+type Failure struct {
+	JobUUID string
+	Reason  string
+}
+
+// Plan decides, for every queued job of the snapshot, whether it is assigned, failed or left
+// waiting with an explanation. It is pure: it reads only s (never the wall clock), does not
+// modify s, and gives the same plan for the same snapshot. It is a method because the type it
+// returns is called Plan; scheduler.Snapshot.Plan is the func(Snapshot) Plan the simulator
+// can take.
+func (s Snapshot) Plan() Plan {
+	p := newPlanner(s)
+	out := Plan{Explanations: map[string][]string{}}
+	for _, j := range queueOrder(s.Queued) {
+		d := p.decide(j)
+		switch {
+		case d.assign != nil:
+			out.Assignments = append(out.Assignments, *d.assign)
+		case d.fail != "":
+			out.Failures = append(out.Failures, Failure{JobUUID: j.UUID, Reason: d.fail})
+		default:
+			out.Explanations[j.UUID] = d.wait
+		}
+	}
+	return out
+}
+
+// queueOrder is the order in which jobs get their turn: FIFO by submission, then uuid so that
+// equal times stay deterministic. Fairness (SPEC 7.2: interactive first, reservations, tally,
+// shorter maxDuration) replaces this one function in a later milestone.
+func queueOrder(queued []Job) []*Job {
+	out := make([]*Job, len(queued))
+	for i := range queued {
+		out[i] = &queued[i]
+	}
+	slices.SortStableFunc(out, func(a, b *Job) int {
+		if c := a.Submitted.Compare(b.Submitted); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.UUID, b.UUID)
+	})
+	return out
+}
+
+// decision is the outcome for one job: exactly one of assign, fail and wait is set.
+type decision struct {
+	assign *Assignment
+	fail   string
+	wait   []string
+}
+
+func failed(format string, args ...any) decision {
+	return decision{fail: fmt.Sprintf(format, args...)}
+}
+
+// planner holds the working state of one pass: the slaves with what is still free on them.
+type planner struct {
+	now      time.Time
+	clusters map[int]Cluster
+	slaves   []*slaveState // by name, then instance id
+	models   []string      // distinct lower-case GPU models; a model id indexes it
+
+	// Scratch lists reused from job to job: a pass over thousands of jobs would otherwise spend
+	// most of its time allocating them.
+	scope, capable, offline, draining []*slaveState
+	misses                            []miss
+}
+
+// decide runs the filters for one job in the order that gives the most useful answer: timing,
+// then the slaves in scope (cluster, pins, private clusters), then what could ever fit (totals),
+// then what fits now (online, accepting, free resources), then the ranking.
+func (p *planner) decide(j *Job) decision {
+	r := j.Request
+	res := r.Resources
+	if na := r.Scheduling.NotAfter; na != nil && p.now.After(*na) {
+		return failed("notAfter %s passed while the job was queued", na.Format(time.RFC3339))
+	}
+	if res.ClusterID != 0 {
+		c, ok := p.cluster(res.ClusterID)
+		if !ok {
+			return failed("cluster %d does not exist", res.ClusterID)
+		}
+		if c.Private && !slices.Contains(c.Projects, j.ProjectID) {
+			return failed("cluster %d is private to other projects; leave clusterId out to run there as a guest (minDuration ≤ %s)",
+				c.ID, fmtDuration(c.guestLimit()))
+		}
+	}
+
+	scope := p.scope[:0]
+	for _, st := range p.slaves {
+		if p.inScope(j, st) {
+			scope = append(scope, st)
+		}
+	}
+	p.scope = scope
+	if len(scope) == 0 {
+		why, fatal := p.emptyScope(j)
+		switch {
+		case fatal:
+			return decision{fail: why}
+		case r.Scheduling.Interactive:
+			return failed("interactive job cannot start now: %s", why)
+		}
+		return decision{wait: []string{why}}
+	}
+
+	n := p.needOf(j)
+	pinned := len(scope) == 1 && (res.SlaveName != "" || res.SlaveInstanceID != "")
+	capable, misses := p.capable[:0], p.misses[:0]
+	for _, st := range scope {
+		if v := st.check(&n, false); v.stage != stageFits {
+			misses = append(misses, miss{st, v})
+			continue
+		}
+		capable = append(capable, st)
+	}
+	p.capable, p.misses = capable, misses
+	if len(capable) == 0 {
+		return decision{fail: impossible(&n, res.ClusterID, pinned, misses)}
+	}
+
+	if nb := r.Scheduling.NotBefore; nb != nil && p.now.Before(*nb) {
+		return decision{wait: []string{"waiting for notBefore " + nb.Format(time.RFC3339)}}
+	}
+
+	var best *slaveState
+	var bestRank rank
+	offline, draining := p.offline[:0], p.draining[:0]
+	misses = misses[:0]
+	for _, st := range capable {
+		switch {
+		case !st.s.Online:
+			offline = append(offline, st)
+			continue
+		case !st.s.Accepting:
+			draining = append(draining, st)
+			continue
+		}
+		v := st.check(&n, true)
+		if v.stage != stageFits {
+			misses = append(misses, miss{st, v})
+			continue
+		}
+		if rk := st.rank(&n, v.amount); best == nil || rk.less(bestRank) {
+			best, bestRank = st, rk
+		}
+	}
+	p.offline, p.draining, p.misses = offline, draining, misses
+	if best != nil {
+		return decision{assign: best.take(j, &n)}
+	}
+	why := waiting(&n, pinned, misses, offline, draining)
+	if r.Scheduling.Interactive {
+		return failed("interactive job cannot start now: %s", why[0])
+	}
+	return decision{wait: why}
+}
+
+// cluster finds a cluster by id. A cluster some slave reports is taken to exist even if the
+// snapshot's Clusters lacks it, so that a lagging clusters table never fails jobs.
+func (p *planner) cluster(id int) (Cluster, bool) {
+	if c, ok := p.clusters[id]; ok {
+		return c, true
+	}
+	for _, st := range p.slaves {
+		if st.s.ClusterID == id {
+			return Cluster{ID: id}, true
+		}
+	}
+	return Cluster{}, false
+}
+
+// inScope applies the filters no amount of waiting for resources changes: the requested
+// cluster, the slave pins and access to private clusters.
+func (p *planner) inScope(j *Job, st *slaveState) bool {
+	res := j.Request.Resources
+	switch {
+	case res.ClusterID != 0 && st.s.ClusterID != res.ClusterID,
+		res.SlaveName != "" && st.s.Name != res.SlaveName,
+		res.SlaveInstanceID != "" && st.s.InstanceID != res.SlaveInstanceID:
+		return false
+	}
+	return mayUse(j, st.cluster)
+}
+
+// mayUse says whether a job may run in a cluster: public clusters are open to all; a private one
+// to its projects, and to others' jobs as guests (no clusterId, short minDuration).
+func mayUse(j *Job, c *Cluster) bool {
+	if c == nil || !c.Private || slices.Contains(c.Projects, j.ProjectID) {
+		return true
+	}
+	return j.Request.Resources.ClusterID == 0 && j.Request.Scheduling.MinDuration.Std() <= c.guestLimit()
+}
+
+func (c Cluster) guestLimit() time.Duration {
+	if c.GuestLimit > 0 {
+		return c.GuestLimit
+	}
+	return DefaultGuestLimit
+}
+
+// emptyScope explains why no registered slave is in a job's scope. Most such jobs wait, since a
+// slave may join or come back; fatal is set where nothing can change that: a pinned instance id
+// (new at every slave start) that is not registered or contradicts the other pins.
+func (p *planner) emptyScope(j *Job) (why string, fatal bool) {
+	res := j.Request.Resources
+	if id := res.SlaveInstanceID; id != "" {
+		i := slices.IndexFunc(p.slaves, func(st *slaveState) bool { return st.s.InstanceID == id })
+		if i < 0 {
+			return fmt.Sprintf("slave instance %s is not registered (a slave gets a new instance id at every start)", id), true
+		}
+		s := p.slaves[i].s
+		if res.SlaveName != "" && s.Name != res.SlaveName {
+			return fmt.Sprintf("slave instance %s is slave %s, not %s", id, s.Name, res.SlaveName), true
+		}
+		if res.ClusterID != 0 && s.ClusterID != res.ClusterID {
+			return fmt.Sprintf("slave instance %s (slave %s) is in cluster %d, not cluster %d", id, s.Name, s.ClusterID, res.ClusterID), true
+		}
+		return p.guestWhy(j, fmt.Sprintf("slave %s is in private cluster %d", s.Name, s.ClusterID), s.ClusterID), false
+	}
+	if name := res.SlaveName; name != "" {
+		i := slices.IndexFunc(p.slaves, func(st *slaveState) bool { return st.s.Name == name })
+		if i < 0 {
+			return fmt.Sprintf("slave %s is not registered", name), false
+		}
+		s := p.slaves[i].s
+		if res.ClusterID != 0 && s.ClusterID != res.ClusterID {
+			return fmt.Sprintf("slave %s is in cluster %d, not cluster %d", name, s.ClusterID, res.ClusterID), false
+		}
+		return p.guestWhy(j, fmt.Sprintf("slave %s is in private cluster %d", s.Name, s.ClusterID), s.ClusterID), false
+	}
+	if res.ClusterID != 0 {
+		return fmt.Sprintf("no slave in cluster %d yet", res.ClusterID), false
+	}
+	if len(p.slaves) == 0 {
+		return "no slave registered yet", false
+	}
+	// Every slave is in a private cluster the job may not use; name the most lenient limit.
+	var limit time.Duration
+	for _, st := range p.slaves {
+		if c, ok := p.clusters[st.s.ClusterID]; ok && c.Private {
+			limit = max(limit, c.guestLimit())
+		}
+	}
+	return fmt.Sprintf("every slave is in a private cluster of other projects; guests need minDuration ≤ %s (the job has %s)",
+		fmtDuration(limit), fmtDuration(j.Request.Scheduling.MinDuration.Std())), false
+}
+
+// guestWhy completes the explanation for a pinned slave in a private cluster the job may only
+// use as a guest.
+func (p *planner) guestWhy(j *Job, prefix string, clusterID int) string {
+	return fmt.Sprintf("%s; guests need minDuration ≤ %s (the job has %s)", prefix,
+		fmtDuration(p.clusters[clusterID].guestLimit()), fmtDuration(j.Request.Scheduling.MinDuration.Std()))
+}

@@ -1,0 +1,81 @@
+package scheduler
+
+import (
+	"time"
+
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/protocol"
+)
+
+// DefaultGuestLimit is the longest minDuration a guest job may have on a private cluster whose
+// GuestLimit is 0 (SPEC 7.3): guests must be quick to halt when the owners need the room.
+const DefaultGuestLimit = time.Hour
+
+// Snapshot is everything a planning pass may look at, taken by the loop from the database in
+// one read. Plan only reads it, so one snapshot can be planned twice (tests, the simulator) and
+// give the same plan.
+type Snapshot struct {
+	// Now is the planning clock: injected, never time.Now, so that traces replay exactly.
+	Now time.Time
+	// Clusters are the existing clusters by id; a job naming another id fails.
+	Clusters map[int]Cluster
+	// Slaves are every registered slave, online or not: offline ones still count when deciding
+	// whether a request could ever be satisfied, and name themselves in explanations.
+	Slaves []Slave
+	// Queued are the QUEUED jobs. Plan puts them in its own order (queueOrder), so the order
+	// given does not matter, but oldest first is what the loop naturally reads.
+	Queued []Job
+	// Running are the jobs holding resources on a slave (ASSIGNED, STARTING, RUNNING, MUSTHALT,
+	// HALTING): what they hold is not free.
+	Running []Placed
+}
+
+// Cluster is what placement needs to know about a cluster: whether it exists and who may use it.
+type Cluster struct {
+	ID int
+	// Private clusters belong to Projects; other projects' jobs run there only as guests (no
+	// clusterId given and minDuration ≤ GuestLimit), SPEC 7.3.
+	Private bool
+	// Projects are the project ids that own a private cluster (ignored when not Private).
+	Projects []int64
+	// GuestLimit is the longest minDuration of a guest job; 0 means DefaultGuestLimit.
+	GuestLimit time.Duration
+}
+
+// Slave is one worker machine as the last registration and heartbeat described it.
+type Slave struct {
+	Name       string
+	InstanceID string // new at every slave start; jobs may pin it
+	ClusterID  int
+	// Online is false once the heartbeat is older than the grace period: nothing is placed there.
+	Online bool
+	// Accepting is false while the slave drains: its jobs go on, new ones go elsewhere.
+	Accepting bool
+	// CPUs is the number of schedulable CPUs; their ids are 0..CPUs-1.
+	CPUs int
+	// MemoryGb is the schedulable memory in GiB.
+	MemoryGb int
+	// CudaMajor is the CUDA major version of the driver; 0 means no CUDA.
+	CudaMajor int
+	// GPUs are the slave's GPUs; Placed.GPUIndices refer to their Index.
+	GPUs []protocol.GPU
+}
+
+// Job is a queued job with what ordering and placement need from its row.
+type Job struct {
+	UUID      string
+	Request   job.Request
+	Submitted time.Time
+	UserID    int64
+	ProjectID int64 // decides access to private clusters
+}
+
+// Placed is what one job holds on a slave, whatever its state: a job that is starting or halting
+// still owns its GPUs, CPUs and memory.
+type Placed struct {
+	JobUUID    string
+	SlaveName  string
+	GPUIndices []int // protocol.GPU.Index values
+	CPUIDs     []int
+	MemoryGb   int
+}

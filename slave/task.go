@@ -1,0 +1,465 @@
+package slave
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/protocol"
+	"github.com/opengpulab/gpulab/slave/container"
+)
+
+// task is one job on this slave, from its assignment (or re-attachment) to its end.
+type task struct {
+	id     string
+	orders chan protocol.StopOrder
+
+	mu                sync.Mutex
+	st                job.Status // the state the master has, as far as this slave knows
+	containerID       string
+	gpuIndices        []int
+	allowHaltNoSignal bool
+	// stoppedForHalt records that a halt stopped the job without the signal.
+	stoppedForHalt bool
+	usage          usageStats
+}
+
+func (a *Agent) newTask(id string, st job.Status) *task {
+	t := &task{id: id, st: st, orders: make(chan protocol.StopOrder, 4)}
+	a.mu.Lock()
+	a.tasks[id] = t
+	a.mu.Unlock()
+	return t
+}
+
+func (a *Agent) dropTask(t *task) {
+	a.mu.Lock()
+	delete(a.tasks, t.id)
+	a.mu.Unlock()
+}
+
+func (t *task) status() job.Status {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.st
+}
+
+func (t *task) setStatus(st job.Status) {
+	t.mu.Lock()
+	t.st = st
+	t.mu.Unlock()
+}
+
+func (t *task) container() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.containerID
+}
+
+func (t *task) hasGPU(i int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Contains(t.gpuIndices, i)
+}
+
+func (t *task) addSample(u protocol.Usage) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.usage.add(u)
+}
+
+func (t *task) finalUsage() *protocol.Usage {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.usage.summary()
+}
+
+// order passes a stop order to the task without blocking the caller (a repeated order while
+// one is being carried out is dropped).
+func (t *task) order(s protocol.StopOrder) {
+	select {
+	case t.orders <- s:
+	default:
+	}
+}
+
+// startJob runs a newly assigned job in its own goroutine.
+func (a *Agent) startJob(ctx context.Context, as protocol.Assignment) {
+	a.mu.Lock()
+	_, busy := a.tasks[as.Job.UUID]
+	a.mu.Unlock()
+	if busy {
+		return
+	}
+	t := a.newTask(as.Job.UUID, job.StatusAssigned)
+	t.allowHaltNoSignal = as.Job.Request.Scheduling.AllowHaltWithoutSignal
+	for _, g := range as.GPUs {
+		t.gpuIndices = append(t.gpuIndices, g.Index)
+	}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.run(ctx, t, as)
+	}()
+}
+
+// run takes a job from ASSIGNED to its end.
+func (a *Agent) run(ctx context.Context, t *task, as protocol.Assignment) {
+	log := a.log.With("job", t.id)
+	if err := a.update(ctx, t, job.StatusAssigned, job.StatusStarting, "picked up by slave "+a.inv.Name, nil); err != nil {
+		log.Info("job not started", "err", err)
+		a.dropTask(t)
+		return
+	}
+	started, err := a.rt.Start(ctx, as)
+	if err != nil {
+		reason := err.Error()
+		var se *container.StartError
+		if errors.As(err, &se) {
+			reason = se.Reason
+		}
+		log.Warn("job failed to start", "reason", reason)
+		a.done(ctx, t, job.StatusFailed, nil, reason)
+		a.dropTask(t)
+		return
+	}
+	t.mu.Lock()
+	t.containerID = started.ContainerID
+	t.mu.Unlock()
+	res := &job.StateResources{ClusterID: as.ClusterID, CPUIDs: as.CPUIDs, CPUMemoryGb: as.MemoryGb,
+		SlaveName: a.inv.Name, SlaveHost: hostOf(a.inv), SlaveInstanceID: a.inv.InstanceID, PortMappings: started.Ports}
+	res.GPUIDs = append([]int{}, t.gpuIndices...)
+	if as.Job.State.Resources != nil {
+		res.GPUDetails = as.Job.State.Resources.GPUDetails
+	}
+	if err := a.update(ctx, t, job.StatusStarting, job.StatusRunning, "container "+shortID(started.ContainerID)+" started", res); err != nil {
+		// Cancelled while starting: stop what was started.
+		log.Info("job ended while starting; stopping its container", "err", err)
+		a.stopAndRemove(ctx, t)
+		a.dropTask(t)
+		return
+	}
+	log.Info("job running", "container", shortID(started.ContainerID), "ports", started.Ports)
+	a.supervise(ctx, t, protocol.LogState{})
+}
+
+// resume continues a job whose container was found at start.
+func (a *Agent) resume(ctx context.Context, t *task) {
+	log := a.log.With("job", t.id)
+	state, err := a.logState(ctx, t.id)
+	if err != nil {
+		log.Warn("cannot read the log state; the log will be resent from the start", "err", err)
+	}
+	if t.status() == job.StatusStarting {
+		if err := a.update(ctx, t, job.StatusStarting, job.StatusRunning, "re-attached after a slave restart", nil); err != nil {
+			log.Info("job ended meanwhile", "err", err)
+			a.stopAndRemove(ctx, t)
+			a.dropTask(t)
+			return
+		}
+	}
+	switch t.status() {
+	case job.StatusMustHalt, job.StatusHalting:
+		t.order(protocol.StopOrder{JobUUID: t.id, Mode: protocol.StopHalt, Reason: "halt in progress before the slave restarted"})
+	}
+	a.supervise(ctx, t, state)
+}
+
+func (a *Agent) logState(ctx context.Context, id string) (protocol.LogState, error) {
+	var st protocol.LogState
+	err := a.retry(ctx, "log state", func(ctx context.Context) error {
+		var err error
+		st, err = a.master.LogState(ctx, id)
+		return err
+	})
+	return st, err
+}
+
+// supervise ships the log and waits for the container to end, carrying out stop orders, then
+// reports the end and removes the container.
+func (a *Agent) supervise(ctx context.Context, t *task, from protocol.LogState) {
+	log := a.log.With("job", t.id)
+	id := t.container()
+	shipped := make(chan error, 1)
+	go func() { shipped <- a.shipLog(ctx, t, from) }()
+	exited := make(chan waitResult, 1)
+	go func() {
+		code, err := a.rt.Wait(ctx, id)
+		exited <- waitResult{code, err}
+	}()
+
+	var cancelled, halting bool
+	var res waitResult
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			return // the slave stops; the container keeps running and is re-attached at the next start
+		case res = <-exited:
+			break wait
+		case o := <-t.orders:
+			switch {
+			case o.Mode == protocol.StopCancel && !cancelled:
+				cancelled = true
+				log.Info("cancelling job", "reason", o.Reason)
+				if err := a.rt.Cancel(ctx, id); err != nil {
+					log.Warn("cancel container", "err", err)
+				}
+			case o.Mode == protocol.StopHalt && !halting && !cancelled:
+				halting = true
+				go a.halt(ctx, t, o)
+			}
+		}
+	}
+	if err := <-shipped; err != nil && ctx.Err() == nil {
+		log.Warn("shipping the log failed", "err", err)
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	switch {
+	case cancelled:
+		// The master ended the job already; nothing to report.
+	case halting:
+		// halt() reports the end once the container exited.
+		a.haltEnd(ctx, t, res)
+	case res.err != nil:
+		a.done(ctx, t, job.StatusFailed, nil, "waiting for the container failed: "+res.err.Error())
+	case res.code == 0:
+		a.done(ctx, t, job.StatusFinished, &res.code, "")
+	default:
+		a.done(ctx, t, job.StatusFailed, &res.code, "")
+	}
+	if err := a.rt.Remove(ctx, id); err != nil {
+		log.Warn("remove container", "err", err)
+	}
+	a.dropTask(t)
+	log.Info("job done", "exit_code", res.code, "cancelled", cancelled, "halted", halting)
+}
+
+type waitResult struct {
+	code int
+	err  error
+}
+
+// halt carries out the halt procedure (SPEC 4): MUSTHALT→HALTING, then SIGUSR1 and 15 s to
+// exit with 123, or, with allowHaltWithoutSignal, an immediate stop.
+func (a *Agent) halt(ctx context.Context, t *task, o protocol.StopOrder) {
+	log := a.log.With("job", t.id)
+	if t.status() == job.StatusRunning {
+		t.setStatus(job.StatusMustHalt) // the order means the master has it MUSTHALT
+	}
+	if t.status() == job.StatusMustHalt {
+		if err := a.update(ctx, t, job.StatusMustHalt, job.StatusHalting, "halt procedure started: "+o.Reason, nil); err != nil {
+			log.Info("halt not started", "err", err)
+			return
+		}
+	}
+	t.mu.Lock()
+	noSignal := t.allowHaltNoSignal
+	t.mu.Unlock()
+	if noSignal {
+		t.mu.Lock()
+		t.stoppedForHalt = true
+		t.mu.Unlock()
+		if err := a.rt.Cancel(ctx, t.container()); err != nil {
+			log.Warn("stop container for halt", "err", err)
+		}
+		return
+	}
+	halted, code, err := a.rt.Halt(ctx, t.container())
+	log.Info("halt procedure ended", "halted", halted, "exit_code", code, "err", err)
+}
+
+// haltEnd reports the end of a halted job: HALTED when it exited with 123 (or may halt
+// without the signal), FAILED otherwise.
+func (a *Agent) haltEnd(ctx context.Context, t *task, res waitResult) {
+	t.mu.Lock()
+	noSignal := t.stoppedForHalt
+	t.mu.Unlock()
+	switch {
+	case noSignal:
+		a.done(ctx, t, job.StatusHalted, &res.code, "stopped at once (allowHaltWithoutSignal)")
+	case res.err == nil && res.code == 123:
+		a.done(ctx, t, job.StatusHalted, &res.code, "exited with 123 after SIGUSR1")
+	default:
+		a.done(ctx, t, job.StatusFailed, &res.code, "did not exit with 123 within the halt grace after SIGUSR1")
+	}
+}
+
+// update reports a state change, retrying on network errors; a conflict means the master has
+// the job in another state (usually cancelled) and is returned.
+func (a *Agent) update(ctx context.Context, t *task, from, to job.Status, reason string, res *job.StateResources) error {
+	err := a.retry(ctx, "update", func(ctx context.Context) error {
+		return a.master.Update(ctx, protocol.StateUpdate{JobUUID: t.id, From: from, To: to, Reason: reason, Resources: res})
+	})
+	if err == nil {
+		t.setStatus(to)
+	}
+	return err
+}
+
+// done reports the end of a job from the state the slave last set.
+func (a *Agent) done(ctx context.Context, t *task, to job.Status, exitCode *int, reason string) {
+	from := t.status()
+	err := a.retry(ctx, "done", func(ctx context.Context) error {
+		return a.master.Done(ctx, protocol.Completion{JobUUID: t.id, From: from, To: to, ExitCode: exitCode, Reason: reason, Usage: t.finalUsage()})
+	})
+	if err != nil {
+		a.log.Info("job end not recorded", "job", t.id, "to", to, "err", err)
+		return
+	}
+	t.setStatus(to)
+}
+
+func (a *Agent) stopAndRemove(ctx context.Context, t *task) {
+	id := t.container()
+	if id == "" {
+		return
+	}
+	if err := a.rt.Cancel(ctx, id); err != nil {
+		a.log.Warn("stop container", "job", t.id, "err", err)
+	}
+	if err := a.rt.Remove(ctx, id); err != nil {
+		a.log.Warn("remove container", "job", t.id, "err", err)
+	}
+}
+
+// shipLog sends the container's output to the master in order, in chunks gathered for at most
+// LogFlush, skipping what the master already has (after a restart), and dropping what goes
+// beyond LogLimit (the log then says how much was dropped).
+func (a *Agent) shipLog(ctx context.Context, t *task, from protocol.LogState) error {
+	rc, err := a.rt.Logs(ctx, t.container(), true)
+	if err != nil {
+		return fmt.Errorf("read container log: %w", err)
+	}
+	defer func() { _ = rc.Close() }()
+	if from.Size > 0 {
+		if _, err := io.CopyN(io.Discard, rc, from.Size); err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("skip the log the master has: %w", err)
+		}
+	}
+	seq, total := from.NextSeq, from.Size
+	var dropped int64
+	send := func(data []byte) error {
+		if len(data) == 0 {
+			return nil
+		}
+		chunk := protocol.LogChunk{JobUUID: t.id, Seq: seq, Data: data}
+		err := a.retry(ctx, "log", func(ctx context.Context) error { return a.master.Log(ctx, chunk) })
+		if err != nil && !errors.Is(err, protocol.ErrConflict) {
+			return err
+		}
+		seq++
+		return nil
+	}
+	pieces := make(chan []byte, 16)
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(pieces)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := rc.Read(buf)
+			if n > 0 {
+				pieces <- buf[:n]
+			}
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					readErr <- err
+				}
+				return
+			}
+		}
+	}()
+	var pending []byte
+	flush := time.NewTimer(a.cfg.LogFlush)
+	defer flush.Stop()
+	for {
+		select {
+		case p, ok := <-pieces:
+			if !ok {
+				if dropped > 0 {
+					pending = append(pending, fmt.Sprintf("\n[gpulab: log limit of %d bytes reached: %d bytes dropped]\n", a.cfg.LogLimit, dropped)...)
+				}
+				if err := send(pending); err != nil {
+					return err
+				}
+				select {
+				case err := <-readErr:
+					return fmt.Errorf("read container log: %w", err)
+				default:
+					return nil
+				}
+			}
+			if keep := a.cfg.LogLimit - total; keep < int64(len(p)) {
+				dropped += int64(len(p)) - max(keep, 0)
+				p = p[:max(keep, 0)]
+			}
+			total += int64(len(p))
+			pending = append(pending, p...)
+			for len(pending) >= a.cfg.LogChunk {
+				if err := send(pending[:a.cfg.LogChunk]); err != nil {
+					return err
+				}
+				pending = append([]byte{}, pending[a.cfg.LogChunk:]...)
+			}
+		case <-flush.C:
+			if err := send(pending); err != nil {
+				return err
+			}
+			pending = nil
+			flush.Reset(a.cfg.LogFlush)
+		}
+	}
+}
+
+func hostOf(inv protocol.Inventory) string {
+	if inv.DNSName != "" {
+		return inv.DNSName
+	}
+	return inv.Host
+}
+
+// usageStats accumulates usage samples into the job's final statistics.
+type usageStats struct {
+	n         int
+	cpuSum    float64
+	memMax    int64
+	gpuSum    map[int]float64
+	gpuMemMax map[int]int64
+}
+
+func (s *usageStats) add(u protocol.Usage) {
+	s.n++
+	s.cpuSum += u.CPUPercent
+	s.memMax = max(s.memMax, u.MemoryMiB)
+	if s.gpuSum == nil {
+		s.gpuSum, s.gpuMemMax = map[int]float64{}, map[int]int64{}
+	}
+	for _, g := range u.GPUs {
+		s.gpuSum[g.Index] += g.UtilPercent
+		s.gpuMemMax[g.Index] = max(s.gpuMemMax[g.Index], g.MemoryUsedMiB)
+	}
+}
+
+// summary is the mean CPU and GPU utilisation and the peak memory over the samples.
+func (s *usageStats) summary() *protocol.Usage {
+	if s.n == 0 {
+		return nil
+	}
+	u := &protocol.Usage{CPUPercent: s.cpuSum / float64(s.n), MemoryMiB: s.memMax}
+	idx := make([]int, 0, len(s.gpuSum))
+	for i := range s.gpuSum {
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
+	for _, i := range idx {
+		u.GPUs = append(u.GPUs, protocol.GPUUsage{Index: i, UtilPercent: s.gpuSum[i] / float64(s.n), MemoryUsedMiB: s.gpuMemMax[i]})
+	}
+	return u
+}

@@ -1,0 +1,226 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/lib/pq"
+
+	"github.com/opengpulab/gpulab/job"
+)
+
+// Slave is a registered worker machine.
+type Slave struct {
+	ID            int64           `db:"id"`
+	Name          string          `db:"name"`
+	InstanceID    string          `db:"instance_id"`
+	ClusterID     int             `db:"cluster_id"`
+	Host          string          `db:"host"`
+	DNSName       string          `db:"dns_name"`
+	Version       string          `db:"version"`
+	Inventory     json.RawMessage `db:"inventory"`
+	Usage         json.RawMessage `db:"usage"`
+	AcceptingJobs bool            `db:"accepting_jobs"`
+	Online        bool            `db:"online"`
+	LastHeartbeat sql.NullTime    `db:"last_heartbeat"`
+	OfflineSince  sql.NullTime    `db:"offline_since"`
+	RegisteredAt  time.Time       `db:"registered_at"`
+}
+
+const slaveColumns = `id, name, instance_id, cluster_id, host, dns_name, version, inventory, usage, accepting_jobs,
+online, last_heartbeat, offline_since, registered_at`
+
+// ListSlaves lists slaves by cluster and name.
+func (s *Store) ListSlaves(ctx context.Context) ([]Slave, error) {
+	var ss []Slave
+	err := s.q.SelectContext(ctx, &ss, `SELECT `+slaveColumns+` FROM slaves ORDER BY cluster_id, name`)
+	return ss, mapErr(err, "list slaves")
+}
+
+// GetSlave reads a slave by name.
+func (s *Store) GetSlave(ctx context.Context, name string) (Slave, error) {
+	var sl Slave
+	err := s.q.GetContext(ctx, &sl, `SELECT `+slaveColumns+` FROM slaves WHERE name = $1`, name)
+	return sl, mapErr(err, "get slave "+name)
+}
+
+// CreateSlaveToken stores the hash of a one-time join token.
+func (s *Store) CreateSlaveToken(ctx context.Context, hash, slaveName string, clusterID int, expires time.Time) error {
+	_, err := s.q.ExecContext(ctx, `INSERT INTO slave_tokens (token_hash, slave_name, cluster_id, expires_at) VALUES ($1, $2, $3, $4)`,
+		hash, slaveName, clusterID, expires)
+	return mapErr(err, "create slave token for "+slaveName)
+}
+
+// UseSlaveToken spends a join token: it works once, before it expires. ErrNotFound otherwise.
+func (s *Store) UseSlaveToken(ctx context.Context, hash string) (name string, clusterID int, err error) {
+	var row struct {
+		Name      string `db:"slave_name"`
+		ClusterID int    `db:"cluster_id"`
+	}
+	err = s.q.GetContext(ctx, &row, `UPDATE slave_tokens SET used_at = now()
+WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now() RETURNING slave_name, cluster_id`, hash)
+	return row.Name, row.ClusterID, mapErr(err, "use slave token")
+}
+
+// JoinSlave records a slave that joined (with a token for this cluster). It is offline until
+// it registers; joining again moves it to the token's cluster.
+func (s *Store) JoinSlave(ctx context.Context, name string, clusterID int) error {
+	_, err := s.q.ExecContext(ctx, `INSERT INTO slaves (name, instance_id, cluster_id) VALUES ($1, '', $2)
+ON CONFLICT (name) DO UPDATE SET cluster_id = EXCLUDED.cluster_id`, name, clusterID)
+	return mapErr(err, "join slave "+name)
+}
+
+// SlaveRegistration is what a slave reports at start.
+type SlaveRegistration struct {
+	Name, InstanceID, Host, DNSName, Version string
+	ClusterID                                int
+	Inventory                                json.RawMessage
+}
+
+// RegisterSlave records a slave's (new) instance and inventory and marks it online. The
+// cluster comes from the slave's certificate (its join token), never from the slave's word.
+func (s *Store) RegisterSlave(ctx context.Context, r SlaveRegistration) (Slave, error) {
+	var sl Slave
+	err := s.q.GetContext(ctx, &sl, `INSERT INTO slaves (name, instance_id, cluster_id, host, dns_name, version, inventory, online, last_heartbeat)
+VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, now())
+ON CONFLICT (name) DO UPDATE SET instance_id = EXCLUDED.instance_id, cluster_id = EXCLUDED.cluster_id, host = EXCLUDED.host,
+    dns_name = EXCLUDED.dns_name, version = EXCLUDED.version, inventory = EXCLUDED.inventory, online = TRUE,
+    last_heartbeat = now(), offline_since = NULL
+RETURNING `+slaveColumns, r.Name, r.InstanceID, r.ClusterID, r.Host, r.DNSName, r.Version, r.Inventory)
+	return sl, mapErr(err, "register slave "+r.Name)
+}
+
+// SlaveHeartbeat records a heartbeat of the slave's current instance. ErrNotFound when the
+// slave is unknown or runs another instance (it must register again).
+func (s *Store) SlaveHeartbeat(ctx context.Context, name, instanceID string, usage json.RawMessage) error {
+	res, err := s.q.ExecContext(ctx, `UPDATE slaves SET last_heartbeat = now(), online = TRUE, offline_since = NULL, usage = $3
+WHERE name = $1 AND instance_id = $2`, name, instanceID, usage)
+	return affectedOne(res, err, "heartbeat of slave "+name)
+}
+
+// SetSlaveAccepting drains (false) or reopens (true) a slave.
+func (s *Store) SetSlaveAccepting(ctx context.Context, name string, accepting bool) error {
+	res, err := s.q.ExecContext(ctx, `UPDATE slaves SET accepting_jobs = $2 WHERE name = $1`, name, accepting)
+	return affectedOne(res, err, "drain slave "+name)
+}
+
+// MarkSlavesOffline marks online slaves without a heartbeat since `before` offline and returns
+// their names.
+func (s *Store) MarkSlavesOffline(ctx context.Context, before time.Time) ([]string, error) {
+	var names []string
+	err := s.q.SelectContext(ctx, &names, `UPDATE slaves SET online = FALSE, offline_since = now()
+WHERE online AND (last_heartbeat IS NULL OR last_heartbeat < $1) RETURNING name`, before)
+	return names, mapErr(err, "mark slaves offline")
+}
+
+// SlaveJob is a job the master has on a slave.
+type SlaveJob struct {
+	UUID   string `db:"uuid"`
+	Status string `db:"status"`
+}
+
+// ListSlaveJobs lists the jobs on a slave that still hold it (ASSIGNED … HALTING), and those
+// that ended within `endedWithin` (so a slave back from an outage learns to remove them).
+func (s *Store) ListSlaveJobs(ctx context.Context, slaveName string, endedWithin time.Duration) ([]SlaveJob, error) {
+	var out []SlaveJob
+	err := s.q.SelectContext(ctx, &out, `SELECT uuid::text AS uuid, status FROM jobs WHERE assigned_slave_name = $1
+AND (status = ANY($2) OR updated_at > now() - make_interval(secs => $3)) ORDER BY created_at`,
+		slaveName, pq.Array(statusStrings(job.RunningStatuses)), endedWithin.Seconds())
+	return out, mapErr(err, "list jobs of slave "+slaveName)
+}
+
+// JobStatuses returns the current state of the given jobs (missing ones are left out).
+func (s *Store) JobStatuses(ctx context.Context, uuids []string) (map[string]job.Status, error) {
+	out := map[string]job.Status{}
+	if len(uuids) == 0 {
+		return out, nil
+	}
+	var rows []SlaveJob
+	if err := s.q.SelectContext(ctx, &rows, `SELECT uuid::text AS uuid, status FROM jobs WHERE uuid::text = ANY($1)`, pq.Array(uuids)); err != nil {
+		return nil, mapErr(err, "job states")
+	}
+	for _, r := range rows {
+		out[r.UUID] = job.Status(r.Status)
+	}
+	return out, nil
+}
+
+// Placement is where the scheduler put a job.
+type Placement struct {
+	SlaveName, SlaveInstanceID string
+	ClusterID                  int
+	Resources                  job.StateResources
+}
+
+// AssignJob moves a QUEUED job to ASSIGNED on a slave with its resources, conditionally.
+func (s *Store) AssignJob(ctx context.Context, uuid string, p Placement, message string) error {
+	res, err := json.Marshal(p.Resources)
+	if err != nil {
+		return fmt.Errorf("encode resources of job %s: %w", uuid, err)
+	}
+	return s.WithTx(ctx, func(tx *Store) error {
+		if _, err := tx.TransitionJob(ctx, uuid, []job.Status{job.StatusQueued}, job.StatusAssigned,
+			Event{Actor: string(job.ActorScheduler), Message: message}); err != nil {
+			return err
+		}
+		_, err := tx.q.ExecContext(ctx, `UPDATE jobs SET assigned_slave_name = $2, assigned_instance_id = $3, assigned_cluster_id = $4,
+resources = $5, scheduling = scheduling - 'queuedExplanations' WHERE uuid = $1`, uuid, p.SlaveName, p.SlaveInstanceID, p.ClusterID, res)
+		return mapErr(err, "assign job "+uuid)
+	})
+}
+
+// UpdateJobResources replaces a job's state.resources (ports really published, exit code).
+func (s *Store) UpdateJobResources(ctx context.Context, uuid string, r *job.StateResources) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode resources of job %s: %w", uuid, err)
+	}
+	res, err := s.q.ExecContext(ctx, `UPDATE jobs SET resources = $2 WHERE uuid = $1`, uuid, data)
+	return affectedOne(res, err, "update resources of job "+uuid)
+}
+
+// SetJobUsage keeps the latest usage sample of a running job.
+func (s *Store) SetJobUsage(ctx context.Context, uuid string, usage json.RawMessage) error {
+	_, err := s.q.ExecContext(ctx, `UPDATE jobs SET usage = $2 WHERE uuid = $1`, uuid, usage)
+	return mapErr(err, "set usage of job "+uuid)
+}
+
+// SetFinalUsage stores a job's final usage statistics.
+func (s *Store) SetFinalUsage(ctx context.Context, uuid string, usage json.RawMessage) error {
+	_, err := s.q.ExecContext(ctx, `UPDATE jobs SET final_usage = $2 WHERE uuid = $1`, uuid, usage)
+	return mapErr(err, "set final usage of job "+uuid)
+}
+
+// SetQueuedExplanations stores, for each queued job, why it waits, in one statement per pass;
+// a job whose explanation changed gets a scheduler event, so GET jobs/{id}/debug shows how
+// the reasons evolved without one event per pass.
+func (s *Store) SetQueuedExplanations(ctx context.Context, expl map[string][]string) error {
+	if len(expl) == 0 {
+		return nil
+	}
+	data, err := json.Marshal(expl)
+	if err != nil {
+		return fmt.Errorf("encode explanations: %w", err)
+	}
+	_, err = s.q.ExecContext(ctx, `WITH changed AS (
+    UPDATE jobs j SET scheduling = jsonb_set(j.scheduling, '{queuedExplanations}', e.value)
+    FROM jsonb_each($1::jsonb) e
+    WHERE j.uuid::text = e.key AND j.status = 'QUEUED' AND j.scheduling->'queuedExplanations' IS DISTINCT FROM e.value
+    RETURNING j.uuid, e.value)
+INSERT INTO job_events (job_uuid, kind, actor, message)
+SELECT uuid, 'scheduler', 'scheduler', (SELECT string_agg(x, '; ') FROM jsonb_array_elements_text(value) x) FROM changed`, data)
+	return mapErr(err, "set queued explanations")
+}
+
+// JobLogState returns the next log chunk number and the log size of a job.
+func (s *Store) JobLogState(ctx context.Context, uuid string) (nextSeq int, size int64, err error) {
+	var row struct {
+		Next int   `db:"next"`
+		Size int64 `db:"size"`
+	}
+	err = s.q.GetContext(ctx, &row, `SELECT COALESCE(MAX(seq) + 1, 0) AS next, COALESCE(SUM(length(data)), 0) AS size FROM job_logs WHERE job_uuid = $1`, uuid)
+	return row.Next, row.Size, mapErr(err, "log state of job "+uuid)
+}
