@@ -196,3 +196,52 @@ func TestGPUHandOff(t *testing.T) {
 		t.Fatalf("inside the container %q, want %q", l, want)
 	}
 }
+
+// A job that has run its maxDuration is cancelled by the master and its container stopped.
+// (The clock is moved by back-dating the RUNNING time: a real minute is too long for a test.)
+func TestMaxDurationCancels(t *testing.T) {
+	e := newEnv(t)
+	e.startSlave(slaveOpts{name: "s1", cluster: 1})
+	id := e.submit(e.jobFile("long", `echo running; while true; do sleep 0.2; done`, func(r map[string]any) {
+		r["scheduling"] = map[string]any{"maxDuration": "2 minutes"}
+	}))
+	e.waitFor(id, 60*time.Second, job.StatusRunning)
+	if _, err := e.m.Store.DB().Exec(`UPDATE jobs SET event_times = jsonb_set(event_times, '{RUNNING}', to_jsonb(now() - interval '3 minutes')) WHERE uuid = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor(id, 30*time.Second, job.StatusCancelled)
+	if ev := e.events(id); !strings.Contains(ev, "maxDuration (2 minutes) reached") {
+		t.Errorf("cancel reason: %s", ev)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for countContainers(t, e.docker, "s1") > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := countContainers(t, e.docker, "s1"); n != 0 {
+		t.Fatalf("container of the expired job still there")
+	}
+}
+
+// A job that cannot be placed now says why in queuedExplanations, and starts when room frees.
+func TestQueuedExplanation(t *testing.T) {
+	e := newEnv(t)
+	e.startSlave(slaveOpts{name: "s1", cluster: 1, fakeGPUs: "2xV100-32GB"})
+	gpus2 := func(r map[string]any) { r["resources"].(map[string]any)["gpus"] = 2 }
+	first := e.submit(e.jobFile("holder", `echo holding; while true; do sleep 0.2; done`, gpus2))
+	e.waitFor(first, 60*time.Second, job.StatusRunning)
+	second := e.submit(e.jobFile("waiter", "echo my turn", gpus2))
+	var expl []string
+	deadline := time.Now().Add(20 * time.Second)
+	for len(expl) == 0 && time.Now().Before(deadline) {
+		expl = e.job(second).State.Scheduling.QueuedExplanations
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(expl) == 0 || !strings.Contains(strings.Join(expl, " "), "2 GPUs") {
+		t.Fatalf("queued explanation: %q", expl)
+	}
+	e.put(first, "CANCELLED")
+	e.waitFor(second, 60*time.Second, job.StatusFinished)
+	if j := e.job(second); len(j.State.Scheduling.QueuedExplanations) != 0 {
+		t.Errorf("a started job keeps its queued explanation: %q", j.State.Scheduling.QueuedExplanations)
+	}
+}
