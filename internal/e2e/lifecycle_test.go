@@ -245,3 +245,24 @@ func TestQueuedExplanation(t *testing.T) {
 		t.Errorf("a started job keeps its queued explanation: %q", j.State.Scheduling.QueuedExplanations)
 	}
 }
+
+// A job cancelled while its slave was down: the slave, back, removes the container.
+func TestSlaveBackRemovesContainerOfEndedJob(t *testing.T) {
+	e := newEnv(t)
+	s := e.startSlave(slaveOpts{name: "s1", cluster: 1})
+	id := e.submit(e.jobFile("orphan", `echo running; while true; do sleep 0.2; done`, nil))
+	e.waitFor(id, 60*time.Second, job.StatusRunning)
+	s.stop(t)
+	e.put(id, "CANCELLED")
+	if n := countContainers(t, e.docker, "s1"); n != 1 {
+		t.Fatalf("%d containers while the slave is down, want the job's 1", n)
+	}
+	e.startSlave(slaveOpts{name: "s1", cluster: 1})
+	deadline := time.Now().Add(30 * time.Second)
+	for countContainers(t, e.docker, "s1") > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := countContainers(t, e.docker, "s1"); n != 0 {
+		t.Fatalf("the container of a job cancelled while the slave was down is still there")
+	}
+}
