@@ -15,6 +15,8 @@ command -v openssl >/dev/null || missing+=(openssl)
 command -v dockerd >/dev/null || [ -x /usr/sbin/dockerd ] || missing+=(docker.io)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || missing+=(busybox-static)
 command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
+# The portal is tested in headless Chromium (chromedp).
+command -v chromium >/dev/null || [ -x /usr/bin/chromium ] || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "deps.sh: missing ${missing[*]}; run as root or install them" >&2; exit 1
