@@ -32,17 +32,31 @@ deps: ## install what is missing (Debian packages) — run as root
 	@scripts/deps.sh
 
 .PHONY: generate
-generate: ## regenerate generated code (go generate)
+generate: ## regenerate generated code (go generate: the templ views, pinned as a Go tool)
 	$(GO) generate ./...
+
+HTMX_VERSION = $(shell cat static/HTMX_VERSION)
+.PHONY: htmx
+htmx: ## fetch htmx again from npm (htmx.org@static/HTMX_VERSION) and check its checksum; UPDATE=1 records a new one
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	  (cd "$$tmp" && npm pack --silent htmx.org@$(HTMX_VERSION) >/dev/null) && \
+	  tar -xzf "$$tmp/htmx.org-$(HTMX_VERSION).tgz" -C "$$tmp" package/dist/htmx.min.js package/LICENSE && \
+	  cp "$$tmp/package/dist/htmx.min.js" static/htmx.min.js && cp "$$tmp/package/LICENSE" static/htmx.LICENSE && \
+	  cd static && if [ "$(UPDATE)" = 1 ]; then sha256sum htmx.min.js > htmx.min.js.sha256; fi && sha256sum -c htmx.min.js.sha256
 
 .PHONY: build
 build: ## build gpulab-master, gpulab-slave and gpulab-cli into bin/
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
+.PHONY: devidp
+devidp: ## build the development OpenID provider (Dex, its own module in internal/devidp) into bin/
+	cd internal/devidp && $(GO) build -o $(BIN)/gpulab-devidp .
+
 .PHONY: lint
 lint: ## gofmt, go vet and golangci-lint (installed into .tmp/bin on first use)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting"; exit 1; }
 	$(GO) vet ./...
+	cd internal/devidp && $(GO) vet ./...
 	@test -x $(TMP)/bin/golangci-lint || GOBIN=$(TMP)/bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
 	$(TMP)/bin/golangci-lint run ./...
 
@@ -64,7 +78,7 @@ bench: deps ## run the benchmarks against a real Postgres (fsync on); results in
 	DATABASE_URL="$(DB_URL)" $(GO) test -run '^$$' -bench . -benchmem -count 3 ./... | tee bench/results.txt
 
 .PHONY: run
-run: deps build ## start Postgres, Docker, a master on https://localhost:8443 and a slave with fake GPUs; prints a login
+run: deps build devidp ## start Postgres, Docker, a dev OpenID provider, a master on https://localhost:8443 and a slave with fake GPUs; prints a login
 	@scripts/dockerd.sh
 	@scripts/images.sh
 	@scripts/run.sh "$(DB_URL)" "$(RUN_DIR)" "$(RUN_PORT)" "$(BIN)"

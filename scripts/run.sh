@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# run.sh DB_URL RUN_DIR PORT BIN — `make run`: a master, a demo project, user and certificate,
-# and one local slave with fake GPUs, all in RUN_DIR (.tmp/run). Ctrl-C stops master and slave
-# (the slave's job containers are left to be re-attached at the next start).
+# run.sh DB_URL RUN_DIR PORT BIN — `make run`: a development OpenID provider (Dex, bin/gpulab-devidp)
+# for the portal login, a master, a demo project, user and certificate, and one local slave with
+# fake GPUs, all in RUN_DIR (.tmp/run). Ctrl-C stops them all (the slave's job containers are
+# left to be re-attached at the next start). GPULAB_DEVIDP_PORT moves Dex off port 5556.
 set -euo pipefail
 db=$1; dir=$2; port=$3; bin=$4
 mkdir -p "$dir"
@@ -17,11 +18,29 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 
-"$m" serve --listen ":$port" --admins alice >"$dir/master.log" 2>&1 &
+# The development OpenID provider, on loopback only. alice's password and the client secret are
+# made once and kept in RUN_DIR, so a browser's saved password keeps working.
+idp_port=${GPULAB_DEVIDP_PORT:-5556}
+issuer="http://127.0.0.1:$idp_port/dex"
+[ -s "$dir/alice-password" ] || (umask 077; od -An -N9 -tx1 /dev/urandom | tr -d ' \n' >"$dir/alice-password")
+[ -s "$dir/oidc-client-secret" ] || (umask 077; od -An -N24 -tx1 /dev/urandom | tr -d ' \n' >"$dir/oidc-client-secret")
+password=$(cat "$dir/alice-password")
+export GPULAB_OIDC_ISSUER="$issuer" GPULAB_OIDC_CLIENT_ID=gpulab-portal GPULAB_OIDC_CLIENT_SECRET="$(cat "$dir/oidc-client-secret")"
+"$bin/gpulab-devidp" --listen "127.0.0.1:$idp_port" --issuer "$issuer" --client-id gpulab-portal \
+  --client-secret "$GPULAB_OIDC_CLIENT_SECRET" --redirect-uri "https://localhost:$port/auth/callback" \
+  --user "alice:alice@example.org:$password" >"$dir/devidp.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do
+  curl -sf "$issuer/.well-known/openid-configuration" >/dev/null 2>&1 && break
+  kill -0 "${pids[0]}" 2>/dev/null || { cat "$dir/devidp.log" >&2; exit 1; }
+  sleep 0.1
+done
+
+"$m" serve --listen ":$port" --admins alice --oidc-redirect-url "https://localhost:$port/auth/callback" >"$dir/master.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
   curl -sk "https://localhost:$port/readyz" >/dev/null 2>&1 && break
-  kill -0 "${pids[0]}" 2>/dev/null || { cat "$dir/master.log" >&2; exit 1; }
+  kill -0 "${pids[1]}" 2>/dev/null || { cat "$dir/master.log" >&2; exit 1; }
   sleep 0.1
 done
 cp "$dir/data/ca.pem" "$dir/ca.pem"
@@ -40,11 +59,13 @@ api="https://localhost:$port/api/gpulab/v3.1"
 cat <<MSG
 
   GPULab master: https://localhost:$port   (API base $api)
+  Open https://localhost:$port and log in as alice / $password
+                 (alice@example.org at the development OpenID provider $issuer)
   Database:      $db
-  Login:         user alice (admin, member of project "demo"), certificate $dir/alice.pem
+  API login:     user alice (admin, member of project "demo"), certificate $dir/alice.pem
   Master CA:     $dir/ca.pem
   Slave:         local-slave in cluster 1, 2 FAKE V100 GPUs (simulated), storage /project -> $dir/projects/<project>
-  Logs:          $dir/master.log, $dir/slave.log
+  Logs:          $dir/master.log, $dir/slave.log, $dir/devidp.log
 
   Try it (in another terminal):
     export GPULAB_CERT=$dir/alice.pem GPULAB_API_BASE=$api GPULAB_SERVER_CERT=$dir/ca.pem
@@ -58,4 +79,4 @@ cat <<MSG
 
 MSG
 wait -n "${pids[@]}"
-echo "run.sh: master or slave stopped; see $dir/master.log and $dir/slave.log" >&2
+echo "run.sh: the provider, master or slave stopped; see $dir/devidp.log, $dir/master.log and $dir/slave.log" >&2

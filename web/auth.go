@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,12 +12,20 @@ import (
 )
 
 // authenticate establishes who calls: a client certificate that the TLS stack verified against
-// the master's CA. A request without one goes on without a caller; handlers that need one
-// answer 401 (JSON, never a redirect, so scripts see what happened).
+// the master's CA, else the browser's session cookie (a user logged in to the portal). A
+// request with neither goes on without a caller; handlers that need one answer 401 (JSON,
+// never a redirect, so scripts see what happened), page routes redirect to the login
+// (requireLogin). A session request also carries its CSRF token in the context, for the
+// portal's forms.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
-			next.ServeHTTP(w, r)
+			ctx, err := s.sessionContext(r)
+			if err != nil {
+				s.h.WriteError(w, r, err)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(ctx))
 			return
 		}
 		caller, err := s.callerFromCert(r)
@@ -26,6 +35,32 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(handlers.WithCaller(r.Context(), caller)))
 	})
+}
+
+// sessionContext adds the session, its CSRF token and its user (when logged in) to the
+// request's context. A session whose user no longer exists counts as logged out.
+func (s *Server) sessionContext(r *http.Request) (context.Context, error) {
+	ctx := r.Context()
+	if _, err := r.Cookie(sessionCookie); err != nil {
+		return ctx, nil
+	}
+	sess := s.sessions.load(r)
+	ctx = withSession(ctx, sess)
+	if tok := sessionString(sess, sessCSRF); tok != "" {
+		ctx = handlers.WithCSRFToken(ctx, tok)
+	}
+	urn := sessionString(sess, sessUser)
+	if urn == "" {
+		return ctx, nil
+	}
+	caller, err := s.userCaller(ctx, urn, "", false, viaSession)
+	if errors.Is(err, store.ErrNotFound) {
+		return ctx, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return handlers.WithCaller(ctx, caller), nil
 }
 
 func (s *Server) callerFromCert(r *http.Request) (*handlers.Caller, error) {
@@ -44,24 +79,31 @@ func (s *Server) callerFromCert(r *http.Request) (*handlers.Caller, error) {
 		// Services get their own endpoints in a later milestone; user endpoints refuse them.
 		return &handlers.Caller{Kind: id.Kind, Via: "certificate"}, nil
 	}
-	urn, err := pki.ParseURN(id.URN)
+	// The certificate is the proof: a user the CA vouches for exists from his first call.
+	return s.userCaller(r.Context(), id.URN, id.Email, true, "certificate")
+}
+
+// userCaller loads a user and his projects as a caller, for certificates and sessions alike.
+// Admins named in the configuration are made admins. With create, a user not yet known is
+// created (with email); without, a store.ErrNotFound comes back.
+func (s *Server) userCaller(ctx context.Context, urnStr, email string, create bool, via string) (*handlers.Caller, error) {
+	urn, err := pki.ParseURN(urnStr)
 	if err != nil || urn.Type != "user" {
-		return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: fmt.Sprintf("client certificate names %q, not a user", id.URN)}
+		return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: fmt.Sprintf("credentials name %q, not a user", urnStr)}
 	}
-	ctx := r.Context()
-	u, err := s.store.GetUserByURN(ctx, id.URN)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && s.admins[urn.Name] && !u.IsAdmin) {
-		// The certificate is the proof: a user the CA vouches for exists from his first call.
-		u, err = s.store.UpsertUser(ctx, id.URN, urn.Name, id.Email, s.admins[urn.Name])
+	admin := s.admins[urn.Name]
+	u, err := s.store.GetUserByURN(ctx, urnStr)
+	if (create && errors.Is(err, store.ErrNotFound)) || (err == nil && admin && !u.IsAdmin) {
+		u, err = s.store.UpsertUser(ctx, urnStr, urn.Name, email, admin)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("load user %s: %w", id.URN, err)
+		return nil, fmt.Errorf("load user %s: %w", urnStr, err)
 	}
 	projects, err := s.store.ListUserProjects(ctx, u.ID)
 	if err != nil {
 		return nil, fmt.Errorf("load projects of %s: %w", u.Name, err)
 	}
-	c := &handlers.Caller{User: u, Kind: pki.KindUser, Via: "certificate"}
+	c := &handlers.Caller{User: u, Kind: pki.KindUser, Via: via}
 	for _, p := range projects {
 		c.ProjectIDs = append(c.ProjectIDs, p.ID)
 	}

@@ -11,7 +11,7 @@ import (
 // get 401 from their handler when the request carries none.
 type Route struct {
 	Method  string
-	Path    string // below the API base, e.g. "jobs/{id}"
+	Path    string // below the API base for API routes ("jobs/{id}"), from the root otherwise
 	Public  bool
 	Handler handlers.Func
 }
@@ -48,8 +48,32 @@ func SlaveRoutes(h *handlers.Handlers) []Route {
 	}
 }
 
-// routes builds the server's handler: the API under each version, the OpenAPI document and
-// health checks, each behind the middleware its group needs.
+// pageRoutes is the route table of the portal's pages, below the root (Path is a full
+// pattern path such as "/jobs/{id}" or "/{$}"). THE PORTAL'S PAGES GO HERE.
+//
+// How they are served (see routes): every page route goes through
+//   - authenticate: the caller (client certificate, else session cookie) is in the context,
+//     and for a session also its CSRF token (handlers.CSRFToken(ctx), to put in every form as
+//     the hidden field handlers.CSRFFieldName and in htmx's hx-headers as
+//     handlers.CSRFHeaderName);
+//   - csrfProtect: a POST, PUT, PATCH or DELETE authenticated by the session is refused (403)
+//     without that token or from another origin; certificate callers are exempt;
+//   - requireLogin, unless the route is Public: a browser (GET/HEAD, Accept: text/html) with
+//     no caller is redirected (303) to /login?next=<the page>, an htmx request gets 401 with
+//     HX-Redirect; anything else reaches the handler, which answers 401 when it needs a caller
+//     (handlers.CallerFrom(ctx) == nil);
+//   - h.Wrap(Handler): errors are mapped once, as for the API.
+//
+// Static files and other pages readable without login are Public routes. The login routes
+// (LoginPath, CallbackPath, LogoutPath, LoggedOutPath) and GET <api>/session are registered by
+// routes itself.
+func pageRoutes(h *handlers.Handlers) []Route {
+	return PortalRoutes(h)
+}
+
+// routes builds the server's handler: the API under each version, the OpenAPI document,
+// health checks, the login routes and the portal's pages, each behind the middleware its group
+// needs, all behind authentication and CSRF protection.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	for _, v := range handlers.APIVersions {
@@ -60,6 +84,9 @@ func (s *Server) routes() http.Handler {
 				fn(w, r.WithContext(handlers.WithAPIVersion(r.Context(), version)))
 			}))
 		}
+		// The browser session's user and CSRF token, for the portal's scripts. Not in the
+		// OpenAPI document: it is the portal's, not the CLI's.
+		mux.Handle("GET /api/gpulab/"+v+"/session", s.h.Wrap(s.sessionInfo))
 	}
 	for _, rt := range SlaveRoutes(s.h) {
 		mux.Handle(rt.Method+" "+rt.Path, s.h.Wrap(rt.Handler))
@@ -70,5 +97,16 @@ func (s *Server) routes() http.Handler {
 	}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", s.ready)
-	return s.recoverer(s.logRequests(s.authenticate(mux)))
+	mux.HandleFunc("GET "+LoginPath, s.login)
+	mux.HandleFunc("GET "+CallbackPath, s.callback)
+	mux.HandleFunc("POST "+LogoutPath, s.logout)
+	mux.HandleFunc("GET "+LoggedOutPath, s.loggedOut)
+	for _, rt := range pageRoutes(s.h) {
+		var hd http.Handler = s.h.Wrap(rt.Handler)
+		if !rt.Public {
+			hd = s.requireLogin(hd)
+		}
+		mux.Handle(rt.Method+" "+rt.Path, hd)
+	}
+	return s.recoverer(s.logRequests(s.authenticate(s.csrfProtect(mux))))
 }

@@ -1,6 +1,7 @@
-// Package web wires the master's HTTPS server: one port for the JSON API (and, later, the
-// portal and the slave protocol), TLS with the master's own CA, client-certificate
-// authentication, the route table and its middleware.
+// Package web wires the master's HTTPS server: one port for the JSON API, the portal and the
+// slave protocol, TLS with the master's own CA, authentication (client certificates, and for
+// browsers an OpenID Connect login with an encrypted session cookie and CSRF protection), the
+// route table and its middleware.
 package web
 
 import (
@@ -31,15 +32,24 @@ type Config struct {
 	Hosts []string
 	// Admins are user names that are admins whatever the database says.
 	Admins []string
+	// Authority is the URN authority of users created at their first portal login.
+	Authority string
+	// OIDC configures the portal's browser login; without an Issuer the login is off.
+	OIDC OIDCConfig
+	// SessionKeys sign and encrypt session cookies (the first makes new cookies, all are
+	// accepted). Masters sharing them share sessions; none: a random key for this process.
+	SessionKeys []SessionKey
 }
 
 // Server is the master's HTTPS server.
 type Server struct {
-	cfg    Config
-	store  *store.Store
-	h      *handlers.Handlers
-	log    *slog.Logger
-	admins map[string]bool
+	cfg      Config
+	store    *store.Store
+	h        *handlers.Handlers
+	log      *slog.Logger
+	admins   map[string]bool
+	sessions *sessionStore
+	oidc     *oidcLogin // nil: portal login off
 }
 
 // New makes a server over the given store and handlers.
@@ -48,7 +58,11 @@ func New(cfg Config, st *store.Store, h *handlers.Handlers, log *slog.Logger) *S
 	for _, a := range cfg.Admins {
 		admins[a] = true
 	}
-	return &Server{cfg: cfg, store: st, h: h, log: log, admins: admins}
+	srv := &Server{cfg: cfg, store: st, h: h, log: log, admins: admins, sessions: newSessionStore(cfg.SessionKeys)}
+	if cfg.OIDC.Issuer != "" {
+		srv.oidc = newOIDCLogin(cfg.OIDC)
+	}
+	return srv
 }
 
 // Handler returns the routed handler with its middleware (for tests and embedding).

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +15,7 @@ import (
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/store"
+	"github.com/opengpulab/gpulab/web"
 )
 
 // config is the master's configuration: every field is a flag with an environment variable.
@@ -27,6 +31,13 @@ type config struct {
 	DefaultMaxDuration string
 	LogLevel           string
 	NoMigrate          bool
+	OIDCIssuer         string
+	OIDCClientID       string
+	OIDCClientSecret   string
+	OIDCRedirectURL    string
+	OIDCUsernameClaim  string
+	OIDCScopes         string
+	SessionKeys        string
 	HeartbeatInterval  time.Duration
 	HeartbeatGrace     time.Duration
 	JobGrace           time.Duration
@@ -57,6 +68,71 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.IntVar(&c.MemoryReserveGb, "memory-reserve-gb", 1, "memory kept free on every slave for its system")
 	fs.StringVar(&c.DefaultMinDuration, "default-min-duration", envOr(getenv, "GPULAB_DEFAULT_MIN_DURATION", "1 week"), "minDuration of jobs that give none (env GPULAB_DEFAULT_MIN_DURATION)")
 	fs.StringVar(&c.DefaultMaxDuration, "default-max-duration", envOr(getenv, "GPULAB_DEFAULT_MAX_DURATION", "2 weeks"), "maxDuration of jobs that give none (env GPULAB_DEFAULT_MAX_DURATION)")
+	fs.StringVar(&c.OIDCIssuer, "oidc-issuer", getenv("GPULAB_OIDC_ISSUER"), "OpenID Connect issuer URL of the portal login; none: the portal login is off (env GPULAB_OIDC_ISSUER)")
+	fs.StringVar(&c.OIDCClientID, "oidc-client-id", getenv("GPULAB_OIDC_CLIENT_ID"), "client id of the master at the OpenID provider (env GPULAB_OIDC_CLIENT_ID)")
+	// Secrets get no default from the environment here: -h prints defaults. fillSecrets reads them.
+	fs.StringVar(&c.OIDCClientSecret, "oidc-client-secret", "", "client secret at the OpenID provider; prefer the env GPULAB_OIDC_CLIENT_SECRET (flags show in ps)")
+	fs.StringVar(&c.OIDCRedirectURL, "oidc-redirect-url", getenv("GPULAB_OIDC_REDIRECT_URL"), "callback URL registered at the provider (default https://<first --hostnames or localhost>:<port>/auth/callback; env GPULAB_OIDC_REDIRECT_URL)")
+	fs.StringVar(&c.OIDCUsernameClaim, "oidc-username-claim", envOr(getenv, "GPULAB_OIDC_USERNAME_CLAIM", "preferred_username"), "ID-token claim holding the user name; without it, the e-mail's local part (env GPULAB_OIDC_USERNAME_CLAIM)")
+	fs.StringVar(&c.OIDCScopes, "oidc-scopes", envOr(getenv, "GPULAB_OIDC_SCOPES", "openid,profile,email"), "comma-separated scopes asked of the provider (env GPULAB_OIDC_SCOPES)")
+	fs.StringVar(&c.SessionKeys, "session-keys", "", "comma-separated session cookie keys, 96 bytes each in hex or base64, the first current; none: made once and kept in <data-dir>/session-keys; prefer the env GPULAB_SESSION_KEYS")
+}
+
+// fillSecrets takes secrets not given as flags from the environment (after parsing, so that
+// -h never prints them).
+func (c *config) fillSecrets(getenv func(string) string) {
+	if c.OIDCClientSecret == "" {
+		c.OIDCClientSecret = getenv("GPULAB_OIDC_CLIENT_SECRET")
+	}
+	if c.SessionKeys == "" {
+		c.SessionKeys = getenv("GPULAB_SESSION_KEYS")
+	}
+}
+
+// oidcConfig is the portal login's configuration (login off without an issuer).
+func (c *config) oidcConfig() (web.OIDCConfig, error) {
+	if c.OIDCIssuer == "" {
+		return web.OIDCConfig{}, nil
+	}
+	if c.OIDCClientID == "" {
+		return web.OIDCConfig{}, errors.New("--oidc-issuer needs --oidc-client-id (env GPULAB_OIDC_CLIENT_ID)")
+	}
+	if u, err := url.Parse(c.OIDCIssuer); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return web.OIDCConfig{}, fmt.Errorf("--oidc-issuer %q is not an http(s) URL", c.OIDCIssuer)
+	}
+	redirect := c.OIDCRedirectURL
+	if redirect == "" {
+		host := "localhost"
+		if names := splitList(c.Hostnames); len(names) > 0 {
+			host = names[0]
+		}
+		_, port, err := net.SplitHostPort(c.Listen)
+		if err != nil {
+			return web.OIDCConfig{}, fmt.Errorf("--listen %q: %w", c.Listen, err)
+		}
+		if port != "443" {
+			host = net.JoinHostPort(host, port)
+		}
+		redirect = "https://" + host + web.CallbackPath
+	}
+	if u, err := url.Parse(redirect); err != nil || u.Scheme == "" || u.Host == "" {
+		return web.OIDCConfig{}, fmt.Errorf("--oidc-redirect-url %q is not an absolute URL", redirect)
+	}
+	return web.OIDCConfig{Issuer: c.OIDCIssuer, ClientID: c.OIDCClientID, ClientSecret: c.OIDCClientSecret, RedirectURL: redirect,
+		UsernameClaim: c.OIDCUsernameClaim, Scopes: splitList(c.OIDCScopes)}, nil
+}
+
+// sessionKeys are the configured session keys, else those kept in the data folder (made at
+// the first start), so restarts and masters sharing the folder keep users logged in.
+func (c *config) sessionKeys() (keys []web.SessionKey, created bool, err error) {
+	if c.SessionKeys != "" {
+		keys, err := web.ParseSessionKeys(c.SessionKeys)
+		if err != nil {
+			return nil, false, fmt.Errorf("%w: --session-keys: %w", errUsage, err)
+		}
+		return keys, false, nil
+	}
+	return web.LoadOrCreateSessionKeys(c.DataDir)
 }
 
 func envDuration(getenv func(string) string, key string, def time.Duration) time.Duration {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/scheduler"
@@ -29,10 +30,25 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	c.fillSecrets(getenv)
 	log := newLogger(stderr, c.LogLevel)
 	opts, err := c.jobOptions()
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	oidcCfg, err := c.oidcConfig()
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	var sessionKeys []web.SessionKey
+	if oidcCfg.Issuer != "" {
+		var created bool
+		if sessionKeys, created, err = c.sessionKeys(); err != nil {
+			return err
+		}
+		if created {
+			log.Info("made session keys", "file", filepath.Join(absPath(c.DataDir), web.SessionKeysFile))
+		}
 	}
 	st, err := c.openStore(ctx)
 	if err != nil {
@@ -58,7 +74,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if created {
 		log.Info("made a new CA", "dir", absPath(c.DataDir))
 	}
-	wcfg := web.Config{Addr: c.Listen, CA: ca, Hosts: c.hosts(), Admins: splitList(c.Admins)}
+	wcfg := web.Config{Addr: c.Listen, CA: ca, Hosts: c.hosts(), Admins: splitList(c.Admins), Authority: c.Authority,
+		OIDC: oidcCfg, SessionKeys: sessionKeys}
+	if oidcCfg.Issuer != "" {
+		log.Info("portal login configured", "issuer", oidcCfg.Issuer, "client_id", oidcCfg.ClientID, "redirect_url", oidcCfg.RedirectURL,
+			"username_claim", oidcCfg.UsernameClaim)
+	} else {
+		log.Info("portal login off: no --oidc-issuer")
+	}
 	if c.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
 		if err != nil {

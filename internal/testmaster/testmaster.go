@@ -39,6 +39,8 @@ type Master struct {
 	// Dir holds CA and certificate files for tools that read files (the CLI, curl).
 	Dir    string
 	CAFile string
+	// IdP is the development identity provider of a master started with Options.DevIdP.
+	IdP *DevIdP
 }
 
 // Options tweak a test master.
@@ -52,11 +54,41 @@ type Options struct {
 	Loop scheduler.LoopConfig
 	// HeartbeatInterval is what slaves are told (default 500 ms).
 	HeartbeatInterval time.Duration
+	// OIDC turns the portal login on against a given provider. Its RedirectURL may be left
+	// empty (derived from the request); the provider must accept URL+"/auth/callback", so
+	// give Listener too when the provider needs the master's address in advance.
+	OIDC *web.OIDCConfig
+	// Listener, when set, is where the master serves (its URL is then known before Start).
+	Listener net.Listener
+	// DevIdP starts the Dex development provider (internal/devidp) with these users and the
+	// portal login against it (Master.IdP; log in with Master.Login). Empty: no provider.
+	DevIdP []IdPUser
+	// SessionKeys sign and encrypt the session cookies (default: random).
+	SessionKeys []web.SessionKey
 }
 
 // Start runs a master for the test's duration.
 func Start(t testing.TB, opts Options) *Master {
 	t.Helper()
+	// The listener and the provider first: a test skipped for want of Dex leaves nothing behind.
+	l := opts.Listener
+	if l == nil {
+		var err error
+		if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatalf("listen: %v", err)
+		}
+	}
+	t.Cleanup(func() { _ = l.Close() }) // for a test that ends before the master serves
+	url := "https://" + l.Addr().String()
+	var idp *DevIdP
+	var oidcCfg web.OIDCConfig
+	switch {
+	case opts.OIDC != nil:
+		oidcCfg = *opts.OIDC
+	case len(opts.DevIdP) > 0:
+		idp = StartDevIdP(t, url+web.CallbackPath, opts.DevIdP...)
+		oidcCfg = web.OIDCConfig{Issuer: idp.Issuer, ClientID: idp.ClientID, ClientSecret: idp.ClientSecret, RedirectURL: url + web.CallbackPath}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := store.Open(ctx, testenv.PostgresURL(t))
 	if err != nil {
@@ -84,7 +116,9 @@ func Start(t testing.TB, opts Options) *Master {
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
 	h := handlers.New(st, handlers.Config{Authority: Authority, Version: "test", LatestClientVersion: "4.0.0", JobOptions: jobOpts,
 		CA: ca, HeartbeatInterval: opts.HeartbeatInterval, MaxLongPoll: 5 * time.Second}, log, wake, work)
-	srv := web.New(web.Config{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}, Admins: opts.Admins}, st, h, log)
+	wcfg := web.Config{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}, Admins: opts.Admins, Authority: Authority,
+		OIDC: oidcCfg, SessionKeys: opts.SessionKeys}
+	srv := web.New(wcfg, st, h, log)
 	loopDone := make(chan struct{})
 	if opts.Scheduler {
 		lc := opts.Loop
@@ -102,11 +136,6 @@ func Start(t testing.TB, opts Options) *Master {
 	} else {
 		close(loopDone)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		cancel()
-		t.Fatalf("listen: %v", err)
-	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, l) }()
 	t.Cleanup(func() {
@@ -122,7 +151,7 @@ func Start(t testing.TB, opts Options) *Master {
 		<-loopDone
 		_ = st.Close()
 	})
-	m := &Master{t: t, URL: "https://" + l.Addr().String(), CA: ca, Store: st, Dir: dir, CAFile: filepath.Join(dir, "ca", "ca.pem")}
+	m := &Master{t: t, URL: url, CA: ca, Store: st, Dir: dir, CAFile: filepath.Join(dir, "ca", "ca.pem"), IdP: idp}
 	m.APIBase = m.URL + "/api/gpulab/v3.1"
 	return m
 }

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opengpulab/gpulab/internal/testenv"
+	"github.com/opengpulab/gpulab/internal/testmaster"
+	"github.com/opengpulab/gpulab/web"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testmaster.RemoveBuilds()
+	os.Exit(code)
+}
+
+func TestOIDCConfig(t *testing.T) {
+	cases := []struct {
+		name     string
+		c        config
+		redirect string
+		err      string
+	}{
+		{"off", config{Listen: ":8443"}, "", ""},
+		{"default redirect", config{Listen: ":8443", OIDCIssuer: "https://idp.example", OIDCClientID: "gpulab"}, "https://localhost:8443/auth/callback", ""},
+		{"first hostname", config{Listen: ":8443", Hostnames: "gpulab.example.org, other.example.org", OIDCIssuer: "https://idp.example", OIDCClientID: "gpulab"},
+			"https://gpulab.example.org:8443/auth/callback", ""},
+		{"port 443", config{Listen: "0.0.0.0:443", Hostnames: "gpulab.example.org", OIDCIssuer: "https://idp.example", OIDCClientID: "gpulab"},
+			"https://gpulab.example.org/auth/callback", ""},
+		{"given redirect", config{Listen: ":8443", OIDCIssuer: "https://idp.example", OIDCClientID: "gpulab", OIDCRedirectURL: "https://lb.example/auth/callback"},
+			"https://lb.example/auth/callback", ""},
+		{"no client id", config{Listen: ":8443", OIDCIssuer: "https://idp.example"}, "", "--oidc-client-id"},
+		{"bad issuer", config{Listen: ":8443", OIDCIssuer: "idp.example", OIDCClientID: "gpulab"}, "", "not an http(s) URL"},
+		{"bad redirect", config{Listen: ":8443", OIDCIssuer: "https://idp.example", OIDCClientID: "gpulab", OIDCRedirectURL: "/auth/callback"}, "", "not an absolute URL"},
+	}
+	for _, c := range cases {
+		got, err := c.c.oidcConfig()
+		if (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) || got.RedirectURL != c.redirect {
+			t.Errorf("%s: %q %v, want %q and an error containing %q", c.name, got.RedirectURL, err, c.redirect, c.err)
+		}
+	}
+}
+
+// Secrets come from the environment but never show in the help text.
+func TestServeHelpHidesSecrets(t *testing.T) {
+	env := map[string]string{"GPULAB_OIDC_CLIENT_SECRET": "very-secret-value", "GPULAB_SESSION_KEYS": "also-secret-keys"}
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"serve", "-h"}, func(k string) string { return env[k] }, &out, &errOut)
+	if code != 0 || !strings.Contains(errOut.String(), "-oidc-client-secret") {
+		t.Fatalf("serve -h: %d %s", code, errOut.String())
+	}
+	if strings.Contains(out.String()+errOut.String(), "secret-value") || strings.Contains(out.String()+errOut.String(), "secret-keys") {
+		t.Fatalf("serve -h shows a secret: %s", errOut.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the master's log and the test reading it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// The serve command wires the OIDC flags and environment to a working portal login, keeps its
+// session keys in the data folder so a restart keeps the user logged in, and never logs the
+// client secret.
+func TestServeWithPortalLogin(t *testing.T) {
+	db, data := testenv.PostgresURL(t), t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	base := "https://" + addr
+	idp := testmaster.StartDevIdP(t, base+web.CallbackPath, testmaster.IdPUser{Name: "carol", Email: "carol@example.org", Password: "carol-secret-1"})
+	env := map[string]string{"DATABASE_URL": db, "GPULAB_DATA_DIR": data, "GPULAB_AUTHORITY": "example.org",
+		"GPULAB_OIDC_ISSUER": idp.Issuer, "GPULAB_OIDC_CLIENT_ID": idp.ClientID, "GPULAB_OIDC_CLIENT_SECRET": idp.ClientSecret}
+	var logs syncBuffer
+	start := func() func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan int, 1)
+		go func() {
+			done <- run(ctx, []string{"serve", "--listen", addr, "--hostnames", "127.0.0.1", "--admins", "carol", "--scheduler-interval", "1h"},
+				func(k string) string { return env[k] }, &logs, &logs)
+		}()
+		stop := func() {
+			cancel()
+			select {
+			case code := <-done:
+				if code != 0 {
+					t.Errorf("serve exited %d: %s", code, logs.String())
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("serve did not stop")
+			}
+		}
+		for i := 0; ; i++ {
+			select {
+			case code := <-done:
+				t.Fatalf("serve exited %d: %s", code, logs.String())
+			default:
+			}
+			if resp, err := insecureGet(base + "/readyz"); err == nil && resp.StatusCode == 200 {
+				break
+			}
+			if i > 200 {
+				stop()
+				t.Fatalf("master not ready: %s", logs.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return stop
+	}
+	stop := start()
+	caPEM, err := os.ReadFile(filepath.Join(data, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar, Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	status, at, body, err := testmaster.BrowserLogin(browser, base, "carol@example.org", "carol-secret-1")
+	if err != nil || at.Host != addr {
+		t.Fatalf("login: %v, ended at %v with %d: %.300s", err, at, status, body)
+	}
+	session := func() (int, string) {
+		resp, err := browser.Get(base + "/api/gpulab/v3.1/session")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	if status, body := session(); status != 200 || !strings.Contains(body, "urn:publicid:IDN+example.org+user+carol") || !strings.Contains(body, `"isAdmin": true`) {
+		t.Fatalf("session: %d %s", status, body)
+	}
+	info, err := os.Stat(filepath.Join(data, web.SessionKeysFile))
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("session keys file: %v %v", info, err)
+	}
+	stop()
+
+	// Restarted, the master still knows the session.
+	stop = start()
+	defer stop()
+	if status, body := session(); status != 200 || !strings.Contains(body, "carol") {
+		t.Fatalf("session after a restart: %d %s", status, body)
+	}
+	if strings.Contains(logs.String(), idp.ClientSecret) {
+		t.Fatalf("the log shows the client secret")
+	}
+	if !strings.Contains(logs.String(), "portal login") {
+		t.Fatalf("the log does not mention the portal login: %s", logs.String())
+	}
+}
+
+func insecureGet(url string) (*http.Response, error) {
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // readiness probe only
+	resp, err := c.Get(url)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", url, err)
+	}
+	_ = resp.Body.Close()
+	return resp, nil
+}

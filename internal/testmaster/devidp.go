@@ -1,0 +1,198 @@
+package testmaster
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"html"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opengpulab/gpulab/internal/testenv"
+)
+
+// IdPUser is a user of the development identity provider.
+type IdPUser struct {
+	// Name is the provider's user name (the "name" claim); Email is what he logs in with and
+	// what the master derives his GPULab name from (preferred_username is not set by Dex's
+	// password users).
+	Name, Email, Password string
+}
+
+// DevIdP is a running Dex development provider (internal/devidp).
+type DevIdP struct {
+	Issuer, ClientID, ClientSecret string
+}
+
+var devIdPBuild struct {
+	once    sync.Once
+	bin     string
+	tempDir string
+	err     error
+}
+
+// devIdPBinary builds internal/devidp once per test process: into <module>/.tmp/bin (kept
+// between runs; Go's build cache makes later builds a link step) or, when that cannot be
+// written, into a temporary folder that RemoveBuilds removes.
+func devIdPBinary() (string, error) {
+	b := &devIdPBuild
+	b.once.Do(func() {
+		out, err := exec.Command("go", "env", "GOMOD").Output()
+		if err != nil {
+			b.err = fmt.Errorf("go env GOMOD: %w", err)
+			return
+		}
+		root := filepath.Dir(strings.TrimSpace(string(out)))
+		src := filepath.Join(root, "internal", "devidp")
+		dir := filepath.Join(root, ".tmp", "bin")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			if dir, err = os.MkdirTemp("", "gpulab-devidp-"); err != nil {
+				b.err = fmt.Errorf("make build folder: %w", err)
+				return
+			}
+			b.tempDir = dir
+		}
+		// Build under a name of this process, then rename: another test process may be
+		// running the previous binary, which keeps working.
+		tmp := filepath.Join(dir, fmt.Sprintf(".gpulab-devidp-%d", os.Getpid()))
+		cmd := exec.Command("go", "build", "-o", tmp, ".")
+		cmd.Dir = src
+		if out, err := cmd.CombinedOutput(); err != nil {
+			_ = os.Remove(tmp)
+			b.err = fmt.Errorf("go build internal/devidp: %w\n%s", err, out)
+			return
+		}
+		b.bin = filepath.Join(dir, "gpulab-devidp")
+		if err := os.Rename(tmp, b.bin); err != nil {
+			b.err = fmt.Errorf("install gpulab-devidp: %w", err)
+		}
+	})
+	return b.bin, b.err
+}
+
+// RemoveBuilds removes what devIdPBinary built into a temporary folder (call it from TestMain).
+func RemoveBuilds() {
+	if devIdPBuild.tempDir != "" {
+		_ = os.RemoveAll(devIdPBuild.tempDir)
+	}
+}
+
+// StartDevIdP starts the Dex development provider on a free loopback port for the test's
+// duration, with one client that may redirect to redirectURI and the given users (default:
+// alice / alice@example.org / alice-password). If Dex cannot be built, the test is skipped (it
+// fails under GPULAB_REQUIRE_SERVICES=1).
+func StartDevIdP(t testing.TB, redirectURI string, users ...IdPUser) *DevIdP {
+	t.Helper()
+	bin, err := devIdPBinary()
+	if err != nil {
+		testenv.Missing(t, "Dex development IdP (internal/devidp)", err.Error())
+	}
+	if len(users) == 0 {
+		users = []IdPUser{{Name: "alice", Email: "alice@example.org", Password: "alice-password"}}
+	}
+	idp := &DevIdP{ClientID: "gpulab-portal", ClientSecret: "test-secret-" + fmt.Sprint(time.Now().UnixNano())}
+	args := []string{"--listen", "127.0.0.1:0", "--client-id", idp.ClientID, "--client-secret", idp.ClientSecret, "--redirect-uri", redirectURI}
+	for _, u := range users {
+		args = append(args, "--user", u.Name+":"+u.Email+":"+u.Password)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 5 * time.Second
+	cmd.Stderr = testWriter{t}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		cancel()
+		t.Fatalf("dex stdout: %v", err)
+	}
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("start dex: %v", err)
+	}
+	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	line := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if iss, ok := strings.CutPrefix(sc.Text(), "gpulab-devidp issuer "); ok {
+				line <- iss
+			}
+		}
+		close(line)
+	}()
+	select {
+	case iss, ok := <-line:
+		if !ok {
+			t.Fatalf("dex exited before it listened")
+		}
+		idp.Issuer = iss
+	case <-time.After(30 * time.Second):
+		t.Fatalf("dex did not start within 30 s")
+	}
+	return idp
+}
+
+// BrowserClient returns an HTTP client like a browser without a client certificate: it trusts
+// the master's CA, keeps cookies and follows redirects.
+func (m *Master) BrowserClient() *http.Client {
+	c := m.Client(nil)
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		m.t.Fatalf("cookie jar: %v", err)
+	}
+	c.Jar = jar
+	return c
+}
+
+var formAction = regexp.MustCompile(`<form[^>]*\baction="([^"]*)"`)
+
+// Login logs c (a BrowserClient) in to the portal through the master's development provider;
+// see BrowserLogin.
+func (m *Master) Login(c *http.Client, email, password string) (int, *url.URL, []byte, error) {
+	return BrowserLogin(c, m.URL, email, password)
+}
+
+// BrowserLogin logs c (keeping cookies, following redirects) in to the portal of the master
+// at masterURL, as a person does in a browser: GET /login, the provider's login form filled
+// in and posted, back to the master's callback. It returns the last response's status, URL
+// and body (the page the login returned to, or the provider's form again after a wrong
+// password).
+func BrowserLogin(c *http.Client, masterURL, email, password string) (int, *url.URL, []byte, error) {
+	resp, err := c.Get(masterURL + "/login")
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("GET /login: %w", err)
+	}
+	page, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("read login form: %w", err)
+	}
+	match := formAction.FindSubmatch(page)
+	if resp.StatusCode != http.StatusOK || match == nil {
+		return 0, nil, nil, fmt.Errorf("GET /login ended at %s with %d and no login form: %.500s", resp.Request.URL, resp.StatusCode, page)
+	}
+	action, err := resp.Request.URL.Parse(html.UnescapeString(string(match[1])))
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("login form action: %w", err)
+	}
+	resp, err = c.PostForm(action.String(), url.Values{"login": {email}, "password": {password}})
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("post login form: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, nil, nil, fmt.Errorf("read answer to login: %w", err)
+	}
+	return resp.StatusCode, resp.Request.URL, body, nil
+}

@@ -1,0 +1,276 @@
+package views
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/opengpulab/gpulab/job"
+)
+
+// htmxConfig is htmx's configuration (the htmx-config meta tag): error answers (4xx, 5xx) are
+// swapped too, so a refused action shows its message (the server retargets it to #flash) and a
+// form with problems is shown with them; 204 leaves the page as it is.
+const htmxConfig = `{"responseHandling":[{"code":"204","swap":false},{"code":"[23]..","swap":true},{"code":"[45]..","swap":true,"error":true}]}`
+
+// csrfHeaders is the hx-headers value of <body>: every htmx request sends the CSRF token.
+func csrfHeaders(token string) string {
+	b, _ := json.Marshal(map[string]string{"X-CSRF-Token": token})
+	return string(b)
+}
+
+// rangeHeader is the hx-headers value that asks for a log from byte offset n on, with the
+// Range logic of the API's log endpoint.
+func rangeHeader(n int64) string {
+	b, _ := json.Marshal(map[string]string{"Range": fmt.Sprintf("bytes=%d-", n)})
+	return string(b)
+}
+
+// isoTime is a <time datetime> value.
+func isoTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// absTime is the absolute time shown on hover.
+func absTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") }
+
+// ago says how long ago (or in how long) t is, in the largest sensible unit.
+func ago(now, t time.Time) string {
+	d := now.Sub(t)
+	future := d < 0
+	if future {
+		d = -d
+	}
+	var s string
+	switch {
+	case d < 10*time.Second:
+		return "just now"
+	case d < time.Minute:
+		s = fmt.Sprintf("%d s", int(d.Seconds()))
+	case d < time.Hour:
+		s = fmt.Sprintf("%d min", int(d.Minutes()))
+	case d < 48*time.Hour:
+		h := int(d.Hours())
+		s = fmt.Sprintf("%d h", h)
+		if m := int(d.Minutes()) % 60; h < 10 && m > 0 {
+			s += fmt.Sprintf(" %d min", m)
+		}
+	default:
+		s = fmt.Sprintf("%d days", int(d.Hours()/24))
+	}
+	if future {
+		return "in " + s
+	}
+	return s + " ago"
+}
+
+// stateFamily groups states by colour: one badge colour per family.
+func stateFamily(s job.Status) string {
+	switch s {
+	case job.StatusOnHold, job.StatusQueued:
+		return "pending"
+	case job.StatusAssigned, job.StatusStarting, job.StatusRunning:
+		return "running"
+	case job.StatusMustHalt, job.StatusHalting, job.StatusHalted:
+		return "halting"
+	case job.StatusFinished:
+		return "finished"
+	case job.StatusFailed:
+		return "failed"
+	case job.StatusCancelled:
+		return "cancelled"
+	case job.StatusDeleted:
+		return "deleted"
+	}
+	return "unknown"
+}
+
+// shortID is the first 8 characters of a UUID, as lists show it.
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+// num shows a resource amount without needless decimals.
+func num(f float64) string {
+	if f == math.Trunc(f) {
+		return strconv.FormatFloat(f, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(f, 'f', 1, 64)
+}
+
+// freeTotal is "free / total".
+func freeTotal(ft FreeTotal) string { return num(ft.Free) + " / " + num(ft.Total) }
+
+// percentUsed is how full a free/total pair is, for meters (0–100).
+func percentUsed(ft FreeTotal) int {
+	if ft.Total <= 0 {
+		return 0
+	}
+	return int(math.Round(100 * (ft.Total - ft.Free) / ft.Total))
+}
+
+// gib shows MiB as GiB.
+func gib(mib int64) string { return num(math.Round(float64(mib)/1024*10)/10) + " GiB" }
+
+// sizeText shows a byte count in the largest fitting binary unit.
+func sizeText(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return num(math.Round(float64(n)/(1<<30)*10)/10) + " GiB"
+	case n >= 1<<20:
+		return num(math.Round(float64(n)/(1<<20)*10)/10) + " MiB"
+	case n >= 1<<10:
+		return num(math.Round(float64(n)/(1<<10)*10)/10) + " KiB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
+}
+
+// resources summarises a job's request: "2 GPU · 4 CPU · 16 GB".
+func resources(r job.Resources) string {
+	parts := []string{}
+	if r.GPUs > 0 {
+		parts = append(parts, fmt.Sprintf("%d GPU", r.GPUs))
+	}
+	parts = append(parts, fmt.Sprintf("%d CPU", r.CPUs), fmt.Sprintf("%d GB", r.CPUMemoryGb))
+	return strings.Join(parts, " · ")
+}
+
+// jobURL is the detail page of a job.
+func jobURL(id string) string { return "/jobs/" + id }
+
+// actionURL is where a job action posts.
+func actionURL(id, action string) string { return "/jobs/" + id + "/" + action }
+
+// JobAction is a state change offered on a job.
+type JobAction struct {
+	Name, Label string
+	// Confirm asks before an action that cannot be undone.
+	Confirm bool
+}
+
+// JobActions lists the actions a job's state allows its owner: the transition table decides,
+// so the buttons offered are exactly those the API accepts.
+func JobActions(s job.Status) []JobAction {
+	var out []JobAction
+	can := func(to job.Status) bool { ok, _ := job.CanTransition(s, to, job.ActorOwner); return ok }
+	if can(job.StatusQueued) {
+		out = append(out, JobAction{Name: "release", Label: "Release"})
+	}
+	if can(job.StatusOnHold) {
+		out = append(out, JobAction{Name: "hold", Label: "Hold"})
+	}
+	if can(job.StatusMustHalt) {
+		out = append(out, JobAction{Name: "halt", Label: "Halt"})
+	}
+	if can(job.StatusCancelled) {
+		out = append(out, JobAction{Name: "cancel", Label: "Cancel", Confirm: true})
+	}
+	if can(job.StatusDeleted) {
+		out = append(out, JobAction{Name: "delete", Label: "Delete", Confirm: true})
+	}
+	return out
+}
+
+// jobsURL is the Jobs page with a filter.
+func jobsURL(q JobsQuery) string {
+	v := url.Values{}
+	if q.Scope != "" && q.Scope != "mine" {
+		v.Set("scope", q.Scope)
+	}
+	if q.State != "" {
+		v.Set("state", q.State)
+	}
+	if q.Project != "" {
+		v.Set("project", q.Project)
+	}
+	if q.Cluster != "" {
+		v.Set("cluster", q.Cluster)
+	}
+	if len(v) == 0 {
+		return "/jobs"
+	}
+	return "/jobs?" + v.Encode()
+}
+
+// withScope is q with another scope.
+func withScope(q JobsQuery, scope string) JobsQuery { q.Scope = scope; return q }
+
+// scopeOf is the effective scope ("mine" when none is given).
+func scopeOf(q JobsQuery) string {
+	if q.Scope == "" {
+		return "mine"
+	}
+	return q.Scope
+}
+
+// stateChoices are the options of the Jobs page's state filter.
+var stateChoices = []Choice{
+	{"", "All but deleted"},
+	{"pending", "Pending (on hold, queued)"},
+	{"running", "Running"},
+	{"finished", "Ended"},
+	{"deleted", "Deleted"},
+}
+
+// timelineOf orders a job's event times.
+func timelineOf(times map[job.Status]time.Time) []TimelineEntry {
+	out := make([]TimelineEntry, 0, len(times))
+	for s, t := range times {
+		out = append(out, TimelineEntry{Status: s, At: t})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
+	return out
+}
+
+// Timeline orders a job's event times, oldest first.
+func Timeline(times map[job.Status]time.Time) []TimelineEntry { return timelineOf(times) }
+
+// errorText is the title of an error page.
+func errorText(status int) string {
+	switch status {
+	case 400:
+		return "That did not work"
+	case 401:
+		return "Please log in"
+	case 403:
+		return "Not allowed"
+	case 404:
+		return "Not found"
+	case 409:
+		return "Conflict"
+	}
+	if status >= 500 {
+		return "Something went wrong"
+	}
+	return "Error"
+}
+
+// fieldID is the id of a Create Job form control.
+func fieldID(name string) string { return "field-" + name }
+
+// errorID is the id (and test id) of a form field's error message.
+func errorID(name string) string { return "error-" + name }
+
+// describedBy links a control to its hint and its error.
+func describedBy(name string, errs map[string][]string, hint bool) string {
+	var ids []string
+	if hint {
+		ids = append(ids, "hint-"+name)
+	}
+	if len(errs[name]) > 0 {
+		ids = append(ids, errorID(name))
+	}
+	return strings.Join(ids, " ")
+}
+
+func boolString(b bool) string { return strconv.FormatBool(b) }
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func i64toa(n int64) string { return strconv.FormatInt(n, 10) }
