@@ -66,7 +66,7 @@ func Browser(t testing.TB) context.Context {
 // (GPULAB_TEST_OUTPUT, default .tmp/test-output/<test name>) and returns its path.
 func Screenshot(t testing.TB, ctx context.Context, name string) string {
 	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100 gives PNG (below: JPEG)
 	if err != nil {
 		t.Errorf("screenshot %s: %v", name, err)
 		return ""
