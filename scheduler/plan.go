@@ -56,7 +56,7 @@ type Failure struct {
 func (s Snapshot) Plan() Plan {
 	p := newPlanner(s)
 	out := Plan{Explanations: map[string][]string{}}
-	for _, j := range queueOrder(s.Queued) {
+	for _, j := range queueOrder(s) {
 		d := p.decide(j)
 		switch {
 		case d.assign != nil:
@@ -70,19 +70,70 @@ func (s Snapshot) Plan() Plan {
 	return out
 }
 
-// queueOrder is the order in which jobs get their turn: FIFO by submission, then uuid so that
-// equal times stay deterministic. Fairness (SPEC 7.2: interactive first, reservations, tally,
-// shorter maxDuration) replaces this one function in a later milestone.
-func queueOrder(queued []Job) []*Job {
-	out := make([]*Job, len(queued))
-	for i := range queued {
-		out[i] = &queued[i]
+// Policy names a queue order.
+type Policy string
+
+// The queue orders. PolicyFair is GPULab's (SPEC 7.2); the others exist to compare against it
+// in the simulator.
+const (
+	// PolicyFair: interactive first, then the owner's usage tally (lowest first), then shorter
+	// maxDuration, then older submission.
+	PolicyFair Policy = "fair"
+	// PolicyFIFO: older submission first.
+	PolicyFIFO Policy = "fifo"
+	// PolicySJFOracle: shortest real run time first (Job.OracleDuration, known only to the
+	// simulator): the unreachable ideal that the fair policy is measured against.
+	PolicySJFOracle Policy = "sjf-oracle"
+)
+
+// ParsePolicy reads a policy name.
+func ParsePolicy(s string) (Policy, error) {
+	switch p := Policy(s); p {
+	case PolicyFair, PolicyFIFO, PolicySJFOracle:
+		return p, nil
 	}
-	slices.SortStableFunc(out, func(a, b *Job) int {
+	return "", fmt.Errorf("unknown policy %q (fair, fifo or sjf-oracle)", s)
+}
+
+// queueOrder is the order in which jobs get their turn under the snapshot's policy; ties end
+// in submission time, then uuid, so equal jobs stay deterministic.
+func queueOrder(s Snapshot) []*Job {
+	out := make([]*Job, len(s.Queued))
+	for i := range s.Queued {
+		out[i] = &s.Queued[i]
+	}
+	older := func(a, b *Job) int {
 		if c := a.Submitted.Compare(b.Submitted); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.UUID, b.UUID)
+	}
+	var key func(a, b *Job) int
+	switch s.Policy {
+	case PolicyFIFO:
+		key = func(a, b *Job) int { return 0 }
+	case PolicySJFOracle:
+		key = func(a, b *Job) int { return cmp.Compare(a.OracleDuration, b.OracleDuration) }
+	default:
+		key = func(a, b *Job) int {
+			ai, bi := a.Request.Scheduling.Interactive, b.Request.Scheduling.Interactive
+			if ai != bi {
+				if ai {
+					return -1
+				}
+				return 1
+			}
+			if c := cmp.Compare(s.Tallies[a.UserID], s.Tallies[b.UserID]); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.Request.Scheduling.MaxDuration, b.Request.Scheduling.MaxDuration)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *Job) int {
+		if c := key(a, b); c != 0 {
+			return c
+		}
+		return older(a, b)
 	})
 	return out
 }

@@ -17,6 +17,10 @@ const DefaultGuestLimit = time.Hour
 type Snapshot struct {
 	// Now is the planning clock: injected, never time.Now, so that traces replay exactly.
 	Now time.Time
+	// Policy orders the queue (PolicyFair when empty).
+	Policy Policy
+	// Tallies are the users' decayed usage tallies (SPEC 7.2); a user without one has 0.
+	Tallies map[int64]float64
 	// Clusters are the existing clusters by id; a job naming another id fails.
 	Clusters map[int]Cluster
 	// Slaves are every registered slave, online or not: offline ones still count when deciding
@@ -68,6 +72,8 @@ type Job struct {
 	Submitted time.Time
 	UserID    int64
 	ProjectID int64 // decides access to private clusters
+	// OracleDuration is the job's real run time, known only in simulation (PolicySJFOracle).
+	OracleDuration time.Duration
 }
 
 // Placed is what one job holds on a slave, whatever its state: a job that is starting or halting
