@@ -24,7 +24,7 @@ type slaveState struct {
 // newPlanner copies what it must change (free resources, sorted lists) and leaves the snapshot
 // alone; Slave structs are copied, their GPU slices only read.
 func newPlanner(s Snapshot) *planner {
-	p := &planner{now: s.Now, clusters: s.Clusters}
+	p := &planner{now: s.Now, clusters: s.Clusters, limits: s.Limits, counts: newRunning(s.Running)}
 	slaves := slices.Clone(s.Slaves)
 	slices.SortStableFunc(slaves, func(a, b Slave) int {
 		if c := cmp.Compare(a.Name, b.Name); c != 0 {

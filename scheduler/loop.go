@@ -24,6 +24,8 @@ type LoopConfig struct {
 	JobGrace time.Duration
 	// MemoryReserveGb is kept free on every slave for the system.
 	MemoryReserveGb int
+	// Limits cap running jobs per user and project (nil: DefaultLimits; zero fields: no cap).
+	Limits *Limits
 }
 
 // Loop runs the scheduler on the master that holds the scheduler lock: each pass does the
@@ -162,7 +164,10 @@ func (l *Loop) housekeeping(ctx context.Context, now time.Time) error {
 
 // snapshot reads what Plan needs.
 func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, error) {
-	snap := Snapshot{Now: now, Clusters: map[int]Cluster{}}
+	snap := Snapshot{Now: now, Clusters: map[int]Cluster{}, Policy: PolicyFair, Limits: DefaultLimits}
+	if l.cfg.Limits != nil {
+		snap.Limits = *l.cfg.Limits
+	}
 	clusters, err := l.st.ListClusters(ctx)
 	if err != nil {
 		return snap, err
@@ -212,8 +217,12 @@ func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, error) {
 		if res == nil {
 			continue
 		}
-		snap.Running = append(snap.Running, Placed{JobUUID: rec.Job.UUID, SlaveName: rec.Job.State.Scheduling.AssignedSlaveName,
-			GPUIndices: res.GPUIDs, CPUIDs: res.CPUIDs, MemoryGb: res.CPUMemoryGb})
+		pl := Placed{JobUUID: rec.Job.UUID, SlaveName: rec.Job.State.Scheduling.AssignedSlaveName,
+			GPUIndices: res.GPUIDs, CPUIDs: res.CPUIDs, MemoryGb: res.CPUMemoryGb, UserID: rec.UserID, ProjectID: rec.ProjectID}
+		if m := rec.Job.Request.Scheduling.MaxSimultaneousJobs; m != nil {
+			pl.Bucket = m.BucketName
+		}
+		snap.Running = append(snap.Running, pl)
 	}
 	return snap, nil
 }

@@ -138,6 +138,52 @@ func queueOrder(s Snapshot) []*Job {
 	return out
 }
 
+// running counts the jobs that hold resources, per user, project and bucket, for the caps.
+type running struct {
+	user    map[int64]int
+	project map[int64]int
+	bucket  map[string]int
+}
+
+func newRunning(placed []Placed) running {
+	c := running{user: map[int64]int{}, project: map[int64]int{}, bucket: map[string]int{}}
+	for _, pl := range placed {
+		c.add(pl.UserID, pl.ProjectID, pl.Bucket)
+	}
+	return c
+}
+
+func (c running) add(user, project int64, bucket string) {
+	c.user[user]++
+	c.project[project]++
+	if bucket != "" {
+		c.bucket[bucket]++
+	}
+}
+
+// blocked says which cap keeps a job from starting ("" when none does): its bucket
+// (maxSimultaneousJobs, shared by everyone using the same name), then the per-user and
+// per-project caps.
+func (c running) blocked(j *Job, l Limits) string {
+	if m := j.Request.Scheduling.MaxSimultaneousJobs; m != nil && c.bucket[m.BucketName] >= m.BucketMax {
+		return fmt.Sprintf("bucket %q is full (%d/%d running)", m.BucketName, c.bucket[m.BucketName], m.BucketMax)
+	}
+	if l.PerUser > 0 && c.user[j.UserID] >= l.PerUser {
+		return fmt.Sprintf("the owner has %d running jobs, the most one user may run at once", c.user[j.UserID])
+	}
+	if l.PerProject > 0 && c.project[j.ProjectID] >= l.PerProject {
+		return fmt.Sprintf("the project has %d running jobs, the most one project may run at once", c.project[j.ProjectID])
+	}
+	return ""
+}
+
+func bucketOf(j *Job) string {
+	if m := j.Request.Scheduling.MaxSimultaneousJobs; m != nil {
+		return m.BucketName
+	}
+	return ""
+}
+
 // decision is the outcome for one job: exactly one of assign, fail and wait is set.
 type decision struct {
 	assign *Assignment
@@ -153,6 +199,8 @@ func failed(format string, args ...any) decision {
 type planner struct {
 	now      time.Time
 	clusters map[int]Cluster
+	limits   Limits
+	counts   running       // running jobs per user, project and bucket, this pass's assignments included
 	slaves   []*slaveState // by name, then instance id
 	models   []string      // distinct lower-case GPU models; a model id indexes it
 
@@ -218,6 +266,12 @@ func (p *planner) decide(j *Job) decision {
 	if nb := r.Scheduling.NotBefore; nb != nil && p.now.Before(*nb) {
 		return decision{wait: []string{"waiting for notBefore " + nb.Format(time.RFC3339)}}
 	}
+	if why := p.counts.blocked(j, p.limits); why != "" {
+		if r.Scheduling.Interactive {
+			return failed("interactive job cannot start now: %s", why)
+		}
+		return decision{wait: []string{why}}
+	}
 
 	var best *slaveState
 	var bestRank rank
@@ -243,6 +297,7 @@ func (p *planner) decide(j *Job) decision {
 	}
 	p.offline, p.draining, p.misses = offline, draining, misses
 	if best != nil {
+		p.counts.add(j.UserID, j.ProjectID, bucketOf(j))
 		return decision{assign: best.take(j, &n)}
 	}
 	why := waiting(&n, pinned, misses, offline, draining)

@@ -21,6 +21,8 @@ type Snapshot struct {
 	Policy Policy
 	// Tallies are the users' decayed usage tallies (SPEC 7.2); a user without one has 0.
 	Tallies map[int64]float64
+	// Limits cap running jobs per user and per project (0: no cap).
+	Limits Limits
 	// Clusters are the existing clusters by id; a job naming another id fails.
 	Clusters map[int]Cluster
 	// Slaves are every registered slave, online or not: offline ones still count when deciding
@@ -79,9 +81,23 @@ type Job struct {
 // Placed is what one job holds on a slave, whatever its state: a job that is starting or halting
 // still owns its GPUs, CPUs and memory.
 type Placed struct {
-	JobUUID    string
-	SlaveName  string
+	JobUUID   string
+	SlaveName string
+	// UserID, ProjectID and Bucket (maxSimultaneousJobs.bucketName, "" when none) count the job
+	// against the running-job caps.
+	UserID     int64
+	ProjectID  int64
+	Bucket     string
 	GPUIndices []int // protocol.GPU.Index values
 	CPUIDs     []int
 	MemoryGb   int
 }
+
+// Limits are the running-job caps of SPEC 7.2; zero means no cap.
+type Limits struct {
+	PerUser    int
+	PerProject int
+}
+
+// DefaultLimits are GPULab's default caps: 10 running jobs per user, 20 per project.
+var DefaultLimits = Limits{PerUser: 10, PerProject: 20}

@@ -94,7 +94,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		JobOptions: opts, CA: ca, HeartbeatInterval: c.HeartbeatInterval}, log, wake, work)
 	srv := web.New(wcfg, st, h, log)
 	loop := scheduler.NewLoop(st, scheduler.LoopConfig{Interval: c.SchedulerInterval, HeartbeatGrace: c.HeartbeatGrace,
-		JobGrace: c.JobGrace, MemoryReserveGb: c.MemoryReserveGb}, log, wake, work)
+		JobGrace: c.JobGrace, MemoryReserveGb: c.MemoryReserveGb,
+		Limits: &scheduler.Limits{PerUser: c.MaxRunningUser, PerProject: c.MaxRunningProject}}, log, wake, work)
 	go func() {
 		if err := loop.Run(ctx); err != nil {
 			log.Error("scheduler stopped", "err", err)
