@@ -34,6 +34,8 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// MaxLongPoll bounds how long a slave's Next call is held open.
 	MaxLongPoll time.Duration
+	// TallyHalfLife is the scheduler's tally half-life (for GET usage).
+	TallyHalfLife time.Duration
 }
 
 // Handlers serves the API. Create it with New.

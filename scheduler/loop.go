@@ -26,7 +26,14 @@ type LoopConfig struct {
 	MemoryReserveGb int
 	// Limits cap running jobs per user and project (nil: DefaultLimits; zero fields: no cap).
 	Limits *Limits
+	// TallyHalfLife is how fast usage is forgiven (default 7 days); TallyWeights what each
+	// resource adds per hour (default store.DefaultTallyWeights).
+	TallyHalfLife time.Duration
+	TallyWeights  *store.TallyWeights
 }
+
+// TallyInterval is the period tallyIncrement is expressed in (SPEC 7.2).
+const TallyInterval = 5 * time.Minute
 
 // Loop runs the scheduler on the master that holds the scheduler lock: each pass does the
 // housekeeping (offline slaves, lost jobs, jobs past maxDuration), takes a snapshot, plans
@@ -50,6 +57,13 @@ func NewLoop(st *store.Store, cfg LoopConfig, log *slog.Logger, wake, work *Sign
 	}
 	if cfg.JobGrace <= 0 {
 		cfg.JobGrace = 5 * time.Minute
+	}
+	if cfg.TallyHalfLife <= 0 {
+		cfg.TallyHalfLife = 7 * 24 * time.Hour
+	}
+	if cfg.TallyWeights == nil {
+		w := store.DefaultTallyWeights
+		cfg.TallyWeights = &w
 	}
 	return &Loop{st: st, cfg: cfg, log: log, wake: wake, work: work, now: time.Now}
 }
@@ -106,6 +120,9 @@ func (l *Loop) lead(ctx context.Context, leader *store.Leader) error {
 func (l *Loop) Pass(ctx context.Context) error {
 	now := l.now()
 	if err := l.housekeeping(ctx, now); err != nil {
+		return err
+	}
+	if err := l.st.AccrueTallies(ctx, *l.cfg.TallyWeights, l.cfg.TallyHalfLife); err != nil {
 		return err
 	}
 	snap, err := l.snapshot(ctx, now)
@@ -168,6 +185,11 @@ func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, error) {
 	if l.cfg.Limits != nil {
 		snap.Limits = *l.cfg.Limits
 	}
+	tallies, err := l.st.Tallies(ctx, l.cfg.TallyHalfLife)
+	if err != nil {
+		return snap, err
+	}
+	snap.Tallies = tallies
 	clusters, err := l.st.ListClusters(ctx)
 	if err != nil {
 		return snap, err
@@ -260,7 +282,9 @@ func (l *Loop) apply(ctx context.Context, snap Snapshot, plan Plan) error {
 				SlaveName: a.SlaveName, SlaveHost: hosts[a.SlaveName], SlaveInstanceID: a.SlaveInstanceID,
 				PortMappings: []job.PortMapping{}, GPUDetails: details}
 			msg := fmt.Sprintf("assigned to slave %s (GPUs %v, CPUs %v, %d GB)", a.SlaveName, gpuIDs, a.CPUIDs, a.MemoryGb)
-			err = tx.AssignJob(ctx, a.JobUUID, store.Placement{SlaveName: a.SlaveName, SlaveInstanceID: a.SlaveInstanceID, ClusterID: a.ClusterID, Resources: res}, msg)
+			inc := l.cfg.TallyWeights.Weight(len(a.GPUs), len(a.CPUIDs), a.MemoryGb) * TallyInterval.Hours()
+			err = tx.AssignJob(ctx, a.JobUUID, store.Placement{SlaveName: a.SlaveName, SlaveInstanceID: a.SlaveInstanceID, ClusterID: a.ClusterID,
+				Resources: res, TallyIncrement: inc}, msg)
 			if errors.Is(err, store.ErrStateConflict) {
 				continue
 			}

@@ -153,6 +153,8 @@ type Placement struct {
 	SlaveName, SlaveInstanceID string
 	ClusterID                  int
 	Resources                  job.StateResources
+	// TallyIncrement is what the job adds to its owner's tally per 5-minute tally interval.
+	TallyIncrement float64
 }
 
 // AssignJob moves a QUEUED job to ASSIGNED on a slave with its resources, conditionally.
@@ -167,7 +169,8 @@ func (s *Store) AssignJob(ctx context.Context, uuid string, p Placement, message
 			return err
 		}
 		_, err := tx.q.ExecContext(ctx, `UPDATE jobs SET assigned_slave_name = $2, assigned_instance_id = $3, assigned_cluster_id = $4,
-resources = $5, scheduling = scheduling - 'queuedExplanations' WHERE uuid = $1`, uuid, p.SlaveName, p.SlaveInstanceID, p.ClusterID, res)
+resources = $5, scheduling = (scheduling - 'queuedExplanations') || jsonb_build_object('tallyIncrement', $6::float8)
+WHERE uuid = $1`, uuid, p.SlaveName, p.SlaveInstanceID, p.ClusterID, res, p.TallyIncrement)
 		return mapErr(err, "assign job "+uuid)
 	})
 }

@@ -552,3 +552,34 @@ func TestUnknownAPIPathIsJSON404(t *testing.T) {
 		t.Fatalf("unknown version: %d %s", status, data)
 	}
 }
+
+func TestUsage(t *testing.T) {
+	w := newWorld(t)
+	id := w.submit(t, w.alice, helloWorld, "")
+	ctx := context.Background()
+	if _, err := w.m.Store.DB().Exec(`INSERT INTO user_tallies (user_id, tally) VALUES ($1, 3), ($2, 12)`, w.carol.ID, w.bob.ID); err != nil {
+		t.Fatal(err)
+	}
+	_ = ctx
+	status, data, _ := w.m.Do(w.alice, "GET", v31+"/usage", nil)
+	if status != 200 {
+		t.Fatalf("usage: %d %s", status, data)
+	}
+	u := decode[struct {
+		User        string
+		Tally       float64
+		Rank        int
+		ActiveUsers int
+		Queued      []struct{ UUID string }
+	}](t, data)
+	if u.User != "alice" || u.Rank != 1 || u.ActiveUsers != 3 || len(u.Queued) != 1 || u.Queued[0].UUID != id {
+		t.Fatalf("alice's usage: %s", data)
+	}
+	_, data, _ = w.m.Do(w.bob, "GET", v31+"/usage", nil)
+	if u := decode[struct{ Rank int }](t, data); u.Rank != 3 {
+		t.Fatalf("bob (highest tally) rank: %s", data)
+	}
+	if status, _, _ := w.m.Do(nil, "GET", v31+"/usage", nil); status != 401 {
+		t.Fatalf("usage without credentials: %d", status)
+	}
+}

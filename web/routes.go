@@ -31,6 +31,7 @@ func APIRoutes(h *handlers.Handlers) []Route {
 		{"POST", "convert", true, h.Convert},
 		{"GET", "clusters", true, h.Clusters},
 		{"GET", "slaves", true, h.Slaves},
+		{"GET", "usage", false, h.GetUsage},
 	}
 }
 

@@ -45,6 +45,7 @@ type config struct {
 	MemoryReserveGb    int
 	MaxRunningUser     int
 	MaxRunningProject  int
+	TallyHalfLife      time.Duration
 }
 
 // addCommon registers the flags every command needs (database, data folder, authority).
@@ -68,6 +69,7 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.JobGrace, "job-grace", envDuration(getenv, "GPULAB_JOB_GRACE", 5*time.Minute), "jobs of a slave offline this long fail with `worker lost` (env GPULAB_JOB_GRACE)")
 	fs.DurationVar(&c.SchedulerInterval, "scheduler-interval", envDuration(getenv, "GPULAB_SCHEDULER_INTERVAL", 5*time.Second), "longest time between scheduler passes (env GPULAB_SCHEDULER_INTERVAL)")
 	fs.IntVar(&c.MemoryReserveGb, "memory-reserve-gb", 1, "memory kept free on every slave for its system")
+	fs.DurationVar(&c.TallyHalfLife, "tally-half-life", envDuration(getenv, "GPULAB_TALLY_HALF_LIFE", 7*24*time.Hour), "usage tally half-life (env GPULAB_TALLY_HALF_LIFE)")
 	fs.IntVar(&c.MaxRunningUser, "max-running-per-user", 10, "running jobs one user may have at once (0: no cap)")
 	fs.IntVar(&c.MaxRunningProject, "max-running-per-project", 20, "running jobs one project may have at once (0: no cap)")
 	fs.StringVar(&c.DefaultMinDuration, "default-min-duration", envOr(getenv, "GPULAB_DEFAULT_MIN_DURATION", "1 week"), "minDuration of jobs that give none (env GPULAB_DEFAULT_MIN_DURATION)")

@@ -91,11 +91,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
 	h := handlers.New(st, handlers.Config{Authority: c.Authority, Version: version, LatestClientVersion: latestClientVersion,
-		JobOptions: opts, CA: ca, HeartbeatInterval: c.HeartbeatInterval}, log, wake, work)
+		JobOptions: opts, CA: ca, HeartbeatInterval: c.HeartbeatInterval, TallyHalfLife: c.TallyHalfLife}, log, wake, work)
 	srv := web.New(wcfg, st, h, log)
 	loop := scheduler.NewLoop(st, scheduler.LoopConfig{Interval: c.SchedulerInterval, HeartbeatGrace: c.HeartbeatGrace,
 		JobGrace: c.JobGrace, MemoryReserveGb: c.MemoryReserveGb,
-		Limits: &scheduler.Limits{PerUser: c.MaxRunningUser, PerProject: c.MaxRunningProject}}, log, wake, work)
+		Limits: &scheduler.Limits{PerUser: c.MaxRunningUser, PerProject: c.MaxRunningProject}, TallyHalfLife: c.TallyHalfLife}, log, wake, work)
 	go func() {
 		if err := loop.Run(ctx); err != nil {
 			log.Error("scheduler stopped", "err", err)
