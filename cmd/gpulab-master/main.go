@@ -57,6 +57,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = slaveToken(ctx, args, getenv, stdout, stderr)
 	case "slave":
 		err = slaveCmd(ctx, args, getenv, stdout, stderr)
+	case "simulate":
+		err = simulate(ctx, args, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -93,6 +95,8 @@ Commands:
                                  make a one-time token with which a slave joins
   slave drain NAME | slave open NAME
                                  stop / resume placing jobs on a slave
+  simulate --trace CSV [--policy fair|fifo|sjf-oracle|all] [--slaves N] [--gpus-per-slave G] [--jobs N]
+                                 replay a workload trace through the scheduler in simulated time
 
 Run 'gpulab-master COMMAND -h' for the flags of a command.
 `
