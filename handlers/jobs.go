@@ -528,17 +528,7 @@ func (h *Handlers) JobLog(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var from int64
-	ranged := false
-	if rg := r.Header.Get("Range"); rg != "" {
-		m := rangePattern.FindStringSubmatch(rg)
-		if m == nil {
-			return fieldError("Range", "only `bytes=N-` is supported, not %q", rg)
-		}
-		from, _ = strconv.ParseInt(m[1], 10, 64)
-		ranged = true
-	}
-	data, size, err := h.store.ReadJobLog(r.Context(), rec.Job.UUID, from)
+	data, size, from, ranged, err := h.readLog(w, r, rec)
 	if err != nil {
 		return err
 	}
@@ -547,9 +537,6 @@ func (h *Handlers) JobLog(w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case size == 0 || (ranged && from == size):
 		w.WriteHeader(http.StatusNoContent)
-	case ranged && from > size:
-		w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", size))
-		return &Error{Status: http.StatusRequestedRangeNotSatisfiable, Message: fmt.Sprintf("log has only %d bytes", size)}
 	case ranged:
 		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, size-1, size))
 		w.WriteHeader(http.StatusPartialContent)
@@ -558,6 +545,28 @@ func (h *Handlers) JobLog(w http.ResponseWriter, r *http.Request) error {
 		_, _ = w.Write(data)
 	}
 	return nil
+}
+
+// readLog reads a job's log from the offset of a `Range: bytes=N-` header (0 without one), for
+// the API's log and the portal's live tail alike. A range past the end is 416.
+func (h *Handlers) readLog(w http.ResponseWriter, r *http.Request, rec *store.JobRecord) (data []byte, size, from int64, ranged bool, err error) {
+	if rg := r.Header.Get("Range"); rg != "" {
+		m := rangePattern.FindStringSubmatch(rg)
+		if m == nil {
+			return nil, 0, 0, false, fieldError("Range", "only `bytes=N-` is supported, not %q", rg)
+		}
+		from, _ = strconv.ParseInt(m[1], 10, 64)
+		ranged = true
+	}
+	data, size, err = h.store.ReadJobLog(r.Context(), rec.Job.UUID, from)
+	if err != nil {
+		return nil, 0, 0, false, err
+	}
+	if from > size {
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", size))
+		return nil, 0, 0, false, &Error{Status: http.StatusRequestedRangeNotSatisfiable, Message: fmt.Sprintf("log has only %d bytes", size)}
+	}
+	return data, size, from, ranged, nil
 }
 
 // Convert is POST convert: a v1 (or v2) document in, the normalised v2 request out.

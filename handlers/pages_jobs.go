@@ -352,21 +352,9 @@ func (h *Handlers) JobLogPage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var from int64
-	if rg := r.Header.Get("Range"); rg != "" {
-		m := rangePattern.FindStringSubmatch(rg)
-		if m == nil {
-			return fieldError("Range", "only `bytes=N-` is supported, not %q", rg)
-		}
-		from, _ = strconv.ParseInt(m[1], 10, 64)
-	}
-	data, size, err := h.store.ReadJobLog(r.Context(), rec.Job.UUID, from)
+	data, _, from, _, err := h.readLog(w, r, rec)
 	if err != nil {
 		return err
-	}
-	if from > size {
-		w.Header().Set("Content-Range", "bytes */"+strconv.FormatInt(size, 10))
-		return &Error{Status: http.StatusRequestedRangeNotSatisfiable, Message: "log has only " + strconv.FormatInt(size, 10) + " bytes"}
 	}
 	data = data[:completeUTF8(data)]
 	next := views.LogView{JobUUID: rec.Job.UUID, Offset: from + int64(len(data)), Follow: following(rec.Job)}

@@ -125,12 +125,12 @@ func (l *Loop) Pass(ctx context.Context) error {
 	if err := l.st.AccrueTallies(ctx, *l.cfg.TallyWeights, l.cfg.TallyHalfLife); err != nil {
 		return err
 	}
-	snap, err := l.snapshot(ctx, now)
+	snap, hosts, err := l.snapshot(ctx, now)
 	if err != nil {
 		return err
 	}
 	plan := snap.Plan()
-	return l.apply(ctx, snap, plan)
+	return l.apply(ctx, snap, hosts, plan)
 }
 
 // housekeeping marks silent slaves offline, fails the jobs of slaves gone too long (restarting
@@ -179,40 +179,43 @@ func (l *Loop) housekeeping(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// snapshot reads what Plan needs.
-func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, error) {
+// snapshot reads what Plan needs, and the host name users reach each slave at (for the
+// assignments' state.resources.slaveHost).
+func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, map[string]string, error) {
+	hosts := map[string]string{}
 	snap := Snapshot{Now: now, Clusters: map[int]Cluster{}, Policy: PolicyFair, Limits: DefaultLimits}
 	if l.cfg.Limits != nil {
 		snap.Limits = *l.cfg.Limits
 	}
 	tallies, err := l.st.Tallies(ctx, l.cfg.TallyHalfLife)
 	if err != nil {
-		return snap, err
+		return snap, hosts, err
 	}
 	snap.Tallies = tallies
 	clusters, err := l.st.ListClusters(ctx)
 	if err != nil {
-		return snap, err
+		return snap, hosts, err
 	}
 	owners, err := l.st.ClusterOwners(ctx)
 	if err != nil {
-		return snap, err
+		return snap, hosts, err
 	}
 	for _, c := range clusters {
 		snap.Clusters[c.ID] = Cluster{ID: c.ID, Private: c.Private, Projects: owners[c.ID], GuestLimit: time.Duration(c.GuestLimitS) * time.Second}
 	}
 	slaves, err := l.st.ListSlaves(ctx)
 	if err != nil {
-		return snap, err
+		return snap, hosts, err
 	}
 	for _, s := range slaves {
 		if s.InstanceID == "" {
 			continue // joined but never registered: nothing is known of what it has
 		}
+		hosts[s.Name] = firstNonEmpty(s.DNSName, s.Host, s.Name)
 		var inv protocol.Inventory
 		if len(s.Inventory) > 0 {
 			if err := json.Unmarshal(s.Inventory, &inv); err != nil {
-				return snap, fmt.Errorf("inventory of slave %s: %w", s.Name, err)
+				return snap, hosts, fmt.Errorf("inventory of slave %s: %w", s.Name, err)
 			}
 		}
 		snap.Slaves = append(snap.Slaves, Slave{
@@ -224,7 +227,7 @@ func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, error) {
 	}
 	queued, err := l.st.ListJobs(ctx, store.JobFilter{Statuses: []job.Status{job.StatusQueued}, Sort: "created"})
 	if err != nil {
-		return snap, err
+		return snap, hosts, err
 	}
 	for _, rec := range queued {
 		snap.Queued = append(snap.Queued, Job{UUID: rec.Job.UUID, Request: rec.Job.Request, Submitted: rec.Job.State.Created,
@@ -232,7 +235,7 @@ func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, error) {
 	}
 	running, err := l.st.ListJobs(ctx, store.JobFilter{Statuses: job.RunningStatuses})
 	if err != nil {
-		return snap, err
+		return snap, hosts, err
 	}
 	for _, rec := range running {
 		res := rec.Job.State.Resources
@@ -246,29 +249,14 @@ func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, error) {
 		}
 		snap.Running = append(snap.Running, pl)
 	}
-	return snap, nil
+	return snap, hosts, nil
 }
 
 // apply writes a plan in one transaction. Each change stays conditional on the state the
 // snapshot saw: a job cancelled since is skipped, not assigned.
-func (l *Loop) apply(ctx context.Context, snap Snapshot, plan Plan) error {
-	hosts := map[string]string{}
-	for _, s := range snap.Slaves {
-		hosts[s.Name] = s.Name
-	}
-	slaves, err := l.st.ListSlaves(ctx)
-	if err != nil {
-		return err
-	}
-	for _, s := range slaves {
-		if s.DNSName != "" {
-			hosts[s.Name] = s.DNSName
-		} else if s.Host != "" {
-			hosts[s.Name] = s.Host
-		}
-	}
+func (l *Loop) apply(ctx context.Context, snap Snapshot, hosts map[string]string, plan Plan) error {
 	assigned := 0
-	err = l.st.WithTx(ctx, func(tx *store.Store) error {
+	err := l.st.WithTx(ctx, func(tx *store.Store) error {
 		for _, a := range plan.Assignments {
 			gpuIDs := make([]int, len(a.GPUs))
 			for i, g := range a.GPUs {
@@ -315,4 +303,13 @@ func (l *Loop) apply(ctx context.Context, snap Snapshot, plan Plan) error {
 		l.log.Info("scheduler pass", "queued", len(snap.Queued), "assigned", assigned, "failed", len(plan.Failures))
 	}
 	return nil
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
 }
