@@ -220,6 +220,7 @@ func (h *Handlers) jobDetail(r *http.Request, c *Caller, rec *store.JobRecord, w
 	v.Events = evs
 	if j.State.Status == job.StatusQueued {
 		v.Explanations = j.State.Scheduling.QueuedExplanations
+		v.EstimatedStart = j.State.Scheduling.EstimatedStart
 	}
 	if id := j.State.Scheduling.AssignedClusterID; id > 0 {
 		if cs, err := h.store.ListClusters(ctx); err == nil {

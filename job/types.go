@@ -153,12 +153,14 @@ type State struct {
 
 // StateScheduling is what the scheduler decided or found about a job.
 type StateScheduling struct {
-	AssignedClusterID  int         `json:"assignedClusterId,omitempty"`
-	AssignedSlaveName  string      `json:"assignedSlaveName,omitempty"`
-	AssignedInstanceID string      `json:"assignedInstanceId,omitempty"`
-	QueuedExplanations []string    `json:"queuedExplanations,omitempty"`
-	TallyIncrement     float64     `json:"tallyIncrement,omitempty"`
-	HaltEvents         []HaltEvent `json:"haltEvents,omitempty"`
+	AssignedClusterID  int      `json:"assignedClusterId,omitempty"`
+	AssignedSlaveName  string   `json:"assignedSlaveName,omitempty"`
+	AssignedInstanceID string   `json:"assignedInstanceId,omitempty"`
+	QueuedExplanations []string `json:"queuedExplanations,omitempty"`
+	// EstimatedStart is when the scheduler expects a queued job to start (when it can tell).
+	EstimatedStart *time.Time  `json:"estimatedStart,omitempty"`
+	TallyIncrement float64     `json:"tallyIncrement,omitempty"`
+	HaltEvents     []HaltEvent `json:"haltEvents,omitempty"`
 }
 
 // HaltEvent records one scheduler halt decision that involved this job.

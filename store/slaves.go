@@ -169,7 +169,7 @@ func (s *Store) AssignJob(ctx context.Context, uuid string, p Placement, message
 			return err
 		}
 		_, err := tx.q.ExecContext(ctx, `UPDATE jobs SET assigned_slave_name = $2, assigned_instance_id = $3, assigned_cluster_id = $4,
-resources = $5, scheduling = (scheduling - 'queuedExplanations') || jsonb_build_object('tallyIncrement', $6::float8)
+resources = $5, scheduling = (scheduling - 'queuedExplanations' - 'estimatedStart') || jsonb_build_object('tallyIncrement', $6::float8)
 WHERE uuid = $1`, uuid, p.SlaveName, p.SlaveInstanceID, p.ClusterID, res, p.TallyIncrement)
 		return mapErr(err, "assign job "+uuid)
 	})
@@ -216,6 +216,20 @@ func (s *Store) SetQueuedExplanations(ctx context.Context, expl map[string][]str
 INSERT INTO job_events (job_uuid, kind, actor, message)
 SELECT uuid, 'scheduler', 'scheduler', (SELECT string_agg(x, '; ') FROM jsonb_array_elements_text(value) x) FROM changed`, data)
 	return mapErr(err, "set queued explanations")
+}
+
+// SetEstimatedStarts stores when each queued job is expected to start, and clears the estimate
+// of queued jobs that have none now, in one statement per pass.
+func (s *Store) SetEstimatedStarts(ctx context.Context, starts map[string]time.Time) error {
+	data, err := json.Marshal(starts)
+	if err != nil {
+		return fmt.Errorf("encode estimated starts: %w", err)
+	}
+	_, err = s.q.ExecContext(ctx, `UPDATE jobs j SET scheduling = CASE WHEN e.value IS NULL THEN j.scheduling - 'estimatedStart'
+    ELSE jsonb_set(j.scheduling, '{estimatedStart}', e.value) END
+FROM jobs j2 LEFT JOIN jsonb_each($1::jsonb) e ON e.key = j2.uuid::text
+WHERE j.uuid = j2.uuid AND j2.status = 'QUEUED' AND j.scheduling->'estimatedStart' IS DISTINCT FROM e.value`, data)
+	return mapErr(err, "set estimated starts")
 }
 
 // JobLogState returns the next log chunk number and the log size of a job.

@@ -135,6 +135,8 @@ type JobDetailView struct {
 	RequestJSON  string
 	ClusterName  string
 	Explanations []string
+	// EstimatedStart is when the scheduler expects the queued job to start (nil: unknown).
+	EstimatedStart *time.Time
 }
 
 // JobForm holds the common fields of the Create Job form as the user typed them. Everything

@@ -28,6 +28,7 @@ func APIRoutes(h *handlers.Handlers) []Route {
 		{"DELETE", "jobs/{id}", false, h.DeleteJob},
 		{"GET", "jobs/{id}/debug", false, h.JobEvents},
 		{"GET", "jobs/{id}/log", false, h.JobLog},
+		{"GET", "jobs/{id}/explain", false, h.ExplainJob},
 		{"POST", "convert", true, h.Convert},
 		{"GET", "clusters", true, h.Clusters},
 		{"GET", "slaves", true, h.Slaves},

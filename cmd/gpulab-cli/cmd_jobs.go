@@ -210,6 +210,9 @@ func (a *app) jobDetail(j *job.Job) *kvList {
 	if expl := j.State.Scheduling.QueuedExplanations; len(expl) > 0 && !j.State.Status.Ended() {
 		k.add("Waiting because", strings.Join(expl, "\n"))
 	}
+	if est := j.State.Scheduling.EstimatedStart; est != nil && j.State.Status == job.StatusQueued {
+		k.add("Expected start", a.formatTime(*est))
+	}
 
 	a.addTimings(k, j)
 
