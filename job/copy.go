@@ -73,6 +73,10 @@ func (s State) clone() State {
 	c := s
 	c.EventTimes = maps.Clone(s.EventTimes)
 	c.Scheduling.QueuedExplanations = slices.Clone(s.Scheduling.QueuedExplanations)
+	if s.Scheduling.EstimatedStart != nil {
+		t := *s.Scheduling.EstimatedStart
+		c.Scheduling.EstimatedStart = &t
+	}
 	if s.Scheduling.HaltEvents != nil {
 		c.Scheduling.HaltEvents = make([]HaltEvent, len(s.Scheduling.HaltEvents))
 		for i, h := range s.Scheduling.HaltEvents {

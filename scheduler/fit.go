@@ -19,6 +19,7 @@ type slaveState struct {
 	cpuFree  []bool         // per CPU id
 	cpusUsed int
 	memUsed  int
+	held     []*Placed // the snapshot's running jobs here, read-only: backfill releases them
 }
 
 // newPlanner copies what it must change (free resources, sorted lists) and leaves the snapshot
@@ -66,11 +67,12 @@ func newPlanner(s Snapshot) *planner {
 	}
 	// Taking resources is idempotent per GPU and CPU id and additive for memory, so the order of
 	// Running does not matter. Ids the slave does not have are ignored.
-	for _, r := range s.Running {
+	for i, r := range s.Running {
 		st := byName[r.SlaveName]
 		if st == nil {
 			continue
 		}
+		st.held = append(st.held, &s.Running[i])
 		for _, idx := range r.GPUIndices {
 			if k := slices.IndexFunc(st.gpus, func(g protocol.GPU) bool { return g.Index == idx }); k >= 0 {
 				st.gpuFree[k] = false

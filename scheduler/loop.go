@@ -243,7 +243,8 @@ func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, map[strin
 			continue
 		}
 		pl := Placed{JobUUID: rec.Job.UUID, SlaveName: rec.Job.State.Scheduling.AssignedSlaveName,
-			GPUIndices: res.GPUIDs, CPUIDs: res.CPUIDs, MemoryGb: res.CPUMemoryGb, UserID: rec.UserID, ProjectID: rec.ProjectID}
+			GPUIndices: res.GPUIDs, CPUIDs: res.CPUIDs, MemoryGb: res.CPUMemoryGb, UserID: rec.UserID, ProjectID: rec.ProjectID,
+			Ends: endsAt(rec.Job, now)}
 		if m := rec.Job.Request.Scheduling.MaxSimultaneousJobs; m != nil {
 			pl.Bucket = m.BucketName
 		}
@@ -291,7 +292,10 @@ func (l *Loop) apply(ctx context.Context, snap Snapshot, hosts map[string]string
 				return err
 			}
 		}
-		return tx.SetQueuedExplanations(ctx, plan.Explanations)
+		if err := tx.SetQueuedExplanations(ctx, plan.Explanations); err != nil {
+			return err
+		}
+		return tx.SetEstimatedStarts(ctx, plan.Estimates)
 	})
 	if err != nil {
 		return err
@@ -312,4 +316,17 @@ func firstNonEmpty(ss ...string) string {
 		}
 	}
 	return ""
+}
+
+// endsAt is when a placed job reaches its maxDuration: counted from RUNNING, or from now for a
+// job still being started (it cannot end sooner than that).
+func endsAt(j *job.Job, now time.Time) time.Time {
+	max := time.Duration(j.Request.Scheduling.MaxDuration)
+	if max <= 0 {
+		return time.Time{}
+	}
+	if started, ok := j.State.EventTimes[job.StatusRunning]; ok {
+		return started.Add(max)
+	}
+	return now.Add(max)
 }

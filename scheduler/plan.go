@@ -27,6 +27,9 @@ type Plan struct {
 	// Explanations say, for every queued job neither assigned nor failed, why it waits (1 to 3
 	// short lines, the concrete blocker first); they become the job's queuedExplanations.
 	Explanations map[string][]string
+	// Estimates are the expected start times of waiting jobs, by uuid, only where one follows
+	// from running jobs' Ends (see backfill.go); the explanation says the same in words.
+	Estimates map[string]time.Time
 }
 
 // Assignment places one job on one slave with the exact GPUs and CPU ids it gets, so that the
@@ -55,7 +58,7 @@ type Failure struct {
 // can take.
 func (s Snapshot) Plan() Plan {
 	p := newPlanner(s)
-	out := Plan{Explanations: map[string][]string{}}
+	out := Plan{Explanations: map[string][]string{}, Estimates: map[string]time.Time{}}
 	for _, j := range queueOrder(s) {
 		d := p.decide(j)
 		switch {
@@ -65,6 +68,9 @@ func (s Snapshot) Plan() Plan {
 			out.Failures = append(out.Failures, Failure{JobUUID: j.UUID, Reason: d.fail})
 		default:
 			out.Explanations[j.UUID] = d.wait
+			if !d.estimate.IsZero() {
+				out.Estimates[j.UUID] = d.estimate
+			}
 		}
 	}
 	return out
@@ -184,11 +190,13 @@ func bucketOf(j *Job) string {
 	return ""
 }
 
-// decision is the outcome for one job: exactly one of assign, fail and wait is set.
+// decision is the outcome for one job: exactly one of assign, fail and wait is set. estimate
+// may come with wait.
 type decision struct {
-	assign *Assignment
-	fail   string
-	wait   []string
+	assign   *Assignment
+	fail     string
+	wait     []string
+	estimate time.Time
 }
 
 func failed(format string, args ...any) decision {
@@ -208,6 +216,11 @@ type planner struct {
 	// most of its time allocating them.
 	scope, capable, offline, draining []*slaveState
 	misses                            []miss
+
+	// headTried is set once the first job blocked only by busy resources has had its start
+	// planned (backfill.go); reserved is that plan, nil when none could be made.
+	headTried bool
+	reserved  *reservation
 }
 
 // decide runs the filters for one job in the order that gives the most useful answer: timing,
@@ -275,6 +288,8 @@ func (p *planner) decide(j *Job) decision {
 
 	var best *slaveState
 	var bestRank rank
+	heldBack := false
+	guard := p.guarded(j)
 	offline, draining := p.offline[:0], p.draining[:0]
 	misses = misses[:0]
 	for _, st := range capable {
@@ -286,7 +301,23 @@ func (p *planner) decide(j *Job) decision {
 			draining = append(draining, st)
 			continue
 		}
-		v := st.check(&n, true)
+		var v verdict
+		if guard && st == p.reserved.st {
+			p.reserved.mask()
+			v = st.check(&n, true)
+			p.reserved.unmask()
+			// Unmasked, the job fits (held back) or its blocker is not the reservation: then
+			// the explanation names what really lacks.
+			if v.stage != stageFits {
+				if u := st.check(&n, true); u.stage == stageFits {
+					heldBack = true
+				} else {
+					v = u
+				}
+			}
+		} else {
+			v = st.check(&n, true)
+		}
 		if v.stage != stageFits {
 			misses = append(misses, miss{st, v})
 			continue
@@ -298,13 +329,33 @@ func (p *planner) decide(j *Job) decision {
 	p.offline, p.draining, p.misses = offline, draining, misses
 	if best != nil {
 		p.counts.add(j.UserID, j.ProjectID, bucketOf(j))
+		if guard && best == p.reserved.st {
+			p.reserved.mask()
+			a := best.take(j, &n)
+			p.reserved.unmask()
+			p.reserved.spareMem -= n.memGb
+			return decision{assign: a}
+		}
 		return decision{assign: best.take(j, &n)}
+	}
+	if heldBack {
+		return decision{wait: []string{p.reserved.heldBack()}}
 	}
 	why := waiting(&n, pinned, misses, offline, draining)
 	if r.Scheduling.Interactive {
 		return failed("interactive job cannot start now: %s", why[0])
 	}
-	return decision{wait: why}
+	d := decision{wait: why}
+	// The first job held up only by busy resources is the head (backfill.go); its estimate takes
+	// the place of a third line, since explanations stay within 3.
+	if !p.headTried && len(misses) > 0 {
+		p.headTried = true
+		if p.reserved = p.reserve(j, &n, misses); p.reserved != nil {
+			d.estimate = p.reserved.start
+			d.wait = append(d.wait[:min(len(d.wait), 2)], p.reserved.expected())
+		}
+	}
+	return d
 }
 
 // cluster finds a cluster by id. A cluster some slave reports is taken to exist even if the

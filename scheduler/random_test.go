@@ -84,10 +84,23 @@ func randomSnapshot(seed uint64, nSlaves, nJobs int) Snapshot {
 // per job, explanations present, resources never used twice or beyond a slave; the snapshot is
 // left as it was; the plan is the same when planned again and when the snapshot's lists come
 // in another order.
+// withEnds gives the running jobs maxDuration ends (from their position, so that the generator's
+// random stream stays as it was), which turns backfill on.
+func withEnds(s Snapshot) Snapshot {
+	for i := range s.Running {
+		s.Running[i].Ends = s.Now.Add(time.Duration(1+(i*37)%300) * time.Minute)
+	}
+	return s
+}
+
 func TestPlanRandom(t *testing.T) {
 	for seed := range uint64(30) {
+		ends := seed%2 == 1
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			s, twin := randomSnapshot(seed, 40, 300), randomSnapshot(seed, 40, 300)
+			if ends {
+				s, twin = withEnds(s), withEnds(twin)
+			}
 			if !reflect.DeepEqual(s, twin) {
 				t.Fatal("randomSnapshot is not deterministic")
 			}
@@ -149,4 +162,17 @@ func BenchmarkPlan(b *testing.B) {
 	b.ReportMetric(float64(len(p.Assignments)), "assigned")
 	b.ReportMetric(float64(len(p.Failures)), "failed")
 	b.ReportMetric(float64(len(p.Explanations)), "waiting")
+}
+
+// BenchmarkPlanBackfill is BenchmarkPlan with known ends: one head reservation per pass, and
+// every later job checked against it.
+func BenchmarkPlanBackfill(b *testing.B) {
+	s := withEnds(randomSnapshot(42, 200, 2000))
+	var p Plan
+	b.ReportAllocs()
+	for b.Loop() {
+		p = s.Plan()
+	}
+	b.ReportMetric(float64(len(p.Assignments)), "assigned")
+	b.ReportMetric(float64(len(p.Estimates)), "estimates")
 }

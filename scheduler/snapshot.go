@@ -91,6 +91,10 @@ type Placed struct {
 	GPUIndices []int // protocol.GPU.Index values
 	CPUIDs     []int
 	MemoryGb   int
+	// Ends is when the job reaches its maxDuration (RUNNING since + maxDuration): the latest it
+	// can hold its resources, which is what backfill plans the first blocked job's start from.
+	// Zero means unknown, taken as never: no estimate is built on a guess.
+	Ends time.Time
 }
 
 // Limits are the running-job caps of SPEC 7.2; zero means no cap.

@@ -239,6 +239,19 @@ func TestQueuedExplanation(t *testing.T) {
 	if len(expl) == 0 || !strings.Contains(strings.Join(expl, " "), "2 GPUs") {
 		t.Fatalf("queued explanation: %q", expl)
 	}
+	// The estimate: when the holder reaches its maxDuration (2 weeks after it started running).
+	holder := e.job(first)
+	var est *time.Time
+	for i := 0; i < 100 && est == nil; i++ {
+		est = e.job(second).State.Scheduling.EstimatedStart
+		time.Sleep(100 * time.Millisecond)
+	}
+	if want := holder.State.EventTimes[job.StatusRunning].Add(14 * 24 * time.Hour); est == nil || est.Sub(want).Abs() > time.Second {
+		t.Errorf("estimated start %v, want %v (the holder's end by maxDuration)", est, want)
+	}
+	if ex := strings.Join(e.job(second).State.Scheduling.QueuedExplanations, " "); !strings.Contains(ex, "expected start") || !strings.Contains(ex, first[:8]) {
+		t.Errorf("explanation does not give the expected start: %q", ex)
+	}
 	e.put(first, "CANCELLED")
 	e.waitFor(second, 60*time.Second, job.StatusFinished)
 	if j := e.job(second); len(j.State.Scheduling.QueuedExplanations) != 0 {

@@ -1,0 +1,188 @@
+package scheduler
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/opengpulab/gpulab/protocol"
+)
+
+// Backfill (SPEC 7.2, last bullet). A greedy pass lets small jobs overtake a big one for ever:
+// whenever a little room frees up, the next small job takes it. So the first job that could run
+// on some slave but finds it busy (the head) gets a planned start: the earliest time at which
+// running jobs reaching their maxDuration (Placed.Ends) leave enough room on one slave, and the
+// exact GPUs, CPU ids and memory it would take there. Later jobs still start now, as long as they
+// cannot delay that plan: they end (by their own maxDuration) before it, or they keep off the
+// reserved resources. Only Ends of the snapshot's running jobs count: jobs assigned earlier in
+// the same pass are taken to hold their resources past the estimate, which errs on the late side.
+
+// reservation is the head job's planned start, kept for the rest of the pass.
+type reservation struct {
+	head    string // the head job's uuid
+	st      *slaveState
+	start   time.Time
+	blocker string // the running job whose end makes the room
+	gpuK    []int  // positions in st.gpus the head will take
+	cpuIDs  []int
+	// spareMem is the memory free at start beyond what the head needs: what long jobs backfilled
+	// onto the slave may still take without delaying it.
+	spareMem int
+
+	// Scratch for mask/unmask: what mask took away, so that unmask gives back exactly that.
+	maskedGPU, maskedCPU []int
+	maskedMem            int
+}
+
+// guarded says whether a job must keep off the reservation: interactive jobs never wait for
+// backfill (they are first in line anyway), and a job that ends by its maxDuration before the
+// head starts cannot be in its way. A job without maxDuration may run for ever.
+func (p *planner) guarded(j *Job) bool {
+	if p.reserved == nil || j.Request.Scheduling.Interactive {
+		return false
+	}
+	d := j.Request.Scheduling.MaxDuration.Std()
+	return d <= 0 || p.now.Add(d).After(p.reserved.start)
+}
+
+// reserve plans the head job's start on the busy slaves that could take it (ms, in slave
+// order); the earliest start wins, ties to the first slave. It returns nil when no start follows
+// from known Ends.
+func (p *planner) reserve(j *Job, n *need, ms []miss) *reservation {
+	var best *reservation
+	for _, m := range ms {
+		if r := p.simulate(m.st, n); r != nil && (best == nil || r.start.Before(best.start)) {
+			best = r
+		}
+	}
+	if best != nil {
+		best.head = j.UUID
+	}
+	return best
+}
+
+// simulate releases the slave's running jobs in the order they end and stops at the first
+// release after which the job fits. It works on copies: the pass's state stays as it is.
+func (p *planner) simulate(st *slaveState, n *need) *reservation {
+	var ending []*Placed
+	for _, pl := range st.held {
+		if !pl.Ends.IsZero() {
+			ending = append(ending, pl)
+		}
+	}
+	if len(ending) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(ending, func(a, b *Placed) int {
+		if c := a.Ends.Compare(b.Ends); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.JobUUID, b.JobUUID)
+	})
+	gpuFree, cpuFree := slices.Clone(st.gpuFree), slices.Clone(st.cpuFree)
+	cpusFree, memFree := st.cpus(true), st.s.MemoryGb-st.memUsed
+	for _, pl := range ending {
+		for _, idx := range pl.GPUIndices {
+			if k := st.gpuPos(idx); k >= 0 {
+				gpuFree[k] = true
+			}
+		}
+		for _, id := range pl.CPUIDs {
+			if id >= 0 && id < len(cpuFree) && !cpuFree[id] {
+				cpuFree[id] = true
+				cpusFree++
+			}
+		}
+		memFree += pl.MemoryGb
+		gpusFree := 0
+		if st.s.CudaMajor >= n.cuda {
+			for k := range st.gpus {
+				if gpuFree[k] && st.gpuOK(n, k) {
+					gpusFree++
+				}
+			}
+		}
+		if gpusFree < n.gpus || cpusFree < n.cpus || memFree < n.memGb {
+			continue
+		}
+		r := &reservation{st: st, start: pl.Ends, blocker: pl.JobUUID, spareMem: memFree - n.memGb}
+		if r.start.Before(p.now) { // overdue: it should stop any moment
+			r.start = p.now
+		}
+		for k := range st.gpus {
+			if len(r.gpuK) < n.gpus && gpuFree[k] && st.gpuOK(n, k) {
+				r.gpuK = append(r.gpuK, k)
+			}
+		}
+		for id := range cpuFree {
+			if len(r.cpuIDs) < n.cpus && cpuFree[id] {
+				r.cpuIDs = append(r.cpuIDs, id)
+			}
+		}
+		return r
+	}
+	return nil
+}
+
+// gpuPos is the position in st.gpus of the GPU with that Index, or -1.
+func (st *slaveState) gpuPos(idx int) int {
+	return slices.IndexFunc(st.gpus, func(g protocol.GPU) bool { return g.Index == idx })
+}
+
+// mask hides the reserved resources from the slave's free state, so that the ordinary filters,
+// ranking and take keep a guarded job off them; unmask must follow before anything else looks.
+// Reserved ids already busy need no hiding: jobs ending before the start free them. Memory is
+// a count, so what stays visible is the spare at the start, or what is free now if less.
+func (r *reservation) mask() {
+	st := r.st
+	r.maskedGPU, r.maskedCPU = r.maskedGPU[:0], r.maskedCPU[:0]
+	for _, k := range r.gpuK {
+		if st.gpuFree[k] {
+			st.gpuFree[k] = false
+			r.maskedGPU = append(r.maskedGPU, k)
+		}
+	}
+	for _, id := range r.cpuIDs {
+		if st.cpuFree[id] {
+			st.cpuFree[id] = false
+			st.cpusUsed++
+			r.maskedCPU = append(r.maskedCPU, id)
+		}
+	}
+	free := st.memory(true)
+	r.maskedMem = free - max(0, min(free, r.spareMem))
+	st.memUsed += r.maskedMem
+}
+
+func (r *reservation) unmask() {
+	st := r.st
+	for _, k := range r.maskedGPU {
+		st.gpuFree[k] = true
+	}
+	for _, id := range r.maskedCPU {
+		st.cpuFree[id] = true
+		st.cpusUsed--
+	}
+	st.memUsed -= r.maskedMem
+}
+
+// expected is the line added to the head job's explanation.
+func (r *reservation) expected() string {
+	return fmt.Sprintf("expected start %s when job %s reaches its maxDuration", fmtTime(r.start), shortID(r.blocker))
+}
+
+// heldBack is the explanation of a job that would fit now, but only on the head's room.
+func (r *reservation) heldBack() string {
+	return fmt.Sprintf("held back so that job %s can start at %s (it needs the room this job would take)", shortID(r.head), fmtTime(r.start))
+}
+
+func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// shortID is the first 8 characters of a uuid, as users see it in listings.
+func shortID(uuid string) string {
+	if len(uuid) > 8 {
+		return uuid[:8]
+	}
+	return uuid
+}
