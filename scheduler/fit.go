@@ -25,7 +25,8 @@ type slaveState struct {
 // newPlanner copies what it must change (free resources, sorted lists) and leaves the snapshot
 // alone; Slave structs are copied, their GPU slices only read.
 func newPlanner(s Snapshot) *planner {
-	p := &planner{now: s.Now, clusters: s.Clusters, limits: s.Limits, counts: newRunning(s.Running)}
+	p := &planner{now: s.Now, clusters: s.Clusters, limits: s.Limits, counts: newRunning(s.Running),
+		halting: (s.Policy == "" || s.Policy == PolicyFair), tallies: s.Tallies}
 	slaves := slices.Clone(s.Slaves)
 	slices.SortStableFunc(slaves, func(a, b Slave) int {
 		if c := cmp.Compare(a.Name, b.Name); c != 0 {
@@ -73,6 +74,7 @@ func newPlanner(s Snapshot) *planner {
 			continue
 		}
 		st.held = append(st.held, &s.Running[i])
+		p.mayHalt = p.mayHalt || r.Halting || !r.Started.IsZero()
 		for _, idx := range r.GPUIndices {
 			if k := slices.IndexFunc(st.gpus, func(g protocol.GPU) bool { return g.Index == idx }); k >= 0 {
 				st.gpuFree[k] = false

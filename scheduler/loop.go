@@ -244,7 +244,12 @@ func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, map[strin
 		}
 		pl := Placed{JobUUID: rec.Job.UUID, SlaveName: rec.Job.State.Scheduling.AssignedSlaveName,
 			GPUIndices: res.GPUIDs, CPUIDs: res.CPUIDs, MemoryGb: res.CPUMemoryGb, UserID: rec.UserID, ProjectID: rec.ProjectID,
-			Ends: endsAt(rec.Job, now)}
+			Ends: endsAt(rec.Job, now), MinDuration: time.Duration(rec.Job.Request.Scheduling.MinDuration),
+			Restartable: rec.Job.Request.Scheduling.Restartable, Interactive: rec.Job.Request.Scheduling.Interactive,
+			Halting: rec.Job.State.Status == job.StatusMustHalt || rec.Job.State.Status == job.StatusHalting}
+		if rec.Job.State.Status == job.StatusRunning {
+			pl.Started = rec.Job.State.EventTimes[job.StatusRunning]
+		}
 		if m := rec.Job.Request.Scheduling.MaxSimultaneousJobs; m != nil {
 			pl.Bucket = m.BucketName
 		}
@@ -256,7 +261,7 @@ func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, map[strin
 // apply writes a plan in one transaction. Each change stays conditional on the state the
 // snapshot saw: a job cancelled since is skipped, not assigned.
 func (l *Loop) apply(ctx context.Context, snap Snapshot, hosts map[string]string, plan Plan) error {
-	assigned := 0
+	assigned, halted := 0, 0
 	err := l.st.WithTx(ctx, func(tx *store.Store) error {
 		for _, a := range plan.Assignments {
 			gpuIDs := make([]int, len(a.GPUs))
@@ -292,6 +297,24 @@ func (l *Loop) apply(ctx context.Context, snap Snapshot, hosts map[string]string
 				return err
 			}
 		}
+		for _, h := range plan.Halts {
+			_, err := tx.TransitionJob(ctx, h.JobUUID, []job.Status{job.StatusRunning}, job.StatusMustHalt, store.Event{Actor: string(job.ActorScheduler),
+				Message: fmt.Sprintf("halt (%s) to make room for job %s (owner usage %.2f vs %.2f)", h.Reason, h.ForJobUUID, h.StarterScore, h.VictimScore)})
+			if errors.Is(err, store.ErrStateConflict) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			ev := job.HaltEvent{Time: snap.Now, Reason: h.Reason, HaltedJobs: []string{h.JobUUID}, StartedJobs: []string{h.ForJobUUID},
+				VictimScore: h.VictimScore, StarterScore: h.StarterScore}
+			for _, id := range []string{h.JobUUID, h.ForJobUUID} {
+				if err := tx.AddHaltEvent(ctx, id, ev); err != nil {
+					return err
+				}
+			}
+			halted++
+		}
 		if err := tx.SetQueuedExplanations(ctx, plan.Explanations); err != nil {
 			return err
 		}
@@ -300,11 +323,11 @@ func (l *Loop) apply(ctx context.Context, snap Snapshot, hosts map[string]string
 	if err != nil {
 		return err
 	}
-	if assigned > 0 {
+	if assigned > 0 || halted > 0 {
 		l.work.Wake()
 	}
-	if assigned > 0 || len(plan.Failures) > 0 {
-		l.log.Info("scheduler pass", "queued", len(snap.Queued), "assigned", assigned, "failed", len(plan.Failures))
+	if assigned > 0 || halted > 0 || len(plan.Failures) > 0 {
+		l.log.Info("scheduler pass", "queued", len(snap.Queued), "assigned", assigned, "halted", halted, "failed", len(plan.Failures))
 	}
 	return nil
 }

@@ -30,6 +30,10 @@ type Plan struct {
 	// Estimates are the expected start times of waiting jobs, by uuid, only where one follows
 	// from running jobs' Ends (see backfill.go); the explanation says the same in words.
 	Estimates map[string]time.Time
+	// Halts ask running jobs to stop so that a queued job of higher priority can take their
+	// place (SPEC 7.4, halt.go); the loop moves them to MUSTHALT and records a haltEvent each.
+	// Nil when none.
+	Halts []Halt
 }
 
 // Assignment places one job on one slave with the exact GPUs and CPU ids it gets, so that the
@@ -73,6 +77,7 @@ func (s Snapshot) Plan() Plan {
 			}
 		}
 	}
+	out.Halts = p.halts
 	return out
 }
 
@@ -221,6 +226,15 @@ type planner struct {
 	// planned (backfill.go); reserved is that plan, nil when none could be made.
 	headTried bool
 	reserved  *reservation
+
+	// Halting for fairness (halt.go): only under PolicyFair, so that the simulator's other
+	// policies stay pure queue orders.
+	halting bool
+	mayHalt bool // some running job is started or halting: without one, makeRoom has nothing to do
+	tallies map[int64]float64
+	halts   []Halt
+	victims map[string]bool      // jobs halted this pass: never chosen twice
+	starter map[*slaveState]bool // slaves that already have a starter this pass
 }
 
 // decide runs the filters for one job in the order that gives the most useful answer: timing,
@@ -342,6 +356,11 @@ func (p *planner) decide(j *Job) decision {
 		return decision{wait: []string{p.reserved.heldBack()}}
 	}
 	why := waiting(&n, pinned, misses, offline, draining)
+	if line := p.makeRoom(j, &n, misses); line != "" {
+		// The starter waits for the halt; it is not the backfill head, since it starts as soon
+		// as the victims have stopped and a reservation elsewhere would only hold others back.
+		return decision{wait: []string{line, why[0]}}
+	}
 	if r.Scheduling.Interactive {
 		return failed("interactive job cannot start now: %s", why[0])
 	}

@@ -95,6 +95,20 @@ type Placed struct {
 	// can hold its resources, which is what backfill plans the first blocked job's start from.
 	// Zero means unknown, taken as never: no estimate is built on a guess.
 	Ends time.Time
+	// Started is when the job started RUNNING; zero while it is assigned or starting. Only a
+	// job known to have run its MinDuration may be halted for another (SPEC 7.4), so a zero
+	// Started is never a victim.
+	Started time.Time
+	// MinDuration is the job's scheduling.minDuration: the time it is promised before any halt.
+	MinDuration time.Duration
+	// Restartable jobs lose least when halted (they are queued again), so victims are chosen
+	// among them first.
+	Restartable bool
+	// Interactive jobs are never halted: someone is working in them.
+	Interactive bool
+	// Halting is set for MUSTHALT and HALTING jobs: already on their way out, so never chosen
+	// again, and the room they leave is what a waiting starter waits for.
+	Halting bool
 }
 
 // Limits are the running-job caps of SPEC 7.2; zero means no cap.

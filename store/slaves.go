@@ -241,3 +241,14 @@ func (s *Store) JobLogState(ctx context.Context, uuid string) (nextSeq int, size
 	err = s.q.GetContext(ctx, &row, `SELECT COALESCE(MAX(seq) + 1, 0) AS next, COALESCE(SUM(length(data)), 0) AS size FROM job_logs WHERE job_uuid = $1`, uuid)
 	return row.Next, row.Size, mapErr(err, "log state of job "+uuid)
 }
+
+// AddHaltEvent appends a halt decision to a job's state.scheduling.haltEvents.
+func (s *Store) AddHaltEvent(ctx context.Context, uuid string, ev job.HaltEvent) error {
+	data, err := json.Marshal([]job.HaltEvent{ev})
+	if err != nil {
+		return fmt.Errorf("encode halt event: %w", err)
+	}
+	res, err := s.q.ExecContext(ctx, `UPDATE jobs SET scheduling = jsonb_set(scheduling, '{haltEvents}',
+    COALESCE(scheduling->'haltEvents', '[]'::jsonb) || $2::jsonb) WHERE uuid = $1`, uuid, data)
+	return affectedOne(res, err, "add halt event to job "+uuid)
+}

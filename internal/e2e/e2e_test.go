@@ -268,7 +268,11 @@ func TestHelloWorldRunsToFinished(t *testing.T) {
 	if l := e.waitLog(id, "done", 10*time.Second); l != "Hello World!\nto-stderr\ndone\n" {
 		t.Errorf("log = %q", l)
 	}
-	// The container is gone once the job ended.
+	// The container is removed once the end is reported (right after FINISHED).
+	deadline := time.Now().Add(20 * time.Second)
+	for countContainers(t, e.docker, "s1") > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
 	if n := countContainers(t, e.docker, "s1"); n != 0 {
 		t.Errorf("%d containers left behind", n)
 	}

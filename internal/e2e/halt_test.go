@@ -1,0 +1,58 @@
+package e2e
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opengpulab/gpulab/job"
+)
+
+// A user with less usage needs the GPU that a heavy user's restartable job, past its
+// minDuration, holds: the scheduler halts it (SCORE), it exits 123 on SIGUSR1, its restart job
+// is queued, and the light user's job runs in the freed room.
+func TestScoreHaltWithRestart(t *testing.T) {
+	e := newEnv(t)
+	bob := e.m.AddUser("bob", false, "", "vision")
+	e.startSlave(slaveOpts{name: "s1", cluster: 1, fakeGPUs: "1xV100-32GB"})
+	oneGPU := func(r map[string]any) {
+		r["resources"].(map[string]any)["gpus"] = 1
+		r["scheduling"] = map[string]any{"restartable": true, "minDuration": "1 minute", "maxDuration": "1 day"}
+	}
+	status, data, _ := e.m.Do(bob, "POST", v31+"/jobs", strings.NewReader(e.jobFile("heavy", haltScript, oneGPU)))
+	if status != 201 {
+		t.Fatalf("bob submit: %d %s", status, data)
+	}
+	heavy := strings.TrimSpace(string(data))
+	e.waitFor(heavy, 60*time.Second, job.StatusRunning)
+	// bob has used a lot lately, and his job has run past its minDuration (the clock is moved
+	// by back-dating: a real minute is too long for a test).
+	if _, err := e.m.Store.DB().Exec(`INSERT INTO user_tallies (user_id, tally) VALUES ($1, 500)
+		ON CONFLICT (user_id) DO UPDATE SET tally = 500, updated_at = now()`, bob.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Store.DB().Exec(`UPDATE jobs SET event_times = jsonb_set(event_times, '{RUNNING}', to_jsonb(now() - interval '10 minutes')) WHERE uuid = $1`, heavy); err != nil {
+		t.Fatal(err)
+	}
+	light := e.submit(e.jobFile("light", "echo light runs", func(r map[string]any) { r["resources"].(map[string]any)["gpus"] = 1 }))
+	h := e.waitFor(heavy, 60*time.Second, job.StatusHalted)
+	if len(h.State.Scheduling.HaltEvents) == 0 || h.State.Scheduling.HaltEvents[0].Reason != "SCORE" {
+		t.Errorf("halt events of the halted job: %+v", h.State.Scheduling.HaltEvents)
+	}
+	e.waitFor(light, 60*time.Second, job.StatusFinished)
+	l := e.job(light)
+	if len(l.State.Scheduling.HaltEvents) == 0 || !strings.Contains(strings.Join(l.State.Scheduling.HaltEvents[0].HaltedJobs, ","), heavy) {
+		t.Errorf("the started job does not record the halt it caused: %+v", l.State.Scheduling.HaltEvents)
+	}
+	_, data, _ = e.m.Do(bob, "GET", v31+"/jobs?pending=true&running=true", nil)
+	var list []job.Job
+	_ = json.Unmarshal(data, &list)
+	found := false
+	for _, j := range list {
+		found = found || (j.RestartInfo != nil && j.RestartInfo.InitialJobUUID == heavy)
+	}
+	if !found {
+		t.Errorf("no restart job for the halted job: %s", data)
+	}
+}

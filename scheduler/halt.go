@@ -1,0 +1,246 @@
+package scheduler
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Halting for fairness (SPEC 7.4). A user with a low usage tally should not wait for weeks
+// behind the long jobs of heavy users, and an interactive job should not fail just because the
+// cluster is full. So when a queued job (the starter) finds no room now, the planner may halt
+// running jobs of lower priority on one slave to make it. Halting costs the victims their work,
+// hence the limits: never before a victim's minDuration, never an interactive job, never a job
+// that started less than antiStorm ago (two passes must not halt each other's jobs back and
+// forth), and only when the victims' resources really make the starter fit on that slave.
+//
+// The starter gets no assignment in the pass that halts: the room frees only once the victims
+// have stopped. Until then their resources stay held (they are in Running), so no later job of
+// the pass can take them, and the next pass places the starter.
+
+// Halt asks one running job to stop so that a queued job can take its place.
+type Halt struct {
+	JobUUID string
+	// Reason is the haltEvent reason: "SCORE" (the starter's owner has the lower tally, or the
+	// starter is interactive).
+	Reason string
+	// ForJobUUID is the queued job the room is made for.
+	ForJobUUID string
+	// VictimScore and StarterScore are the owners' usage tallies (lower is higher priority),
+	// recorded so that a user can see why the halt was fair.
+	VictimScore, StarterScore float64
+}
+
+// HaltScore is the reason of a halt made for a job of higher priority.
+const HaltScore = "SCORE"
+
+// antiStorm is how long a job must have been running before it may be halted, whatever its
+// minDuration: a job placed a pass ago is never undone by the next.
+const antiStorm = time.Minute
+
+// maxVictimCandidates bounds the subsets tried per slave (2^n): beyond it the least costly
+// candidates are kept, which are the ones chosen anyway.
+const maxVictimCandidates = 12
+
+// makeRoom is called for a job that fits on no slave now; misses are the online, accepting
+// slaves that could take it but are busy. It returns the explanation's first line when the job
+// waits for halts (new ones, recorded in p.halts, or ones already under way), "" when halting
+// cannot help.
+func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
+	if !p.halting || !p.mayHalt || len(misses) == 0 {
+		return ""
+	}
+	// Jobs already halting may be leaving exactly the room this job needs: wait for them rather
+	// than halt more.
+	for _, m := range misses {
+		var going []*Placed
+		for _, pl := range m.st.held {
+			if pl.Halting {
+				going = append(going, pl)
+			}
+		}
+		slices.SortFunc(going, func(a, b *Placed) int { return cmp.Compare(a.JobUUID, b.JobUUID) })
+		if len(going) > 0 && m.st.fitsWithout(n, going) {
+			return fmt.Sprintf("waiting for %s to halt on %s", jobNames(going), m.st.s.Name)
+		}
+	}
+
+	starterScore := p.tallies[j.UserID]
+	inter := j.Request.Scheduling.Interactive
+	var best *slaveState
+	var bestSet []*Placed
+	var bestRun time.Duration
+	for _, m := range misses {
+		st := m.st
+		if p.starter[st] {
+			continue
+		}
+		var cands []*Placed
+		for _, pl := range st.held {
+			if p.victim(pl, inter, starterScore) {
+				cands = append(cands, pl)
+			}
+		}
+		if len(cands) == 0 {
+			continue
+		}
+		// Preference: restartable first (they lose least), then the least run time, then uuid.
+		slices.SortStableFunc(cands, func(a, b *Placed) int {
+			if a.Restartable != b.Restartable {
+				if a.Restartable {
+					return -1
+				}
+				return 1
+			}
+			if c := cmp.Compare(p.now.Sub(a.Started), p.now.Sub(b.Started)); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.JobUUID, b.JobUUID)
+		})
+		if len(cands) > maxVictimCandidates {
+			cands = cands[:maxVictimCandidates]
+		}
+		set := p.smallestSet(st, n, cands)
+		if set == nil {
+			continue
+		}
+		run := p.runTime(set)
+		if best == nil || len(set) < len(bestSet) || len(set) == len(bestSet) && run < bestRun {
+			best, bestSet, bestRun = st, set, run
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	if p.victims == nil {
+		p.victims, p.starter = map[string]bool{}, map[*slaveState]bool{}
+	}
+	p.starter[best] = true
+	for _, pl := range bestSet {
+		p.victims[pl.JobUUID] = true
+		p.halts = append(p.halts, Halt{JobUUID: pl.JobUUID, Reason: HaltScore, ForJobUUID: j.UUID,
+			VictimScore: p.tallies[pl.UserID], StarterScore: starterScore})
+	}
+	why := fmt.Sprintf("its owner's usage %.4g is below theirs", starterScore)
+	if inter {
+		why = "interactive jobs go first"
+	}
+	stopped := "it has"
+	if len(bestSet) > 1 {
+		stopped = "they have"
+	}
+	return fmt.Sprintf("halting %s (%s) to make room on %s; starts when %s stopped", jobNames(bestSet), why, best.s.Name, stopped)
+}
+
+// victim says whether a running job may be halted for the starter: it has run its minDuration
+// (and at least antiStorm), is not interactive, not already halting, and has lower priority.
+func (p *planner) victim(pl *Placed, starterInteractive bool, starterScore float64) bool {
+	if pl.Started.IsZero() || pl.Interactive || pl.Halting || p.victims[pl.JobUUID] {
+		return false
+	}
+	ran := p.now.Sub(pl.Started)
+	if ran < pl.MinDuration || ran < antiStorm {
+		return false
+	}
+	return starterInteractive || starterScore < p.tallies[pl.UserID]
+}
+
+// smallestSet finds the fewest candidates whose resources, with what is free, make the job fit
+// on the slave; among sets of that size, the fewest non-restartable ones, then the least run
+// time, then the first in preference order. Nil when even all of them are not enough.
+func (p *planner) smallestSet(st *slaveState, n *need, cands []*Placed) []*Placed {
+	if !st.fitsWithout(n, cands) {
+		return nil
+	}
+	idx := make([]int, 0, len(cands))
+	set := make([]*Placed, 0, len(cands))
+	for k := 1; k <= len(cands); k++ {
+		var best []*Placed
+		var bestHard int
+		var bestRun time.Duration
+		var try func(from int)
+		try = func(from int) {
+			if len(idx) == k {
+				set = set[:0]
+				hard := 0
+				for _, i := range idx {
+					set = append(set, cands[i])
+					if !cands[i].Restartable {
+						hard++
+					}
+				}
+				if !st.fitsWithout(n, set) {
+					return
+				}
+				run := p.runTime(set)
+				if best == nil || hard < bestHard || hard == bestHard && run < bestRun {
+					best, bestHard, bestRun = slices.Clone(set), hard, run
+				}
+				return
+			}
+			for i := from; i <= len(cands)-(k-len(idx)); i++ {
+				idx = append(idx, i)
+				try(i + 1)
+				idx = idx[:len(idx)-1]
+			}
+		}
+		try(0)
+		if best != nil {
+			return best
+		}
+	}
+	return nil
+}
+
+func (p *planner) runTime(set []*Placed) time.Duration {
+	var d time.Duration
+	for _, pl := range set {
+		d += p.now.Sub(pl.Started)
+	}
+	return d
+}
+
+// fitsWithout says whether the job would fit on the slave, as it stands in this pass, once the
+// given running jobs have released what they hold. It works on copies.
+func (st *slaveState) fitsWithout(n *need, gone []*Placed) bool {
+	if st.s.CudaMajor < n.cuda {
+		return false
+	}
+	gpuFree, cpuFree := slices.Clone(st.gpuFree), slices.Clone(st.cpuFree)
+	cpusFree, memFree := st.cpus(true), st.s.MemoryGb-st.memUsed
+	for _, pl := range gone {
+		for _, idx := range pl.GPUIndices {
+			if k := st.gpuPos(idx); k >= 0 {
+				gpuFree[k] = true
+			}
+		}
+		for _, id := range pl.CPUIDs {
+			if id >= 0 && id < len(cpuFree) && !cpuFree[id] {
+				cpuFree[id] = true
+				cpusFree++
+			}
+		}
+		memFree += pl.MemoryGb
+	}
+	gpus := 0
+	for k := range st.gpus {
+		if gpuFree[k] && st.gpuOK(n, k) {
+			gpus++
+		}
+	}
+	return gpus >= n.gpus && cpusFree >= n.cpus && memFree >= n.memGb
+}
+
+// jobNames names jobs by short uuid: "job 1a2b3c4d" or "jobs 1a2b3c4d, 5e6f7a8b".
+func jobNames(pls []*Placed) string {
+	ids := make([]string, len(pls))
+	for i, pl := range pls {
+		ids[i] = shortID(pl.JobUUID)
+	}
+	if len(ids) == 1 {
+		return "job " + ids[0]
+	}
+	return "jobs " + strings.Join(ids, ", ")
+}

@@ -1,0 +1,274 @@
+package scheduler
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+)
+
+// runningOpt changes a test running job.
+type runningOpt func(*Placed)
+
+func restartable() runningOpt    { return func(pl *Placed) { pl.Restartable = true } }
+func interactiveRun() runningOpt { return func(pl *Placed) { pl.Interactive = true } }
+func halting() runningOpt        { return func(pl *Placed) { pl.Halting = true } }
+
+// ran is a job of user that holds GPU gpu, CPU gpu and 1 GB on a slave, RUNNING since ago
+// before t0, with minDuration minD.
+func ran(uuid, slave string, gpu int, user int64, ago, minD time.Duration, opts ...runningOpt) Placed {
+	pl := Placed{JobUUID: uuid, SlaveName: slave, UserID: user, ProjectID: 1, GPUIndices: []int{gpu}, CPUIDs: []int{gpu},
+		MemoryGb: 1, Started: t0.Add(-ago), MinDuration: minD}
+	for _, o := range opts {
+		o(&pl)
+	}
+	return pl
+}
+
+func user(id int64) jobOpt { return func(j *Job) { j.UserID = id } }
+
+func TestHalts(t *testing.T) {
+	const h = time.Hour
+	one := []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 1)...))}
+	two := []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 2)...))}
+	tallies := map[int64]float64{1: 1, 2: 10, 3: 1}
+	light := func(opts ...jobOpt) []Job {
+		return []Job{mkJob("light", 1, 1, 1, append([]jobOpt{user(1)}, opts...)...)}
+	}
+	const none = "WAIT needs 1 GPU, none free (gpu1)"
+	tests := []struct {
+		name    string
+		policy  Policy
+		slaves  []Slave
+		running []Placed
+		queued  []Job
+		want    map[string]string
+		halts   []Halt
+	}{
+		{
+			name:    "a light user's job halts a heavy user's job past its minDuration",
+			slaves:  one,
+			running: []Placed{ran("heavy-1", "gpu1", 0, 2, 2*h, h)},
+			queued:  light(),
+			want: map[string]string{"light": "WAIT halting job heavy-1 (its owner's usage 1 is below theirs) to make room on gpu1; starts when it has stopped | " +
+				"needs 1 GPU, none free (gpu1)"},
+			halts: []Halt{{JobUUID: "heavy-1", Reason: "SCORE", ForJobUUID: "light", VictimScore: 10, StarterScore: 1}},
+		},
+		{
+			name:    "no halt before minDuration",
+			slaves:  one,
+			running: []Placed{ran("heavy-1", "gpu1", 0, 2, 30*time.Minute, h)},
+			queued:  light(),
+			want:    map[string]string{"light": none},
+		},
+		{
+			name:    "no halt of a job that started less than a minute ago",
+			slaves:  one,
+			running: []Placed{ran("heavy-1", "gpu1", 0, 2, 30*time.Second, 0)},
+			queued:  light(),
+			want:    map[string]string{"light": none},
+		},
+		{
+			name:    "no halt of a job not yet running",
+			slaves:  one,
+			running: []Placed{{JobUUID: "heavy-1", SlaveName: "gpu1", UserID: 2, GPUIndices: []int{0}}},
+			queued:  light(),
+			want:    map[string]string{"light": none},
+		},
+		{
+			name:    "no halt for a user with an equal or higher tally",
+			slaves:  one,
+			running: []Placed{ran("peer-1", "gpu1", 0, 3, 2*h, h)},
+			queued:  light(),
+			want:    map[string]string{"light": none},
+		},
+		{
+			name:    "a restartable victim is preferred",
+			slaves:  two,
+			running: []Placed{ran("hard-1", "gpu1", 0, 2, 2*h, h), ran("soft-1", "gpu1", 1, 2, 5*h, h, restartable())},
+			queued:  light(),
+			want: map[string]string{"light": "WAIT halting job soft-1 (its owner's usage 1 is below theirs) to make room on gpu1; starts when it has stopped | " +
+				"needs 1 GPU, none free (gpu1)"},
+			halts: []Halt{{JobUUID: "soft-1", Reason: "SCORE", ForJobUUID: "light", VictimScore: 10, StarterScore: 1}},
+		},
+		{
+			name:    "the victim with the least run time is preferred",
+			slaves:  two,
+			running: []Placed{ran("long-1", "gpu1", 0, 2, 5*h, h), ran("short-1", "gpu1", 1, 2, 2*h, h)},
+			queued:  light(),
+			want: map[string]string{"light": "WAIT halting job short-1 (its owner's usage 1 is below theirs) to make room on gpu1; starts when it has stopped | " +
+				"needs 1 GPU, none free (gpu1)"},
+			halts: []Halt{{JobUUID: "short-1", Reason: "SCORE", ForJobUUID: "light", VictimScore: 10, StarterScore: 1}},
+		},
+		{
+			name:   "the fewest victims are halted, however long they ran",
+			slaves: []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 4)...))},
+			running: []Placed{ran("small-1", "gpu1", 0, 2, 2*h, h), ran("small-2", "gpu1", 1, 2, 2*h, h),
+				{JobUUID: "big-1", SlaveName: "gpu1", UserID: 2, GPUIndices: []int{2, 3}, CPUIDs: []int{2}, MemoryGb: 1, Started: t0.Add(-9 * h), MinDuration: h}},
+			queued: []Job{mkJob("light", 2, 1, 1, user(1))},
+			want: map[string]string{"light": "WAIT halting job big-1 (its owner's usage 1 is below theirs) to make room on gpu1; starts when it has stopped | " +
+				"needs 2 GPUs, none free (gpu1)"},
+			halts: []Halt{{JobUUID: "big-1", Reason: "SCORE", ForJobUUID: "light", VictimScore: 10, StarterScore: 1}},
+		},
+		{
+			name:    "an interactive job halts a batch job of an equal tally instead of failing",
+			slaves:  one,
+			running: []Placed{ran("peer-1", "gpu1", 0, 3, 2*h, h)},
+			queued:  light(interactive()),
+			want: map[string]string{"light": "WAIT halting job peer-1 (interactive jobs go first) to make room on gpu1; starts when it has stopped | " +
+				"needs 1 GPU, none free (gpu1)"},
+			halts: []Halt{{JobUUID: "peer-1", Reason: "SCORE", ForJobUUID: "light", VictimScore: 1, StarterScore: 1}},
+		},
+		{
+			name:    "interactive jobs are never victims",
+			slaves:  one,
+			running: []Placed{ran("heavy-1", "gpu1", 0, 2, 2*h, h, interactiveRun())},
+			queued:  []Job{mkJob("light", 1, 1, 1, user(1)), mkJob("notebook", 1, 1, 1, user(1), interactive())},
+			want: map[string]string{"light": none,
+				"notebook": "FAIL interactive job cannot start now: needs 1 GPU, none free (gpu1)"},
+		},
+		{
+			name:    "FIFO never halts",
+			policy:  PolicyFIFO,
+			slaves:  one,
+			running: []Placed{ran("heavy-1", "gpu1", 0, 2, 2*h, h)},
+			queued:  light(),
+			want:    map[string]string{"light": none},
+		},
+		{
+			name:    "a halting job is not halted again; the starter waits for it",
+			slaves:  two,
+			running: []Placed{ran("going-1", "gpu1", 0, 2, 2*h, h, halting()), ran("heavy-2", "gpu1", 1, 2, 2*h, h)},
+			queued:  light(),
+			want: map[string]string{"light": "WAIT waiting for job going-1 to halt on gpu1 | " +
+				"needs 1 GPU, none free (gpu1)"},
+		},
+		{
+			name:    "one starter per slave per pass; later jobs do not take the victims' room",
+			slaves:  two,
+			running: []Placed{ran("heavy-1", "gpu1", 0, 2, 2*h, h), ran("heavy-2", "gpu1", 1, 2, 3*h, h)},
+			queued:  []Job{mkJob("light", 1, 1, 1, user(1)), mkJob("light-2", 1, 1, 1, user(1))},
+			want: map[string]string{"light": "WAIT halting job heavy-1 (its owner's usage 1 is below theirs) to make room on gpu1; starts when it has stopped | " +
+				"needs 1 GPU, none free (gpu1)",
+				"light-2": none},
+			halts: []Halt{{JobUUID: "heavy-1", Reason: "SCORE", ForJobUUID: "light", VictimScore: 10, StarterScore: 1}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			policy := tt.policy
+			if policy == "" {
+				policy = PolicyFair
+			}
+			s := Snapshot{Now: t0, Policy: policy, Tallies: tallies, Slaves: tt.slaves, Running: tt.running, Queued: tt.queued}
+			before := deepCopy(s)
+			p := s.Plan()
+			checkPlan(t, s, p)
+			if got := outcome(p); !maps.Equal(got, tt.want) {
+				for k, w := range tt.want {
+					if got[k] != w {
+						t.Errorf("%s:\n got  %q\n want %q", k, got[k], w)
+					}
+				}
+			}
+			if !slices.Equal(p.Halts, tt.halts) {
+				t.Errorf("halts %+v, want %+v", p.Halts, tt.halts)
+			}
+			if !reflect.DeepEqual(s, before) {
+				t.Errorf("Plan changed the snapshot")
+			}
+			if again := s.Plan(); !reflect.DeepEqual(again, p) {
+				t.Errorf("second plan differs:\n%+v\n%+v", again, p)
+			}
+		})
+	}
+}
+
+// withStarts makes the random snapshot's running jobs halting candidates: started between 0 and
+// 10 hours ago, minDuration up to 4 hours, some restartable, interactive or already halting,
+// owned by users whose tallies spread widely.
+func withStarts(s Snapshot) Snapshot {
+	s.Tallies = map[int64]float64{}
+	for u := int64(1); u <= 20; u++ {
+		s.Tallies[u] = float64((u * 7) % 13)
+	}
+	for i := range s.Running {
+		pl := &s.Running[i]
+		pl.UserID = int64(1 + (i*11)%20)
+		pl.Started = s.Now.Add(-time.Duration((i*53)%600) * time.Minute)
+		pl.MinDuration = time.Duration((i*17)%240) * time.Minute
+		pl.Restartable = i%3 == 0
+		pl.Interactive = i%17 == 0
+		pl.Halting = i%23 == 0
+	}
+	return s
+}
+
+func TestHaltsRandom(t *testing.T) {
+	for seed := range uint64(20) {
+		s, twin := withStarts(randomSnapshot(seed, 40, 300)), withStarts(randomSnapshot(seed, 40, 300))
+		s.Policy, twin.Policy = PolicyFair, PolicyFair
+		p := s.Plan()
+		checkPlan(t, s, p)
+		if !reflect.DeepEqual(s, twin) {
+			t.Fatal("Plan modified its snapshot")
+		}
+		if again := s.Plan(); !reflect.DeepEqual(p, again) {
+			t.Fatal("planning the same snapshot twice gave different plans")
+		}
+		running := map[string]Placed{}
+		for _, pl := range s.Running {
+			running[pl.JobUUID] = pl
+		}
+		queued := map[string]Job{}
+		for _, j := range s.Queued {
+			queued[j.UUID] = j
+		}
+		victims, starterSlave := map[string]bool{}, map[string]string{}
+		for _, h := range p.Halts {
+			v, j := running[h.JobUUID], queued[h.ForJobUUID]
+			ran := s.Now.Sub(v.Started)
+			switch {
+			case victims[h.JobUUID]:
+				t.Errorf("seed %d: %s halted twice", seed, h.JobUUID)
+			case v.Started.IsZero() || ran < v.MinDuration || ran < time.Minute || v.Interactive || v.Halting:
+				t.Errorf("seed %d: %+v may not be halted", seed, v)
+			case !j.Request.Scheduling.Interactive && s.Tallies[j.UserID] >= s.Tallies[v.UserID]:
+				t.Errorf("seed %d: %s (tally %g) may not halt %s (tally %g)", seed, j.UUID, s.Tallies[j.UserID], v.JobUUID, s.Tallies[v.UserID])
+			case h.Reason != "SCORE" || h.StarterScore != s.Tallies[j.UserID] || h.VictimScore != s.Tallies[v.UserID]:
+				t.Errorf("seed %d: halt %+v", seed, h)
+			}
+			victims[h.JobUUID] = true
+			if other, ok := starterSlave[v.SlaveName]; ok && other != j.UUID {
+				t.Errorf("seed %d: two starters on %s", seed, v.SlaveName)
+			}
+			starterSlave[v.SlaveName] = j.UUID
+			if _, waits := p.Explanations[j.UUID]; !waits {
+				t.Errorf("seed %d: starter %s does not wait", seed, j.UUID)
+			}
+		}
+		if seed == 0 && len(p.Halts) == 0 {
+			t.Errorf("seed 0: no halts; the generator should give some")
+		}
+		slices.Reverse(twin.Running)
+		slices.Reverse(twin.Slaves)
+		if shuffled := twin.Plan(); !reflect.DeepEqual(p, shuffled) {
+			t.Fatalf("seed %d: the order of the snapshot's lists changed the plan", seed)
+		}
+	}
+}
+
+// BenchmarkPlanHalts is BenchmarkPlan with running jobs that may be halted: every job that
+// does not fit now looks for victims on the busy slaves.
+func BenchmarkPlanHalts(b *testing.B) {
+	s := withStarts(randomSnapshot(42, 200, 2000))
+	s.Policy = PolicyFair
+	var p Plan
+	b.ReportAllocs()
+	for b.Loop() {
+		p = s.Plan()
+	}
+	b.ReportMetric(float64(len(p.Assignments)), "assigned")
+	b.ReportMetric(float64(len(p.Halts)), "halts")
+}
