@@ -56,3 +56,22 @@ func TestScoreHaltWithRestart(t *testing.T) {
 		t.Errorf("no restart job for the halted job: %s", data)
 	}
 }
+
+// A queued job whose notAfter passes before room frees fails with that reason.
+func TestNotAfterFailsQueuedJob(t *testing.T) {
+	e := newEnv(t)
+	e.startSlave(slaveOpts{name: "s1", cluster: 1, fakeGPUs: "1xV100-32GB"})
+	gpu := func(r map[string]any) { r["resources"].(map[string]any)["gpus"] = 1 }
+	holder := e.submit(e.jobFile("holder", `while true; do sleep 0.2; done`, gpu))
+	e.waitFor(holder, 60*time.Second, job.StatusRunning)
+	deadline := time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339)
+	late := e.submit(e.jobFile("late", "echo too late", func(r map[string]any) {
+		gpu(r)
+		r["scheduling"] = map[string]any{"notAfter": deadline}
+	}))
+	e.waitFor(late, 30*time.Second, job.StatusFailed)
+	if ev := e.events(late); !strings.Contains(ev, "notAfter") {
+		t.Errorf("failure reason: %s", ev)
+	}
+	e.put(holder, "CANCELLED")
+}
