@@ -31,7 +31,27 @@ const (
 	NavClusters = "clusters"
 	NavProfile  = "profile"
 	NavAdmin    = "admin"
+	NavUsage    = "usage"
 )
+
+// UsageView is a user's fair-share standing: his tally, his rank and what it means.
+type UsageView struct {
+	Chrome
+	Tally       float64
+	Rank        int
+	ActiveUsers int
+	HalfLife    string
+	Explanation string
+	// GPUHour, CPUHour and MemoryGbHour are what an hour of each adds to the tally.
+	GPUHour, CPUHour, MemoryGbHour float64
+	Queued                         []UsageJob
+}
+
+// UsageJob is one of the user's queued jobs with why it waits.
+type UsageJob struct {
+	UUID, Name   string
+	Explanations []string
+}
 
 // LogoutPath is where the logout form posts (served by web's session code).
 const LogoutPath = "/logout"

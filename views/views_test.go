@@ -552,3 +552,18 @@ func TestErrorViews(t *testing.T) {
 		t.Errorf("error flash")
 	}
 }
+
+func TestUsagePageStructure(t *testing.T) {
+	v := UsageView{Chrome: Chrome{Active: NavUsage}, Tally: 2.5, Rank: 2, ActiveUsers: 3, HalfLife: "1 week", Explanation: "after one user",
+		Queued: []UsageJob{{UUID: "11111111-2222-3333-4444-555555555555", Name: "train", Explanations: []string{"needs 2 GPUs"}}}}
+	p := render(t, UsagePage(v))
+	if got := text(p.testID(nil, "usage-rank")); got != "2 of 3 active users" {
+		t.Errorf("rank: %q", got)
+	}
+	if got := text(p.testID(nil, "usage-tally")); got != "2.50" {
+		t.Errorf("tally: %q", got)
+	}
+	p.testID(nil, "usage-job-11111111-2222-3333-4444-555555555555")
+	empty := render(t, UsagePage(UsageView{Rank: 1, ActiveUsers: 1}))
+	empty.testID(nil, "usage-no-queued")
+}

@@ -27,6 +27,7 @@ func PortalRoutes(h *handlers.Handlers) []Route {
 		{"GET", "/live/slaves", false, p(h.SlavesPage)},
 		{"GET", "/live/clusters", false, p(h.ClustersPage)},
 
+		{"GET", "/usage", false, p(h.UsagePage)},
 		{"GET", "/profile", false, p(h.ProfilePage)},
 		{"POST", "/profile/certificate", false, p(h.DownloadCertificate)},
 		{"POST", "/profile/ssh-keys", false, p(h.AddSSHKey)},

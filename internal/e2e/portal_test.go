@@ -248,6 +248,11 @@ func TestPortalCancelFromListAndAccess(t *testing.T) {
 func TestPortalCertificateWorksWithCLI(t *testing.T) {
 	p := newPortal(t)
 	p.login("alice", alicePassword)
+	p.do(chromedp.Navigate(p.m.URL+"/usage"), chromedp.WaitVisible(chromedp.CSS(`[data-testid="usage-rank"]`)))
+	if rank := p.text(`[data-testid="usage-rank"]`); !strings.Contains(rank, "1 of") {
+		t.Errorf("usage rank: %q", rank)
+	}
+	testenv.Screenshot(t, p.ctx, "00-usage")
 	p.do(chromedp.Navigate(p.m.URL+"/profile"), chromedp.WaitVisible(chromedp.ID("cert-form")))
 	testenv.Screenshot(t, p.ctx, "01-profile")
 	// Download the certificate the way the form does (with the page's CSRF token and cookie),
