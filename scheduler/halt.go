@@ -36,6 +36,10 @@ type Halt struct {
 // HaltScore is the reason of a halt made for a job of higher priority.
 const HaltScore = "SCORE"
 
+// HaltCluster is the reason of a halt of a guest on a private cluster, made for a job of one of
+// the projects that own it (SPEC 7.3: owners have absolute priority on their hardware).
+const HaltCluster = "CLUSTER"
+
 // antiStorm is how long a job must have been running before it may be halted, whatever its
 // minDuration: a job placed a pass ago is never undone by the next.
 const antiStorm = time.Minute
@@ -79,7 +83,7 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 		}
 		var cands []*Placed
 		for _, pl := range st.held {
-			if p.victim(pl, inter, starterScore) {
+			if p.victim(pl, inter, starterScore) || p.guestVictim(st, j, pl) {
 				cands = append(cands, pl)
 			}
 		}
@@ -119,12 +123,19 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 	}
 	p.starter[best] = true
 	for _, pl := range bestSet {
+		reason := HaltScore
+		if p.guestVictim(best, j, pl) {
+			reason = HaltCluster
+		}
 		p.victims[pl.JobUUID] = true
-		p.halts = append(p.halts, Halt{JobUUID: pl.JobUUID, Reason: HaltScore, ForJobUUID: j.UUID,
+		p.halts = append(p.halts, Halt{JobUUID: pl.JobUUID, Reason: reason, ForJobUUID: j.UUID,
 			VictimScore: p.tallies[pl.UserID], StarterScore: starterScore})
 	}
 	why := fmt.Sprintf("its owner's usage %.4g is below theirs", starterScore)
-	if inter {
+	switch {
+	case best.cluster != nil && best.cluster.Private && slices.Contains(best.cluster.Projects, j.ProjectID):
+		why = "your project owns this private cluster; guests make room"
+	case inter:
 		why = "interactive jobs go first"
 	}
 	stopped := "it has"
@@ -145,6 +156,21 @@ func (p *planner) victim(pl *Placed, starterInteractive bool, starterScore float
 		return false
 	}
 	return starterInteractive || starterScore < p.tallies[pl.UserID]
+}
+
+// guestVictim says whether a running job is a guest on a private cluster that the starter's
+// project owns, and may be halted for it whatever the tallies: past its minDuration (and
+// antiStorm), not interactive, not already halting.
+func (p *planner) guestVictim(st *slaveState, starter *Job, pl *Placed) bool {
+	c := st.cluster
+	if c == nil || !c.Private || !slices.Contains(c.Projects, starter.ProjectID) || slices.Contains(c.Projects, pl.ProjectID) {
+		return false
+	}
+	if pl.Started.IsZero() || pl.Interactive || pl.Halting || p.victims[pl.JobUUID] {
+		return false
+	}
+	ran := p.now.Sub(pl.Started)
+	return ran >= pl.MinDuration && ran >= antiStorm
 }
 
 // smallestSet finds the fewest candidates whose resources, with what is free, make the job fit

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -234,9 +235,11 @@ func TestHaltsRandom(t *testing.T) {
 				t.Errorf("seed %d: %s halted twice", seed, h.JobUUID)
 			case v.Started.IsZero() || ran < v.MinDuration || ran < time.Minute || v.Interactive || v.Halting:
 				t.Errorf("seed %d: %+v may not be halted", seed, v)
-			case !j.Request.Scheduling.Interactive && s.Tallies[j.UserID] >= s.Tallies[v.UserID]:
+			case h.Reason == HaltCluster && !guestOf(s, v, j):
+				t.Errorf("seed %d: CLUSTER halt of %s, which is no guest of a cluster %s's project owns", seed, v.JobUUID, j.UUID)
+			case h.Reason == HaltScore && !j.Request.Scheduling.Interactive && s.Tallies[j.UserID] >= s.Tallies[v.UserID]:
 				t.Errorf("seed %d: %s (tally %g) may not halt %s (tally %g)", seed, j.UUID, s.Tallies[j.UserID], v.JobUUID, s.Tallies[v.UserID])
-			case h.Reason != "SCORE" || h.StarterScore != s.Tallies[j.UserID] || h.VictimScore != s.Tallies[v.UserID]:
+			case (h.Reason != HaltScore && h.Reason != HaltCluster) || h.StarterScore != s.Tallies[j.UserID] || h.VictimScore != s.Tallies[v.UserID]:
 				t.Errorf("seed %d: halt %+v", seed, h)
 			}
 			victims[h.JobUUID] = true
@@ -271,4 +274,42 @@ func BenchmarkPlanHalts(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(p.Assignments)), "assigned")
 	b.ReportMetric(float64(len(p.Halts)), "halts")
+}
+
+// guestOf says whether v runs as a guest on a private cluster owned by j's project.
+func guestOf(s Snapshot, v Placed, j Job) bool {
+	for _, sl := range s.Slaves {
+		if sl.Name != v.SlaveName {
+			continue
+		}
+		c, ok := s.Clusters[sl.ClusterID]
+		return ok && c.Private && slices.Contains(c.Projects, j.ProjectID) && !slices.Contains(c.Projects, v.ProjectID)
+	}
+	return false
+}
+
+// An owner's job on a private cluster halts a guest past its minDuration, whatever the tallies
+// (reason CLUSTER); a guest still within its minDuration is left alone.
+func TestClusterHaltsGuests(t *testing.T) {
+	slave := mkSlave("priv", inCluster(5), gpus(gpuList(v100, 32, 0, 1)...))
+	clusters := map[int]Cluster{5: {ID: 5, Private: true, Projects: []int64{1}}}
+	owner := mkJob("owner-job", 1, 1, 1, owner(1, 1), func(j *Job) { j.Request.Resources.ClusterID = 5 })
+	guest := func(ran time.Duration) Placed {
+		return Placed{JobUUID: "guest-job", SlaveName: "priv", GPUIndices: []int{0}, CPUIDs: []int{0}, MemoryGb: 1,
+			UserID: 2, ProjectID: 2, Started: t0.Add(-ran), MinDuration: 30 * time.Minute}
+	}
+	tallies := map[int64]float64{1: 100, 2: 0} // the owner has used far more: SCORE alone would not halt
+	s := Snapshot{Now: t0, Clusters: clusters, Slaves: []Slave{slave}, Queued: []Job{owner}, Running: []Placed{guest(time.Hour)}, Tallies: tallies}
+	p := s.Plan()
+	checkPlan(t, s, p)
+	if len(p.Halts) != 1 || p.Halts[0].JobUUID != "guest-job" || p.Halts[0].Reason != HaltCluster {
+		t.Fatalf("halts: %+v", p.Halts)
+	}
+	if got := outcome(p)["owner-job"]; !strings.Contains(got, "halting job guest-jo") {
+		t.Errorf("owner's job: %q", got)
+	}
+	s.Running = []Placed{guest(10 * time.Minute)}
+	if p := s.Plan(); len(p.Halts) != 0 {
+		t.Fatalf("a guest within its minDuration was halted: %+v", p.Halts)
+	}
 }
