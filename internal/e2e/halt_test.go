@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -74,4 +75,63 @@ func TestNotAfterFailsQueuedJob(t *testing.T) {
 		t.Errorf("failure reason: %s", ev)
 	}
 	e.put(holder, "CANCELLED")
+}
+
+// An interactive job of the project owning a private cluster halts a guest that has run its
+// minDuration (reason CLUSTER), and starts in its place.
+func TestInteractiveOwnerHaltsGuest(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	bob := e.m.AddUser("bob", false, "", "audio")
+	e.startSlave(slaveOpts{name: "priv", cluster: 5, fakeGPUs: "1xV100-32GB"})
+	vision, err := e.m.Store.GetProjectByName(ctx, "vision")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Store.SetClusterPrivate(ctx, 5, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Store.AddClusterOwner(ctx, 5, vision.ID); err != nil {
+		t.Fatal(err)
+	}
+	// bob's guest job: no clusterId, a short minDuration, restartable.
+	status, data, _ := e.m.Do(bob, "POST", v31+"/jobs", strings.NewReader(e.jobFile("guest", haltScript, func(r map[string]any) {
+		r["resources"].(map[string]any)["gpus"] = 1
+		r["scheduling"] = map[string]any{"restartable": true, "minDuration": "10 minutes", "maxDuration": "1 day"}
+	})))
+	if status != 201 {
+		t.Fatalf("bob submit: %d %s", status, data)
+	}
+	guest := strings.TrimSpace(string(data))
+	// bob's job is not visible to alice (another project): watch it in the store.
+	waitStore := func(id string, want job.Status) *job.Job {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) {
+			rec, err := e.m.Store.GetJob(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.Job.State.Status == want {
+				return rec.Job
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("job %s never reached %s", id, want)
+		return nil
+	}
+	waitStore(guest, job.StatusRunning)
+	if _, err := e.m.Store.DB().Exec(`UPDATE jobs SET event_times = jsonb_set(event_times, '{RUNNING}', to_jsonb(now() - interval '20 minutes')) WHERE uuid = $1`, guest); err != nil {
+		t.Fatal(err)
+	}
+	mine := e.submit(e.jobFile("notebook", "echo owner runs", func(r map[string]any) {
+		r["resources"].(map[string]any)["gpus"] = 1
+		r["resources"].(map[string]any)["clusterId"] = 5
+		r["scheduling"] = map[string]any{"interactive": true}
+	}))
+	g := waitStore(guest, job.StatusHalted)
+	if len(g.State.Scheduling.HaltEvents) == 0 || g.State.Scheduling.HaltEvents[0].Reason != "CLUSTER" {
+		t.Errorf("guest's halt events: %+v", g.State.Scheduling.HaltEvents)
+	}
+	e.waitFor(mine, 60*time.Second, job.StatusFinished)
 }
