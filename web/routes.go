@@ -33,6 +33,9 @@ func APIRoutes(h *handlers.Handlers) []Route {
 		{"GET", "clusters", true, h.Clusters},
 		{"GET", "slaves", true, h.Slaves},
 		{"GET", "usage", false, h.GetUsage},
+		{"GET", "reservations", false, h.ListReservations},
+		{"POST", "reservations", false, h.CreateReservation},
+		{"DELETE", "reservations/{rid}", false, h.DeleteReservation},
 	}
 }
 

@@ -1,0 +1,203 @@
+package handlers
+
+import (
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/opengpulab/gpulab/store"
+)
+
+// ReservationView is a reservation as the API shows it: holders by name.
+type ReservationView struct {
+	ID         string    `json:"id"`
+	Name       string    `json:"name"`
+	ClusterID  int       `json:"clusterId,omitempty"`
+	SlaveNames []string  `json:"slaveNames"`
+	GPUs       int       `json:"gpus"`
+	Start      time.Time `json:"start"`
+	End        time.Time `json:"end"`
+	Users      []string  `json:"users"`
+	Projects   []string  `json:"projects"`
+	// Mine says whether the caller holds it (by name or through a project).
+	Mine bool `json:"mine"`
+}
+
+// reservationRequest is the body of POST reservations.
+type reservationRequest struct {
+	Name       string    `json:"name"`
+	ClusterID  int       `json:"clusterId"`
+	SlaveNames []string  `json:"slaveNames"`
+	GPUs       int       `json:"gpus"`
+	Start      time.Time `json:"start"`
+	End        time.Time `json:"end"`
+	Users      []string  `json:"users"`
+	Projects   []string  `json:"projects"`
+}
+
+func holds(c *Caller, r store.Reservation) bool {
+	if slices.Contains(r.UserIDs, c.User.ID) {
+		return true
+	}
+	for _, p := range r.ProjectIDs {
+		if c.InProject(p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *Handlers) reservationView(r *http.Request, c *Caller, res store.Reservation) (ReservationView, error) {
+	v := ReservationView{ID: res.ID, Name: res.Name, SlaveNames: res.SlaveNames, GPUs: res.GPUs, Start: res.Start, End: res.End,
+		Users: []string{}, Projects: []string{}, Mine: holds(c, res)}
+	if res.ClusterID.Valid {
+		v.ClusterID = int(res.ClusterID.Int64)
+	}
+	for _, id := range res.UserIDs {
+		u, err := h.store.GetUser(r.Context(), id)
+		if err != nil {
+			return v, err
+		}
+		v.Users = append(v.Users, u.Name)
+	}
+	for _, id := range res.ProjectIDs {
+		p, err := h.store.GetProject(r.Context(), id)
+		if err != nil {
+			return v, err
+		}
+		v.Projects = append(v.Projects, p.Name)
+	}
+	return v, nil
+}
+
+// ListReservations is GET reservations: current and future reservations; admins see all, others
+// those they hold.
+func (h *Handlers) ListReservations(w http.ResponseWriter, r *http.Request) error {
+	c, err := requireUser(r)
+	if err != nil {
+		return err
+	}
+	all, err := h.store.ListReservations(r.Context(), time.Now())
+	if err != nil {
+		return err
+	}
+	out := []ReservationView{}
+	for _, res := range all {
+		if !c.Admin() && !holds(c, res) {
+			continue
+		}
+		v, err := h.reservationView(r, c, res)
+		if err != nil {
+			return err
+		}
+		out = append(out, v)
+	}
+	if apiVersion(r.Context()) == V40 {
+		writeJSON(w, http.StatusOK, map[string]any{"items": out})
+		return nil
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// CreateReservation is POST reservations (admins): resources, a window and its holders.
+func (h *Handlers) CreateReservation(w http.ResponseWriter, r *http.Request) error {
+	c, err := requireUser(r)
+	if err != nil {
+		return err
+	}
+	if !c.Admin() {
+		return errorf(http.StatusForbidden, "only admins create reservations")
+	}
+	body, err := readBody(r, 1<<16)
+	if err != nil {
+		return err
+	}
+	var req reservationRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return errorf(http.StatusBadRequest, "invalid reservation: %v", err)
+	}
+	ctx := r.Context()
+	res := store.Reservation{ID: uuid.NewString(), Name: req.Name, SlaveNames: req.SlaveNames, GPUs: req.GPUs, Start: req.Start, End: req.End, CreatedBy: c.User.ID}
+	switch {
+	case req.ClusterID == 0 && len(req.SlaveNames) == 0:
+		return fieldError("clusterId", "give a cluster or slaveNames")
+	case req.GPUs < 0:
+		return fieldError("gpus", "must be 0 (whole slaves) or more, not %d", req.GPUs)
+	case req.Start.IsZero() || req.End.IsZero() || !req.End.After(req.Start):
+		return fieldError("end", "must be after start")
+	case !req.End.After(time.Now()):
+		return fieldError("end", "is in the past")
+	case len(req.Users) == 0 && len(req.Projects) == 0:
+		return fieldError("users", "a reservation needs holders: users or projects")
+	}
+	if req.ClusterID != 0 {
+		if _, err := h.store.GetCluster(ctx, req.ClusterID); errors.Is(err, store.ErrNotFound) {
+			return fieldError("clusterId", "no cluster %d", req.ClusterID)
+		} else if err != nil {
+			return err
+		}
+		res.ClusterID = sql.NullInt64{Int64: int64(req.ClusterID), Valid: true}
+	}
+	for _, name := range req.Users {
+		u, err := h.store.GetUserByName(ctx, name)
+		if errors.Is(err, store.ErrNotFound) {
+			return fieldError("users", "no user %q", name)
+		} else if err != nil {
+			return err
+		}
+		res.UserIDs = append(res.UserIDs, u.ID)
+	}
+	for _, name := range req.Projects {
+		p, err := h.store.GetProjectByName(ctx, name)
+		if errors.Is(err, store.ErrNotFound) {
+			return fieldError("projects", "no project %q", name)
+		} else if err != nil {
+			return err
+		}
+		res.ProjectIDs = append(res.ProjectIDs, p.ID)
+	}
+	created, err := h.store.CreateReservation(ctx, res)
+	if err != nil {
+		return err
+	}
+	h.sched.Wake()
+	v, err := h.reservationView(r, c, created)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, v)
+	return nil
+}
+
+// DeleteReservation is DELETE reservations/{rid}: admins, and the users who hold it.
+func (h *Handlers) DeleteReservation(w http.ResponseWriter, r *http.Request) error {
+	c, err := requireUser(r)
+	if err != nil {
+		return err
+	}
+	id := r.PathValue("rid")
+	if _, err := uuid.Parse(id); err != nil {
+		return fieldError("id", "must be a reservation UUID, not %q", id)
+	}
+	res, err := h.store.GetReservation(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !c.Admin() && !holds(c, res)) {
+		return errorf(http.StatusNotFound, "no reservation %s", id)
+	} else if err != nil {
+		return err
+	}
+	if !c.Admin() && !slices.Contains(res.UserIDs, c.User.ID) {
+		return errorf(http.StatusForbidden, "only admins and the users named in reservation %s may delete it", id)
+	}
+	if err := h.store.DeleteReservation(r.Context(), id); err != nil {
+		return err
+	}
+	h.sched.Wake()
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
