@@ -192,6 +192,13 @@ func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, map[strin
 		return snap, hosts, err
 	}
 	snap.Tallies = tallies
+	reservations, err := l.st.ListReservations(ctx, now)
+	if err != nil {
+		return snap, hosts, err
+	}
+	for _, r := range reservations {
+		snap.Reservations = append(snap.Reservations, Reservation{ID: r.ID, Start: r.Start, End: r.End, Users: r.UserIDs, Projects: r.ProjectIDs})
+	}
 	clusters, err := l.st.ListClusters(ctx)
 	if err != nil {
 		return snap, hosts, err

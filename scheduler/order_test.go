@@ -45,3 +45,32 @@ func TestQueueOrderPolicies(t *testing.T) {
 		t.Fatal("unknown policy accepted")
 	}
 }
+
+// Under the fair policy, jobs naming an active reservation their owner holds come right after
+// interactive jobs; a reservation not yet active, or not held, gives no priority.
+func TestQueueOrderReservationHolders(t *testing.T) {
+	base := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	mk := func(id string, user int64, submitted int, res ...string) Job {
+		j := Job{UUID: id, UserID: user, ProjectID: user * 10, Submitted: base.Add(time.Duration(submitted) * time.Minute)}
+		j.Request.Scheduling.ReservationIDs = res
+		j.Request.Scheduling.MaxDuration = job.Duration(time.Hour)
+		return j
+	}
+	s := Snapshot{Now: base.Add(time.Hour), Policy: PolicyFair, Tallies: map[int64]float64{1: 100, 2: 0, 3: 0},
+		Reservations: []Reservation{
+			{ID: "active", Start: base, End: base.Add(3 * time.Hour), Users: []int64{1}},
+			{ID: "future", Start: base.Add(2 * time.Hour), End: base.Add(3 * time.Hour), Projects: []int64{20}},
+		},
+		Queued: []Job{
+			mk("light", 2, 0),
+			mk("future-holder", 2, 1, "future"),
+			mk("not-a-holder", 3, 2, "active"),
+			mk("heavy-holder", 1, 3, "active"),
+		}}
+	want := []string{"heavy-holder", "light", "future-holder", "not-a-holder"}
+	for i, j := range queueOrder(s) {
+		if j.UUID != want[i] {
+			t.Fatalf("position %d: %s, want %v", i, j.UUID, want)
+		}
+	}
+}

@@ -87,8 +87,8 @@ type Policy string
 // The queue orders. PolicyFair is GPULab's (SPEC 7.2); the others exist to compare against it
 // in the simulator.
 const (
-	// PolicyFair: interactive first, then the owner's usage tally (lowest first), then shorter
-	// maxDuration, then older submission.
+	// PolicyFair: interactive first, then jobs naming an active reservation their owner holds,
+	// then the owner's usage tally (lowest first), then shorter maxDuration, then older submission.
 	PolicyFair Policy = "fair"
 	// PolicyFIFO: older submission first.
 	PolicyFIFO Policy = "fifo"
@@ -130,6 +130,12 @@ func queueOrder(s Snapshot) []*Job {
 			ai, bi := a.Request.Scheduling.Interactive, b.Request.Scheduling.Interactive
 			if ai != bi {
 				if ai {
+					return -1
+				}
+				return 1
+			}
+			if ar, br := s.holdsActive(a), s.holdsActive(b); ar != br {
+				if ar {
 					return -1
 				}
 				return 1

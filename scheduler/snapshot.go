@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"slices"
 	"time"
 
 	"github.com/opengpulab/gpulab/job"
@@ -23,6 +24,8 @@ type Snapshot struct {
 	Tallies map[int64]float64
 	// Limits cap running jobs per user and per project (0: no cap).
 	Limits Limits
+	// Reservations are the current and future reservations.
+	Reservations []Reservation
 	// Clusters are the existing clusters by id; a job naming another id fails.
 	Clusters map[int]Cluster
 	// Slaves are every registered slave, online or not: offline ones still count when deciding
@@ -119,3 +122,26 @@ type Limits struct {
 
 // DefaultLimits are GPULab's default caps: 10 running jobs per user, 20 per project.
 var DefaultLimits = Limits{PerUser: 10, PerProject: 20}
+
+// Reservation is a booking of resources for some users and projects during a window (SPEC
+// 7.3). For now the planner uses it to put its holders' jobs first while it is active.
+type Reservation struct {
+	ID         string
+	Start, End time.Time
+	Users      []int64
+	Projects   []int64
+}
+
+// holdsActive reports whether the job names a reservation that is active now and that its
+// owner (or his project) holds.
+func (s *Snapshot) holdsActive(j *Job) bool {
+	for _, id := range j.Request.Scheduling.ReservationIDs {
+		for _, r := range s.Reservations {
+			if r.ID == id && !s.Now.Before(r.Start) && s.Now.Before(r.End) &&
+				(slices.Contains(r.Users, j.UserID) || slices.Contains(r.Projects, j.ProjectID)) {
+				return true
+			}
+		}
+	}
+	return false
+}
