@@ -1,6 +1,7 @@
-// Package handlers holds the master's HTTP handlers, one file per resource. The JSON API and,
-// later, the portal run over the same handlers: a handler computes its result once, and errors
-// are mapped to status codes in one place (writeError), so the two faces cannot disagree.
+// Package handlers holds the master's HTTP handlers, one file per resource: the JSON API, the
+// slave protocol and the portal's pages. The portal runs over the API's handlers: a result is
+// computed once, and errors are mapped to status codes in one place (WriteError), so the two
+// faces cannot disagree.
 package handlers
 
 import (
@@ -204,6 +205,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// writeList writes a list in the shape of the request's API version: a JSON array for v3.x,
+// {"items": [...]} for v4.0.
+func writeList(w http.ResponseWriter, r *http.Request, items any) {
+	if apiVersion(r.Context()) == V40 {
+		writeJSON(w, http.StatusOK, map[string]any{"items": items})
+		return
+	}
+	writeJSON(w, http.StatusOK, items)
 }
 
 // wantsJSON reports whether the client asked for JSON rather than the default text answer.

@@ -159,11 +159,7 @@ func (h *Handlers) Clusters(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if apiVersion(r.Context()) == V40 {
-		writeJSON(w, http.StatusOK, map[string]any{"items": infos})
-		return nil
-	}
-	writeJSON(w, http.StatusOK, infos)
+	writeList(w, r, infos)
 	return nil
 }
 
@@ -173,10 +169,6 @@ func (h *Handlers) Slaves(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if apiVersion(r.Context()) == V40 {
-		writeJSON(w, http.StatusOK, map[string]any{"items": slaves})
-		return nil
-	}
-	writeJSON(w, http.StatusOK, slaves)
+	writeList(w, r, slaves)
 	return nil
 }

@@ -511,11 +511,7 @@ func (h *Handlers) JobEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if apiVersion(r.Context()) == V40 {
-		writeJSON(w, http.StatusOK, map[string]any{"items": evs})
-		return nil
-	}
-	writeJSON(w, http.StatusOK, evs)
+	writeList(w, r, evs)
 	return nil
 }
 

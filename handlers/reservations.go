@@ -97,11 +97,7 @@ func (h *Handlers) ListReservations(w http.ResponseWriter, r *http.Request) erro
 		}
 		out = append(out, v)
 	}
-	if apiVersion(r.Context()) == V40 {
-		writeJSON(w, http.StatusOK, map[string]any{"items": out})
-		return nil
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeList(w, r, out)
 	return nil
 }
 

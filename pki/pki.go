@@ -1,6 +1,6 @@
 // Package pki is the master's small certificate authority: it makes the CA at first start, the
-// master's server certificate, and the client certificates that identify users (and, later,
-// slaves and services) on the API. It also reads the PEM files users hold, with or without a
+// master's server certificate, and the client certificates that identify users, slaves (signed from their
+// CSR at join) and, later, services. It also reads the PEM files users hold, with or without a
 // password, so the master and the CLI agree on one format.
 //
 // Certificates follow imec's layout so that existing GPULab clients and habits keep working:

@@ -83,18 +83,7 @@ func (p *planner) simulate(st *slaveState, n *need) *reservation {
 	gpuFree, cpuFree := slices.Clone(st.gpuFree), slices.Clone(st.cpuFree)
 	cpusFree, memFree := st.cpus(true), st.s.MemoryGb-st.memUsed
 	for _, pl := range ending {
-		for _, idx := range pl.GPUIndices {
-			if k := st.gpuPos(idx); k >= 0 {
-				gpuFree[k] = true
-			}
-		}
-		for _, id := range pl.CPUIDs {
-			if id >= 0 && id < len(cpuFree) && !cpuFree[id] {
-				cpuFree[id] = true
-				cpusFree++
-			}
-		}
-		memFree += pl.MemoryGb
+		cpusFree, memFree = st.release(pl, gpuFree, cpuFree, cpusFree, memFree)
 		gpusFree := 0
 		if st.s.CudaMajor >= n.cuda {
 			for k := range st.gpus {

@@ -237,18 +237,7 @@ func (st *slaveState) fitsWithout(n *need, gone []*Placed) bool {
 	gpuFree, cpuFree := slices.Clone(st.gpuFree), slices.Clone(st.cpuFree)
 	cpusFree, memFree := st.cpus(true), st.s.MemoryGb-st.memUsed
 	for _, pl := range gone {
-		for _, idx := range pl.GPUIndices {
-			if k := st.gpuPos(idx); k >= 0 {
-				gpuFree[k] = true
-			}
-		}
-		for _, id := range pl.CPUIDs {
-			if id >= 0 && id < len(cpuFree) && !cpuFree[id] {
-				cpuFree[id] = true
-				cpusFree++
-			}
-		}
-		memFree += pl.MemoryGb
+		cpusFree, memFree = st.release(pl, gpuFree, cpuFree, cpusFree, memFree)
 	}
 	gpus := 0
 	for k := range st.gpus {
@@ -269,4 +258,22 @@ func jobNames(pls []*Placed) string {
 		return "job " + ids[0]
 	}
 	return "jobs " + strings.Join(ids, ", ")
+}
+
+// release marks what a running job holds as free in copies of the slave's free lists (used by
+// backfill's planned start and by halting's "would it fit without them"), returning the new
+// free CPU count and memory.
+func (st *slaveState) release(pl *Placed, gpuFree, cpuFree []bool, cpusFree, memFree int) (int, int) {
+	for _, idx := range pl.GPUIndices {
+		if k := st.gpuPos(idx); k >= 0 {
+			gpuFree[k] = true
+		}
+	}
+	for _, id := range pl.CPUIDs {
+		if id >= 0 && id < len(cpuFree) && !cpuFree[id] {
+			cpuFree[id] = true
+			cpusFree++
+		}
+	}
+	return cpusFree, memFree + pl.MemoryGb
 }

@@ -1,6 +1,6 @@
-// Command gpulab-master is the GPULab master: one HTTPS server for the JSON API (and, later,
-// the portal and the slave protocol) over Postgres, plus the admin commands that manage
-// users, projects and certificates.
+// Command gpulab-master is the GPULab master: one HTTPS server for the JSON API, the portal and
+// the slave protocol over Postgres, with the scheduler loop; plus the admin commands that manage
+// users, projects, clusters, slave tokens and certificates, and the trace simulator.
 //
 //	gpulab-master [serve]                          run the master (migrates the schema first)
 //	gpulab-master migrate                          apply schema migrations and exit
@@ -8,6 +8,9 @@
 //	gpulab-master project add NAME                 create a project
 //	gpulab-master member add PROJECT USER          add a user to a project
 //	gpulab-master cluster add ID [--name N]        create a cluster
+//	gpulab-master slave-token --name N --cluster C a one-time token for a slave to join
+//	gpulab-master slave drain|open NAME            stop / resume placing jobs on a slave
+//	gpulab-master simulate --trace CSV             replay a workload trace through the scheduler
 //
 // Configuration comes from flags, each with an environment variable (see -h).
 package main

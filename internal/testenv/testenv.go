@@ -1,4 +1,5 @@
-// Package testenv gives tests the real parts they need (a fresh Postgres database, for now) and
+// Package testenv gives tests the real parts they need (a fresh Postgres database, the Docker
+// Engine and local images, a stub-hook GPU engine, headless Chromium) and
 // decides what happens when a part is missing: the test is skipped on a developer's machine, but
 // fails when GPULAB_REQUIRE_SERVICES=1 (CI), so a green CI run always exercised the real parts.
 package testenv
