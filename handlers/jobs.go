@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,6 +83,9 @@ func (h *Handlers) SubmitJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := h.checkReservations(r, c, project, j.Request.Scheduling.ReservationIDs); err != nil {
+		return err
+	}
 	j.UUID = uuid.NewString()
 	j.Owner = job.Owner{UserURN: c.User.URN, UserEmail: c.User.Email, ProjectURN: project.URN}
 	j.State = job.State{Status: job.StatusQueued}
@@ -144,6 +148,29 @@ func (h *Handlers) resolveProject(r *http.Request, c *Caller, given string) (sto
 		return store.Project{}, errorf(http.StatusForbidden, "you are not a member of project %s", p.Name)
 	}
 	return p, nil
+}
+
+// checkReservations refuses a job naming a reservation that does not exist, has ended, or that
+// neither the caller nor the job's project holds: the scheduler would only fail it later. The
+// parser has checked that the ids are UUIDs.
+func (h *Handlers) checkReservations(r *http.Request, c *Caller, project store.Project, ids []string) error {
+	for i, id := range ids {
+		field := fmt.Sprintf("request.scheduling.reservationIds[%d]", i)
+		res, err := h.store.GetReservation(r.Context(), id)
+		if errors.Is(err, store.ErrNotFound) {
+			return fieldError(field, "no reservation %s exists", id)
+		}
+		if err != nil {
+			return err
+		}
+		if !res.End.After(time.Now()) {
+			return fieldError(field, "reservation %s ended at %s", id, res.End.UTC().Format(time.RFC3339))
+		}
+		if !slices.Contains(res.UserIDs, c.User.ID) && !slices.Contains(res.ProjectIDs, project.ID) {
+			return fieldError(field, "reservation %s is held neither by you nor by project %s", id, project.Name)
+		}
+	}
+	return nil
 }
 
 // idPattern is what a job id or id prefix may look like.

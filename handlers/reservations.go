@@ -107,9 +107,6 @@ func (h *Handlers) CreateReservation(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	if !c.Admin() {
-		return errorf(http.StatusForbidden, "only admins create reservations")
-	}
 	body, err := readBody(r, 1<<16)
 	if err != nil {
 		return err
@@ -118,51 +115,10 @@ func (h *Handlers) CreateReservation(w http.ResponseWriter, r *http.Request) err
 	if err := json.Unmarshal(body, &req); err != nil {
 		return errorf(http.StatusBadRequest, "invalid reservation: %v", err)
 	}
-	ctx := r.Context()
-	res := store.Reservation{ID: uuid.NewString(), Name: req.Name, SlaveNames: req.SlaveNames, GPUs: req.GPUs, Start: req.Start, End: req.End, CreatedBy: c.User.ID}
-	switch {
-	case req.ClusterID == 0 && len(req.SlaveNames) == 0:
-		return fieldError("clusterId", "give a cluster or slaveNames")
-	case req.GPUs < 0:
-		return fieldError("gpus", "must be 0 (whole slaves) or more, not %d", req.GPUs)
-	case req.Start.IsZero() || req.End.IsZero() || !req.End.After(req.Start):
-		return fieldError("end", "must be after start")
-	case !req.End.After(time.Now()):
-		return fieldError("end", "is in the past")
-	case len(req.Users) == 0 && len(req.Projects) == 0:
-		return fieldError("users", "a reservation needs holders: users or projects")
-	}
-	if req.ClusterID != 0 {
-		if _, err := h.store.GetCluster(ctx, req.ClusterID); errors.Is(err, store.ErrNotFound) {
-			return fieldError("clusterId", "no cluster %d", req.ClusterID)
-		} else if err != nil {
-			return err
-		}
-		res.ClusterID = sql.NullInt64{Int64: int64(req.ClusterID), Valid: true}
-	}
-	for _, name := range req.Users {
-		u, err := h.store.GetUserByName(ctx, name)
-		if errors.Is(err, store.ErrNotFound) {
-			return fieldError("users", "no user %q", name)
-		} else if err != nil {
-			return err
-		}
-		res.UserIDs = append(res.UserIDs, u.ID)
-	}
-	for _, name := range req.Projects {
-		p, err := h.store.GetProjectByName(ctx, name)
-		if errors.Is(err, store.ErrNotFound) {
-			return fieldError("projects", "no project %q", name)
-		} else if err != nil {
-			return err
-		}
-		res.ProjectIDs = append(res.ProjectIDs, p.ID)
-	}
-	created, err := h.store.CreateReservation(ctx, res)
+	created, err := h.createReservation(r, c, req)
 	if err != nil {
 		return err
 	}
-	h.sched.Wake()
 	v, err := h.reservationView(r, c, created)
 	if err != nil {
 		return err
@@ -171,13 +127,76 @@ func (h *Handlers) CreateReservation(w http.ResponseWriter, r *http.Request) err
 	return nil
 }
 
+// createReservation checks and stores a reservation for the API and the portal's form alike.
+func (h *Handlers) createReservation(r *http.Request, c *Caller, req reservationRequest) (store.Reservation, error) {
+	if !c.Admin() {
+		return store.Reservation{}, errorf(http.StatusForbidden, "only admins create reservations")
+	}
+	ctx := r.Context()
+	res := store.Reservation{ID: uuid.NewString(), Name: req.Name, SlaveNames: req.SlaveNames, GPUs: req.GPUs, Start: req.Start, End: req.End, CreatedBy: c.User.ID}
+	switch {
+	case req.ClusterID == 0 && len(req.SlaveNames) == 0:
+		return res, fieldError("clusterId", "give a cluster or slaveNames")
+	case req.GPUs < 0:
+		return res, fieldError("gpus", "must be 0 (whole slaves) or more, not %d", req.GPUs)
+	case req.Start.IsZero() || req.End.IsZero() || !req.End.After(req.Start):
+		return res, fieldError("end", "must be after start")
+	case !req.End.After(time.Now()):
+		return res, fieldError("end", "is in the past")
+	case len(req.Users) == 0 && len(req.Projects) == 0:
+		return res, fieldError("users", "a reservation needs holders: users or projects")
+	}
+	if req.ClusterID != 0 {
+		if _, err := h.store.GetCluster(ctx, req.ClusterID); errors.Is(err, store.ErrNotFound) {
+			return res, fieldError("clusterId", "no cluster %d", req.ClusterID)
+		} else if err != nil {
+			return res, err
+		}
+		res.ClusterID = sql.NullInt64{Int64: int64(req.ClusterID), Valid: true}
+	}
+	for _, name := range req.Users {
+		u, err := h.store.GetUserByName(ctx, name)
+		if errors.Is(err, store.ErrNotFound) {
+			return res, fieldError("users", "no user %q", name)
+		} else if err != nil {
+			return res, err
+		}
+		res.UserIDs = append(res.UserIDs, u.ID)
+	}
+	for _, name := range req.Projects {
+		p, err := h.store.GetProjectByName(ctx, name)
+		if errors.Is(err, store.ErrNotFound) {
+			return res, fieldError("projects", "no project %q", name)
+		} else if err != nil {
+			return res, err
+		}
+		res.ProjectIDs = append(res.ProjectIDs, p.ID)
+	}
+	created, err := h.store.CreateReservation(ctx, res)
+	if err != nil {
+		return res, err
+	}
+	h.log.InfoContext(ctx, "reservation created", "reservation", created.ID, "name", created.Name, "by", c.User.Name)
+	h.sched.Wake()
+	return created, nil
+}
+
 // DeleteReservation is DELETE reservations/{rid}: admins, and the users who hold it.
 func (h *Handlers) DeleteReservation(w http.ResponseWriter, r *http.Request) error {
 	c, err := requireUser(r)
 	if err != nil {
 		return err
 	}
-	id := r.PathValue("rid")
+	if err := h.deleteReservation(r, c, r.PathValue("rid")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// deleteReservation removes a reservation for the API and the portal alike. Holders through a
+// project see it but may not delete it: only admins and the users it names.
+func (h *Handlers) deleteReservation(r *http.Request, c *Caller, id string) error {
 	if _, err := uuid.Parse(id); err != nil {
 		return fieldError("id", "must be a reservation UUID, not %q", id)
 	}
@@ -187,13 +206,17 @@ func (h *Handlers) DeleteReservation(w http.ResponseWriter, r *http.Request) err
 	} else if err != nil {
 		return err
 	}
-	if !c.Admin() && !slices.Contains(res.UserIDs, c.User.ID) {
+	if !mayDelete(c, res) {
 		return errorf(http.StatusForbidden, "only admins and the users named in reservation %s may delete it", id)
 	}
 	if err := h.store.DeleteReservation(r.Context(), id); err != nil {
 		return err
 	}
+	h.log.InfoContext(r.Context(), "reservation deleted", "reservation", id, "by", c.User.Name)
 	h.sched.Wake()
-	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+func mayDelete(c *Caller, res store.Reservation) bool {
+	return c.Admin() || slices.Contains(res.UserIDs, c.User.ID)
 }

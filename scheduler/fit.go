@@ -88,6 +88,7 @@ func newPlanner(s Snapshot) *planner {
 		}
 		st.memUsed += r.MemoryGb
 	}
+	p.newBookings(&s)
 	return p
 }
 

@@ -24,7 +24,8 @@ import (
 type Halt struct {
 	JobUUID string
 	// Reason is the haltEvent reason: "SCORE" (the starter's owner has the lower tally, or the
-	// starter is interactive).
+	// starter is interactive), "CLUSTER" (a guest on a private cluster makes room for an owner)
+	// or "RESERVATION" (a job makes room for one using a reservation of the slave).
 	Reason string
 	// ForJobUUID is the queued job the room is made for.
 	ForJobUUID string
@@ -83,7 +84,7 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 		}
 		var cands []*Placed
 		for _, pl := range st.held {
-			if p.victim(pl, inter, starterScore) || p.guestVictim(st, j, pl) {
+			if p.victim(pl, inter, starterScore) || p.guestVictim(st, j, pl) || p.bookingVictim(st, j, n, pl) {
 				cands = append(cands, pl)
 			}
 		}
@@ -124,8 +125,11 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 	p.starter[best] = true
 	for _, pl := range bestSet {
 		reason := HaltScore
-		if p.guestVictim(best, j, pl) {
+		switch {
+		case p.guestVictim(best, j, pl):
 			reason = HaltCluster
+		case p.bookingVictim(best, j, n, pl):
+			reason = HaltReservation
 		}
 		p.victims[pl.JobUUID] = true
 		p.halts = append(p.halts, Halt{JobUUID: pl.JobUUID, Reason: reason, ForJobUUID: j.UUID,
@@ -133,6 +137,8 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 	}
 	why := fmt.Sprintf("its owner's usage %.4g is below theirs", starterScore)
 	switch {
+	case p.onBooked(best, p.activeNamed(j)):
+		why = "it uses a reservation of this slave; others make room"
 	case best.cluster != nil && best.cluster.Private && slices.Contains(best.cluster.Projects, j.ProjectID):
 		why = "your project owns this private cluster; guests make room"
 	case inter:

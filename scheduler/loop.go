@@ -197,7 +197,8 @@ func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, map[strin
 		return snap, hosts, err
 	}
 	for _, r := range reservations {
-		snap.Reservations = append(snap.Reservations, Reservation{ID: r.ID, Start: r.Start, End: r.End, Users: r.UserIDs, Projects: r.ProjectIDs})
+		snap.Reservations = append(snap.Reservations, Reservation{ID: r.ID, Name: r.Name, ClusterID: int(r.ClusterID.Int64),
+			SlaveNames: r.SlaveNames, GPUs: r.GPUs, Start: r.Start, End: r.End, Users: r.UserIDs, Projects: r.ProjectIDs})
 	}
 	clusters, err := l.st.ListClusters(ctx)
 	if err != nil {
@@ -253,7 +254,8 @@ func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, map[strin
 			GPUIndices: res.GPUIDs, CPUIDs: res.CPUIDs, MemoryGb: res.CPUMemoryGb, UserID: rec.UserID, ProjectID: rec.ProjectID,
 			Ends: endsAt(rec.Job, now), MinDuration: time.Duration(rec.Job.Request.Scheduling.MinDuration),
 			Restartable: rec.Job.Request.Scheduling.Restartable, Interactive: rec.Job.Request.Scheduling.Interactive,
-			Halting: rec.Job.State.Status == job.StatusMustHalt || rec.Job.State.Status == job.StatusHalting}
+			Halting:      rec.Job.State.Status == job.StatusMustHalt || rec.Job.State.Status == job.StatusHalting,
+			Reservations: rec.Job.Request.Scheduling.ReservationIDs}
 		if rec.Job.State.Status == job.StatusRunning {
 			pl.Started = rec.Job.State.EventTimes[job.StatusRunning]
 		}

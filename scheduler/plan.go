@@ -241,6 +241,10 @@ type planner struct {
 	halts   []Halt
 	victims map[string]bool      // jobs halted this pass: never chosen twice
 	starter map[*slaveState]bool // slaves that already have a starter this pass
+
+	// Reservations (booking.go): those not ended, and the ones covering each slave.
+	bookings []*booking
+	bookedOn map[*slaveState][]*booking
 }
 
 // decide runs the filters for one job in the order that gives the most useful answer: timing,
@@ -263,13 +267,21 @@ func (p *planner) decide(j *Job) decision {
 		}
 	}
 
+	booked, bookWait, bookEst, bookFail := p.uses(j)
+	if bookFail != "" {
+		return decision{fail: bookFail}
+	}
+
 	scope := p.scope[:0]
 	for _, st := range p.slaves {
-		if p.inScope(j, st) {
+		if p.inScope(j, st) && (booked == nil || p.onBooked(st, booked)) {
 			scope = append(scope, st)
 		}
 	}
 	p.scope = scope
+	if len(scope) == 0 && booked != nil {
+		return decision{wait: []string{"no slave of the job's reservations is registered, or its clusterId and slave pins exclude them"}}
+	}
 	if len(scope) == 0 {
 		why, fatal := p.emptyScope(j)
 		switch {
@@ -299,6 +311,12 @@ func (p *planner) decide(j *Job) decision {
 	if nb := r.Scheduling.NotBefore; nb != nil && p.now.Before(*nb) {
 		return decision{wait: []string{"waiting for notBefore " + nb.Format(time.RFC3339)}}
 	}
+	if bookWait != "" {
+		if r.Scheduling.Interactive {
+			return failed("interactive job cannot start now: %s", bookWait)
+		}
+		return decision{wait: []string{bookWait}, estimate: bookEst}
+	}
 	if why := p.counts.blocked(j, p.limits); why != "" {
 		if r.Scheduling.Interactive {
 			return failed("interactive job cannot start now: %s", why)
@@ -312,6 +330,7 @@ func (p *planner) decide(j *Job) decision {
 	guard := p.guarded(j)
 	offline, draining := p.offline[:0], p.draining[:0]
 	misses = misses[:0]
+	bookedLine := ""
 	for _, st := range capable {
 		switch {
 		case !st.s.Online:
@@ -321,6 +340,7 @@ func (p *planner) decide(j *Job) decision {
 			draining = append(draining, st)
 			continue
 		}
+
 		var v verdict
 		if guard && st == p.reserved.st {
 			p.reserved.mask()
@@ -342,6 +362,14 @@ func (p *planner) decide(j *Job) decision {
 			misses = append(misses, miss{st, v})
 			continue
 		}
+		// A reservation's room is kept off only where the job would fit: a busy slave is
+		// explained by what it lacks.
+		if b := p.blocks(j, st, &n); b != nil {
+			if bookedLine == "" {
+				bookedLine = p.bookedWhy(j, st, b)
+			}
+			continue
+		}
 		if rk := st.rank(&n, v.amount); best == nil || rk.less(bestRank) {
 			best, bestRank = st, rk
 		}
@@ -349,6 +377,9 @@ func (p *planner) decide(j *Job) decision {
 	p.offline, p.draining, p.misses = offline, draining, misses
 	if best != nil {
 		p.counts.add(j.UserID, j.ProjectID, bucketOf(j))
+		if booked != nil {
+			p.tookBooked(j, best, n.gpus)
+		}
 		if guard && best == p.reserved.st {
 			p.reserved.mask()
 			a := best.take(j, &n)
@@ -361,7 +392,17 @@ func (p *planner) decide(j *Job) decision {
 	if heldBack {
 		return decision{wait: []string{p.reserved.heldBack()}}
 	}
-	why := waiting(&n, pinned, misses, offline, draining)
+	var why []string
+	switch {
+	case bookedLine != "" && len(misses)+len(offline)+len(draining) == 0:
+		why = []string{bookedLine}
+	case bookedLine != "":
+		// The reservation comes first: without it the job would start now.
+		w := waiting(&n, pinned, misses, offline, draining)
+		why = append([]string{bookedLine}, w[:min(len(w), 2)]...)
+	default:
+		why = waiting(&n, pinned, misses, offline, draining)
+	}
 	if line := p.makeRoom(j, &n, misses); line != "" {
 		// The starter waits for the halt; it is not the backfill head, since it starts as soon
 		// as the victims have stopped and a reservation elsewhere would only hold others back.

@@ -74,8 +74,16 @@ func randomSnapshot(seed uint64, nSlaves, nJobs int) Snapshot {
 			sch.NotAfter = &t
 		case 2, 3:
 			sch.Interactive = true
+		case 4, 5:
+			sch.ReservationIDs = []string{[]string{"res-now", "res-later", "res-gone"}[r.IntN(3)]}
 		}
 		s.Queued = append(s.Queued, j)
+	}
+	// Reservations: whole slaves now, a GPU count of a cluster later (SPEC 7.3).
+	s.Reservations = []Reservation{
+		{ID: "res-now", SlaveNames: []string{"node000", "node001", "node002"}, Start: t0.Add(-time.Hour), End: t0.Add(time.Hour),
+			Users: []int64{1, 2, 3}},
+		{ID: "res-later", ClusterID: 2, GPUs: 12, Start: t0.Add(6 * time.Hour), End: t0.Add(9 * time.Hour), Projects: []int64{2}},
 	}
 	return s
 }
@@ -123,6 +131,17 @@ func TestPlanRandom(t *testing.T) {
 			}
 			if shuffled := twin.Plan(); !reflect.DeepEqual(p, shuffled) {
 				t.Fatalf("the order of the snapshot's lists changed the plan:\n%v\n%v", outcome(p), outcome(shuffled))
+			}
+			// The whole slaves of res-now take only its holders' jobs that name it.
+			queued := map[string]Job{}
+			for _, j := range s.Queued {
+				queued[j.UUID] = j
+			}
+			for _, a := range p.Assignments {
+				j := queued[a.JobUUID]
+				if a.SlaveName <= "node002" && (len(j.Request.Scheduling.ReservationIDs) == 0 || j.Request.Scheduling.ReservationIDs[0] != "res-now") {
+					t.Errorf("job %s of user %d placed on reserved slave %s", j.UUID, j.UserID, a.SlaveName)
+				}
 			}
 			if len(p.Assignments) == 0 || len(p.Failures) == 0 || len(p.Explanations) == 0 {
 				t.Errorf("seed %d: %d assigned, %d failed, %d waiting: the generator should give all three",

@@ -112,6 +112,9 @@ type Placed struct {
 	// Halting is set for MUSTHALT and HALTING jobs: already on their way out, so never chosen
 	// again, and the room they leave is what a waiting starter waits for.
 	Halting bool
+	// Reservations are the reservation ids the job names: on a reservation's slaves, what it
+	// holds counts as the holders' share, and it is never halted for the holders.
+	Reservations []string
 }
 
 // Limits are the running-job caps of SPEC 7.2; zero means no cap.
@@ -124,21 +127,36 @@ type Limits struct {
 var DefaultLimits = Limits{PerUser: 10, PerProject: 20}
 
 // Reservation is a booking of resources for some users and projects during a window (SPEC
-// 7.3). For now the planner uses it to put its holders' jobs first while it is active.
+// 7.3): a number of GPUs, or whole slaves, of a cluster or of named slaves. Jobs name it in
+// reservationIds; booking.go has the rules it imposes on placement.
 type Reservation struct {
-	ID         string
+	ID   string
+	Name string // for explanations; the id is used when empty
+	// ClusterID and SlaveNames say which slaves the reservation covers: the named slaves (of
+	// ClusterID, when set too), or else every slave of ClusterID.
+	ClusterID  int
+	SlaveNames []string
+	// GPUs is how many GPUs of those slaves are kept for the holders; 0 books the whole slaves
+	// (every GPU, CPU and byte of memory).
+	GPUs       int
 	Start, End time.Time
 	Users      []int64
 	Projects   []int64
 }
+
+// holds says whether the owner of a job (or his project) holds the reservation.
+func (r *Reservation) holds(j *Job) bool {
+	return slices.Contains(r.Users, j.UserID) || slices.Contains(r.Projects, j.ProjectID)
+}
+
+func (r *Reservation) active(now time.Time) bool { return !now.Before(r.Start) && now.Before(r.End) }
 
 // holdsActive reports whether the job names a reservation that is active now and that its
 // owner (or his project) holds.
 func (s *Snapshot) holdsActive(j *Job) bool {
 	for _, id := range j.Request.Scheduling.ReservationIDs {
 		for _, r := range s.Reservations {
-			if r.ID == id && !s.Now.Before(r.Start) && s.Now.Before(r.End) &&
-				(slices.Contains(r.Users, j.UserID) || slices.Contains(r.Projects, j.ProjectID)) {
+			if r.ID == id && r.active(s.Now) && r.holds(j) {
 				return true
 			}
 		}

@@ -274,3 +274,22 @@ func boolString(b bool) string { return strconv.FormatBool(b) }
 func itoa(n int) string { return strconv.Itoa(n) }
 
 func i64toa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// CalendarDays are n days from the one holding now on, each at midnight UTC: the columns of the
+// reservations calendar.
+func CalendarDays(now time.Time, n int) []time.Time {
+	d := now.UTC().Truncate(24 * time.Hour)
+	out := make([]time.Time, n)
+	for i := range out {
+		out[i] = d.AddDate(0, 0, i)
+	}
+	return out
+}
+
+// covers says whether a window [start, end) overlaps the UTC day starting at day.
+func covers(start, end, day time.Time) bool {
+	return start.Before(day.AddDate(0, 0, 1)) && end.After(day)
+}
+
+// dayLabel is a calendar column's heading: "Mon 7".
+func dayLabel(d time.Time) string { return d.Format("Mon 2") }

@@ -25,13 +25,14 @@ type Chrome struct {
 
 // Menu entries, for Chrome.Active.
 const (
-	NavJobs     = "jobs"
-	NavCreate   = "create"
-	NavSlaves   = "slaves"
-	NavClusters = "clusters"
-	NavProfile  = "profile"
-	NavAdmin    = "admin"
-	NavUsage    = "usage"
+	NavJobs         = "jobs"
+	NavCreate       = "create"
+	NavSlaves       = "slaves"
+	NavClusters     = "clusters"
+	NavProfile      = "profile"
+	NavAdmin        = "admin"
+	NavUsage        = "usage"
+	NavReservations = "reservations"
 )
 
 // UsageView is a user's fair-share standing: his tally, his rank and what it means.
@@ -297,4 +298,26 @@ type AdminView struct {
 	Projects []AdminProject
 	Clusters []AdminCluster
 	Slaves   []AdminSlave
+}
+
+// ReservationsView is the reservations calendar: the reservations the user may see, the days
+// shown, and for admins the booking form.
+type ReservationsView struct {
+	Chrome
+	Days []time.Time // the calendar's columns: midnight UTC of each day shown
+	Rows []ReservationRow
+	// CanCreate shows the booking form (admins); Clusters are its cluster choices.
+	CanCreate bool
+	Clusters  []int
+}
+
+// ReservationRow is one reservation in the calendar.
+type ReservationRow struct {
+	ID, Name   string
+	Resources  string // "2 GPUs of cluster 1", "whole slave gpu1"
+	Holders    string // "users alice; projects vision"
+	Start, End time.Time
+	Mine       bool // the user holds it: his jobs may name it
+	Active     bool // its window has started
+	CanDelete  bool
 }

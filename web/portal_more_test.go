@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/job"
@@ -324,4 +325,75 @@ func TestPagesServedByMaster(t *testing.T) {
 	if status != http.StatusOK {
 		t.Errorf("GET /static/htmx.min.js: %d", status)
 	}
+}
+
+// The reservations calendar: an admin books with the form (errors name the field), holders see
+// their reservation marked as theirs with the id to name, others see nothing, and a named user
+// deletes his own.
+func TestReservationsPage(t *testing.T) {
+	p := newPortal(t)
+	ctx := context.Background()
+	alice := p.m.AddUser("alice", false, "", "demo")
+	bob := p.m.AddUser("bob", false, "", "demo")
+	carol := p.m.AddUser("carol", false, "", "other")
+	root := p.m.AddUser("root", true, "")
+	if _, err := p.m.Store.CreateCluster(ctx, store.Cluster{ID: 3, Name: "three"}); err != nil {
+		t.Fatal(err)
+	}
+	r := p.get(alice, "/reservations").expect(http.StatusOK)
+	r.one("data-testid", "reservations-empty")
+	if r.has("id", "create-reservation-form") {
+		t.Error("a non-admin sees the booking form")
+	}
+	root0 := p.get(root, "/reservations").expect(http.StatusOK)
+	root0.one("id", "create-reservation-form")
+
+	start := time.Now().UTC().Add(24 * time.Hour).Truncate(time.Minute)
+	form := func(extra ...string) url.Values {
+		v := url.Values{"name": {"course"}, "clusterId": {"3"}, "gpus": {"2"}, "start": {start.Format("2006-01-02T15:04")},
+			"end": {start.Add(48 * time.Hour).Format("2006-01-02T15:04")}, "users": {"alice"}, "projects": {""}}
+		for i := 0; i+1 < len(extra); i += 2 {
+			v.Set(extra[i], extra[i+1])
+		}
+		return v
+	}
+	p.post(alice, "/reservations", form()).expect(http.StatusForbidden)
+	for field, bad := range map[string][]string{
+		"end":       {"end", start.Add(-time.Hour).Format("2006-01-02T15:04")},
+		"start":     {"start", "tomorrow"},
+		"users":     {"users", "nobody"},
+		"clusterId": {"clusterId", "9"},
+	} {
+		r := p.post(root, "/reservations", form(bad...)).expect(http.StatusBadRequest)
+		if !strings.Contains(r.body(), field) {
+			t.Errorf("bad %s: the error does not name the field: %s", field, clip(r.body()))
+		}
+	}
+	p.post(root, "/reservations", form()).expect(http.StatusSeeOther)
+	list, err := p.m.Store.ListReservations(ctx, time.Now())
+	if err != nil || len(list) != 1 || list[0].GPUs != 2 || !list[0].Start.Equal(start) {
+		t.Fatalf("stored %+v %v", list, err)
+	}
+	id := list[0].ID
+
+	r = p.get(alice, "/reservations").expect(http.StatusOK)
+	r.one("data-testid", "calendar-"+id)
+	if n := len(r.find("data-testid", "cal-on")); n < 2 || n > 3 {
+		t.Errorf("a two-day reservation marks %d days", n)
+	}
+	row := r.one("data-testid", "reservation-"+id)
+	if got := textOf(row); !strings.Contains(got, "2 GPUs of cluster 3") || !strings.Contains(got, "users alice") {
+		t.Errorf("row: %s", got)
+	}
+	if len(findAll(row, "data-testid", "reservation-mine")) != 1 || len(findAll(row, "data-testid", "delete-reservation")) != 1 {
+		t.Error("alice's reservation is not shown as hers with a delete button")
+	}
+	p.get(carol, "/reservations").expect(http.StatusOK).one("data-testid", "reservations-empty")
+	if r := p.get(bob, "/reservations").expect(http.StatusOK); r.has("data-testid", "reservation-"+id) {
+		t.Error("bob, neither named nor in a holding project, sees the reservation")
+	}
+
+	p.post(carol, "/reservations/"+id+"/delete", nil).expect(http.StatusNotFound)
+	p.post(alice, "/reservations/"+id+"/delete", nil).expect(http.StatusSeeOther)
+	p.get(alice, "/reservations").expect(http.StatusOK).one("data-testid", "reservations-empty")
 }

@@ -27,6 +27,10 @@ func PortalRoutes(h *handlers.Handlers) []Route {
 		{"GET", "/live/slaves", false, p(h.SlavesPage)},
 		{"GET", "/live/clusters", false, p(h.ClustersPage)},
 
+		{"GET", "/reservations", false, p(h.ReservationsPage)},
+		{"POST", "/reservations", false, p(h.CreateReservationForm)},
+		{"POST", "/reservations/{rid}/delete", false, p(h.DeleteReservationForm)},
+
 		{"GET", "/usage", false, p(h.UsagePage)},
 		{"GET", "/profile", false, p(h.ProfilePage)},
 		{"POST", "/profile/certificate", false, p(h.DownloadCertificate)},

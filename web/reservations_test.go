@@ -11,6 +11,8 @@ import (
 	"github.com/opengpulab/gpulab/store"
 )
 
+func strconvQuote(s string) string { return fmt.Sprintf("%q", s) }
+
 func TestReservationsAPI(t *testing.T) {
 	w := newWorld(t)
 	if _, err := w.m.Store.CreateCluster(context.Background(), store.Cluster{ID: 1, Name: "one"}); err != nil {
@@ -58,6 +60,30 @@ func TestReservationsAPI(t *testing.T) {
 		if got := decode[[]map[string]any](t, data); status != 200 || len(got) != c.want {
 			t.Errorf("%s sees %d reservations, want %d: %s", c.who, len(got), c.want, data)
 		}
+	}
+	// Jobs may name it only when their owner or project holds it; a refused one is not stored.
+	withRes := func(id string) string {
+		return strings.Replace(helloWorld, `"interactive": true`, `"reservationIds": [`+strconvQuote(id)+`]`, 1)
+	}
+	w.submit(t, w.alice, withRes(r.ID), "")
+	w.submit(t, w.bob, withRes(r.ID), "")
+	before := w.jobCount(t)
+	for who, c := range map[string]struct {
+		u   *testmaster.User
+		id  string
+		msg string
+	}{
+		"not a holder": {w.carol, r.ID, "held neither by you nor by project vision"},
+		"unknown":      {w.alice, "0b1f0000-0000-4000-8000-000000000000", "no reservation"},
+		"not an id":    {w.alice, "thesis", "must be a reservation UUID"},
+	} {
+		status, data, _ := w.m.Do(c.u, "POST", v31+"/jobs", strings.NewReader(withRes(c.id)))
+		if status != 400 || !strings.Contains(string(data), "request.scheduling.reservationIds[0]") || !strings.Contains(string(data), c.msg) {
+			t.Errorf("%s: %d %s", who, status, data)
+		}
+	}
+	if after := w.jobCount(t); after != before {
+		t.Errorf("refused submissions stored %d jobs", after-before)
 	}
 	// bob holds it through his project but is not named: he may not delete it; alice may.
 	if status, _, _ := w.m.Do(w.bob, "DELETE", v31+"/reservations/"+r.ID, nil); status != 403 {

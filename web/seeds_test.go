@@ -1,16 +1,31 @@
 package web_test
 
 import (
+	"context"
+	"database/sql"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/opengpulab/gpulab/store"
 )
 
 // Every seed example the job package accepts is accepted by the API too: it answers a UUID and
 // GET returns the job with its defaults filled.
 func TestSeedExamplesThroughTheAPI(t *testing.T) {
 	w := newWorld(t)
+	// The examples name this reservation: it must exist and be alice's for the API to take them.
+	ctx := context.Background()
+	if _, err := w.m.Store.CreateCluster(ctx, store.Cluster{ID: 1, Name: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.m.Store.CreateReservation(ctx, store.Reservation{ID: "f6dbca7b-58fd-47e3-9ac4-9ad33e7f6030", Name: "seed",
+		ClusterID: sql.NullInt64{Int64: 1, Valid: true}, Start: time.Now(), End: time.Now().Add(time.Hour),
+		UserIDs: []int64{w.alice.ID}, CreatedBy: w.dave.ID}); err != nil {
+		t.Fatal(err)
+	}
 	files, err := filepath.Glob("../job/testdata/seeds/*.json")
 	if err != nil || len(files) < 20 {
 		t.Fatalf("seed examples: %d files, %v", len(files), err)

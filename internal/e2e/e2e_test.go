@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ import (
 	slavecontainer "github.com/opengpulab/gpulab/slave/container"
 	"github.com/opengpulab/gpulab/slave/gpu"
 	"github.com/opengpulab/gpulab/slave/storage"
+	"github.com/opengpulab/gpulab/store"
 )
 
 const v31 = "/api/gpulab/v3.1"
@@ -129,7 +131,22 @@ func (e *env) startSlave(o slaveOpts) *slaveRun {
 		<-run.stopped
 		removeContainers(o.docker, o.name)
 	})
-	return run
+	// The agent registers in the background: wait for it, or a job submitted next could be
+	// planned before the slave exists (and fail as impossible).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ss, err := e.m.Store.ListSlaves(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(ss, func(s store.Slave) bool { return s.Name == o.name && s.InstanceID == inv.InstanceID && s.Online }) {
+			return run
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slave %s did not register within 30 s", o.name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // removeContainers removes every container of a test slave (also those a stopped agent left).

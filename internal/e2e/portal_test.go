@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/internal/testmaster"
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/store"
 )
 
 // The portal in headless Chromium against a real master (Postgres, scheduler, TLS), the real
@@ -253,6 +255,23 @@ func TestPortalCertificateWorksWithCLI(t *testing.T) {
 		t.Errorf("usage rank: %q", rank)
 	}
 	testenv.Screenshot(t, p.ctx, "00-usage")
+	// A reservation an admin booked for alice shows in her calendar as hers.
+	root := p.m.AddUser("root", true, "")
+	start := time.Now().Add(26 * time.Hour).UTC().Truncate(time.Hour)
+	body := fmt.Sprintf(`{"name": "paper deadline", "clusterId": 1, "gpus": 2, "start": %q, "end": %q, "users": ["alice"]}`,
+		start.Format(time.RFC3339), start.Add(72*time.Hour).Format(time.RFC3339))
+	if _, err := p.m.Store.CreateCluster(context.Background(), store.Cluster{ID: 1, Name: "one"}); err != nil && !errors.Is(err, store.ErrConflict) {
+		t.Fatal(err)
+	}
+	if status, data, _ := p.m.Do(root, "POST", v31+"/reservations", strings.NewReader(body)); status != 201 {
+		t.Fatalf("book: %d %s", status, data)
+	}
+	p.do(chromedp.Navigate(p.m.URL+"/reservations"), chromedp.WaitVisible(chromedp.CSS(`[data-testid="reservations-calendar"]`)))
+	if got := p.text(`[data-testid="reservations-list"]`); !strings.Contains(got, "paper deadline") || !strings.Contains(got, "yours") ||
+		!strings.Contains(got, "2 GPUs of cluster 1") {
+		t.Errorf("reservations list: %q", got)
+	}
+	testenv.Screenshot(t, p.ctx, "00-reservations")
 	p.do(chromedp.Navigate(p.m.URL+"/profile"), chromedp.WaitVisible(chromedp.ID("cert-form")))
 	testenv.Screenshot(t, p.ctx, "01-profile")
 	// Download the certificate the way the form does (with the page's CSRF token and cookie),
