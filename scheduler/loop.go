@@ -272,6 +272,7 @@ func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, map[strin
 func (l *Loop) apply(ctx context.Context, snap Snapshot, hosts map[string]string, plan Plan) error {
 	assigned, halted := 0, 0
 	err := l.st.WithTx(ctx, func(tx *store.Store) error {
+		batch := make([]store.Assignment, 0, len(plan.Assignments))
 		for _, a := range plan.Assignments {
 			gpuIDs := make([]int, len(a.GPUs))
 			for i, g := range a.GPUs {
@@ -284,18 +285,17 @@ func (l *Loop) apply(ctx context.Context, snap Snapshot, hosts map[string]string
 			res := job.StateResources{ClusterID: a.ClusterID, GPUIDs: gpuIDs, CPUIDs: a.CPUIDs, CPUMemoryGb: a.MemoryGb,
 				SlaveName: a.SlaveName, SlaveHost: hosts[a.SlaveName], SlaveInstanceID: a.SlaveInstanceID,
 				PortMappings: []job.PortMapping{}, GPUDetails: details}
-			msg := fmt.Sprintf("assigned to slave %s (GPUs %v, CPUs %v, %d GB)", a.SlaveName, gpuIDs, a.CPUIDs, a.MemoryGb)
 			inc := l.cfg.TallyWeights.Weight(len(a.GPUs), len(a.CPUIDs), a.MemoryGb) * TallyInterval.Hours()
-			err = tx.AssignJob(ctx, a.JobUUID, store.Placement{SlaveName: a.SlaveName, SlaveInstanceID: a.SlaveInstanceID, ClusterID: a.ClusterID,
-				Resources: res, TallyIncrement: inc}, msg)
-			if errors.Is(err, store.ErrStateConflict) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			assigned++
+			batch = append(batch, store.Assignment{JobUUID: a.JobUUID,
+				Placement: store.Placement{SlaveName: a.SlaveName, SlaveInstanceID: a.SlaveInstanceID, ClusterID: a.ClusterID, Resources: res, TallyIncrement: inc},
+				Message:   fmt.Sprintf("assigned to slave %s (GPUs %v, CPUs %v, %d GB)", a.SlaveName, gpuIDs, a.CPUIDs, a.MemoryGb)})
 		}
+		// One statement for the whole pass; jobs cancelled since the snapshot are skipped.
+		done, err := tx.AssignJobs(ctx, batch)
+		if err != nil {
+			return err
+		}
+		assigned = len(done)
 		for _, f := range plan.Failures {
 			_, err := tx.EndJob(ctx, f.JobUUID, store.JobEnd{From: []job.Status{job.StatusQueued}, To: job.StatusFailed,
 				Event: store.Event{Actor: string(job.ActorScheduler), Message: f.Reason}})

@@ -144,8 +144,11 @@ func (a *Agent) reattach(ctx context.Context, containers []container.Container, 
 			continue
 		}
 		a.log.Info("re-attaching to job", "job", c.JobUUID, "status", st, "container", shortID(c.ID), "running", c.Running)
-		t := a.newTask(c.JobUUID, st)
+		t := newTask(c.JobUUID, st)
 		t.containerID = c.ID
+		if !a.track(t) {
+			continue // a second container of the same job: the first one is resumed
+		}
 		a.wg.Add(1)
 		go func() { defer a.wg.Done(); a.resume(ctx, t) }()
 	}

@@ -29,12 +29,20 @@ type task struct {
 	usage          usageStats
 }
 
-func (a *Agent) newTask(id string, st job.Status) *task {
-	t := &task{id: id, st: st, orders: make(chan protocol.StopOrder, 4)}
+func newTask(id string, st job.Status) *task {
+	return &task{id: id, st: st, orders: make(chan protocol.StopOrder, 4)}
+}
+
+// track makes a task visible to the heartbeats and the stop orders, unless the job has one
+// already (false). Set every field read without t.mu before: tracking publishes them.
+func (a *Agent) track(t *task) bool {
 	a.mu.Lock()
-	a.tasks[id] = t
-	a.mu.Unlock()
-	return t
+	defer a.mu.Unlock()
+	if _, busy := a.tasks[t.id]; busy {
+		return false
+	}
+	a.tasks[t.id] = t
+	return true
 }
 
 func (a *Agent) dropTask(t *task) {
@@ -90,16 +98,13 @@ func (t *task) order(s protocol.StopOrder) {
 
 // startJob runs a newly assigned job in its own goroutine.
 func (a *Agent) startJob(ctx context.Context, as protocol.Assignment) {
-	a.mu.Lock()
-	_, busy := a.tasks[as.Job.UUID]
-	a.mu.Unlock()
-	if busy {
-		return
-	}
-	t := a.newTask(as.Job.UUID, job.StatusAssigned)
+	t := newTask(as.Job.UUID, job.StatusAssigned)
 	t.allowHaltNoSignal = as.Job.Request.Scheduling.AllowHaltWithoutSignal
 	for _, g := range as.GPUs {
 		t.gpuIndices = append(t.gpuIndices, g.Index)
+	}
+	if !a.track(t) {
+		return // running already
 	}
 	a.wg.Add(1)
 	go func() {
@@ -192,6 +197,7 @@ func (a *Agent) supervise(ctx context.Context, t *task, from protocol.LogState) 
 		code, err := a.rt.Wait(ctx, id)
 		exited <- waitResult{code, err}
 	}()
+	var haltDone chan struct{} // closed when halt() returned; nil while no halt started
 
 	var cancelled, halting bool
 	var res waitResult
@@ -199,7 +205,15 @@ wait:
 	for {
 		select {
 		case <-ctx.Done():
-			return // the slave stops; the container keeps running and is re-attached at the next start
+			// The slave stops; the container keeps running and is re-attached at the next
+			// start. The helpers end with ctx: wait for them, so that nothing of this job
+			// outlives Run (a log line or a call to the master after the agent returned).
+			<-shipped
+			<-exited
+			if haltDone != nil {
+				<-haltDone
+			}
+			return
 		case res = <-exited:
 			break wait
 		case o := <-t.orders:
@@ -212,9 +226,15 @@ wait:
 				}
 			case o.Mode == protocol.StopHalt && !halting && !cancelled:
 				halting = true
-				go a.halt(ctx, t, o)
+				haltDone = make(chan struct{})
+				go func() { defer close(haltDone); a.halt(ctx, t, o) }()
 			}
 		}
+	}
+	if haltDone != nil {
+		// The container exited; halt() ends at once (its wait returns) and has then set the
+		// state the end is reported from (HALTING).
+		<-haltDone
 	}
 	if err := <-shipped; err != nil && ctx.Err() == nil {
 		log.Warn("shipping the log failed", "err", err)
@@ -338,9 +358,9 @@ func (a *Agent) shipLog(ctx context.Context, t *task, from protocol.LogState) er
 	if err != nil {
 		return fmt.Errorf("read container log: %w", err)
 	}
-	defer func() { _ = rc.Close() }()
 	if from.Size > 0 {
 		if _, err := io.CopyN(io.Discard, rc, from.Size); err != nil && !errors.Is(err, io.EOF) {
+			_ = rc.Close()
 			return fmt.Errorf("skip the log the master has: %w", err)
 		}
 	}
@@ -360,13 +380,26 @@ func (a *Agent) shipLog(ctx context.Context, t *task, from protocol.LogState) er
 	}
 	pieces := make(chan []byte, 16)
 	readErr := make(chan error, 1)
+	quit, readerDone := make(chan struct{}), make(chan struct{})
+	defer func() {
+		// Stop the reader (closing rc ends a Read in progress) and wait for it: it must not
+		// outlive the job, nor stay blocked on pieces after an early return.
+		close(quit)
+		_ = rc.Close()
+		<-readerDone
+	}()
 	go func() {
+		defer close(readerDone)
 		defer close(pieces)
 		for {
 			buf := make([]byte, 32<<10)
 			n, err := rc.Read(buf)
 			if n > 0 {
-				pieces <- buf[:n]
+				select {
+				case pieces <- buf[:n]:
+				case <-quit:
+					return
+				}
 			}
 			if err != nil {
 				if !errors.Is(err, io.EOF) {
@@ -414,6 +447,9 @@ func (a *Agent) shipLog(ctx context.Context, t *task, from protocol.LogState) er
 			}
 			pending = nil
 			flush.Reset(a.cfg.LogFlush)
+		case <-ctx.Done():
+			// The slave stops; what the master lacks is sent after the restart.
+			return ctx.Err()
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -368,5 +369,86 @@ func TestWithTxRollsBack(t *testing.T) {
 	}
 	if _, err := st.GetProjectByName(ctx, "tx"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("rolled-back project exists: %v", err)
+	}
+}
+
+// AssignJobs assigns, in one statement, the jobs still QUEUED, each with its placement and
+// status event; a job cancelled meanwhile stays cancelled, and a cancel racing the batch has
+// exactly one winner.
+func TestAssignJobsIsConditional(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	a, b, gone := createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusCancelled)
+	place := func(id string, gpu int) store.Assignment {
+		return store.Assignment{JobUUID: id, Message: fmt.Sprintf("assigned to slave node1 (GPUs [%d])", gpu),
+			Placement: store.Placement{SlaveName: "node1", SlaveInstanceID: "inst1", ClusterID: 1, TallyIncrement: 0.25,
+				Resources: job.StateResources{SlaveName: "node1", GPUIDs: []int{gpu}, CPUIDs: []int{gpu}, CPUMemoryGb: 1}}}
+	}
+	done, err := st.AssignJobs(ctx, []store.Assignment{place(a.UUID, 0), place(gone.UUID, 1), place(b.UUID, 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(done)
+	want := []string{a.UUID, b.UUID}
+	slices.Sort(want)
+	if !slices.Equal(done, want) {
+		t.Fatalf("assigned %v, want %v", done, want)
+	}
+	rec, err := st.GetJob(ctx, b.UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := rec.Job
+	if j.State.Status != job.StatusAssigned || j.State.Scheduling.AssignedSlaveName != "node1" || j.State.Resources == nil ||
+		!slices.Equal(j.State.Resources.GPUIDs, []int{2}) || j.State.Scheduling.TallyIncrement != 0.25 || j.State.EventTimes[job.StatusAssigned].IsZero() {
+		t.Fatalf("assigned job: %+v %+v", j.State, j.State.Resources)
+	}
+	evs, err := st.ListJobEvents(ctx, b.UUID)
+	if err != nil || len(evs) != 2 || evs[1].ToStatus != "ASSIGNED" || evs[1].Message != "assigned to slave node1 (GPUs [2])" {
+		t.Fatalf("events: %+v %v", evs, err)
+	}
+	if rec, _ := st.GetJob(ctx, gone.UUID); rec.Job.State.Status != job.StatusCancelled {
+		t.Fatalf("a cancelled job was assigned: %s", rec.Job.State.Status)
+	}
+	if done, err := st.AssignJobs(ctx, nil); err != nil || done != nil {
+		t.Fatalf("empty batch: %v %v", done, err)
+	}
+
+	// A cancel racing the batch: exactly one of them wins each job.
+	for round := 0; round < 5; round++ {
+		jobs := make([]*job.Job, 20)
+		batch := make([]store.Assignment, len(jobs))
+		for i := range jobs {
+			jobs[i] = createJob(t, st, u, p, job.StatusQueued)
+			batch[i] = place(jobs[i].UUID, i)
+		}
+		var wg sync.WaitGroup
+		var assigned []string
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			if assigned, err = st.AssignJobs(ctx, batch); err != nil {
+				t.Error(err)
+			}
+		}()
+		cancelled := map[string]bool{}
+		for _, j := range jobs[:10] {
+			if _, err := st.TransitionJob(ctx, j.UUID, []job.Status{job.StatusQueued}, job.StatusCancelled, store.Event{}); err == nil {
+				cancelled[j.UUID] = true
+			} else if !errors.Is(err, store.ErrStateConflict) {
+				t.Fatal(err)
+			}
+		}
+		wg.Wait()
+		for _, id := range assigned {
+			if cancelled[id] {
+				t.Fatalf("round %d: job %s both cancelled and assigned", round, id)
+			}
+		}
+		if len(assigned)+len(cancelled) != len(jobs) {
+			t.Fatalf("round %d: %d assigned + %d cancelled, want %d", round, len(assigned), len(cancelled), len(jobs))
+		}
 	}
 }

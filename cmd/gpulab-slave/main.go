@@ -243,9 +243,12 @@ func runSlave(ctx context.Context, args []string, getenv func(string) string, st
 		return fmt.Errorf("docker client: %w", err)
 	}
 	defer func() { _ = dc.Close() }()
-	if _, err := dc.Ping(ctx); err != nil {
+	ping, err := dc.Ping(ctx)
+	if err != nil {
 		return fmt.Errorf("the Docker Engine does not answer (is dockerd running?): %w", err)
 	}
+	// Settle the API version before the agent's goroutines share the client (moby/moby#50448).
+	dc.NegotiateAPIVersionPing(ping)
 	rt := container.New(dc, container.Config{Storage: storageMap, ScratchRoot: *scratch, SlaveName: id.Name, SlaveHost: host,
 		SlaveDNSName: *dnsName, SlaveInstanceID: inv.InstanceID, SlavePID: inv.PID, Version: version}, log)
 	log.Info("slave starting", "name", id.Name, "cluster", id.ClusterID, "master", *master, "cpus", inv.CPUs, "memory_mib", inv.MemoryMiB,

@@ -29,10 +29,15 @@ func Docker(t testing.TB) *client.Client {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := cli.Ping(ctx); err != nil {
+	ping, err := cli.Ping(ctx)
+	if err != nil {
 		_ = cli.Close()
 		Missing(t, "Docker Engine", err.Error())
 	}
+	// Settle the API version now, before the client is shared: the client negotiates lazily,
+	// and a filtered ContainerList reads the version unguarded (moby/moby#50448), which races
+	// with a negotiation another goroutine's first call is making.
+	cli.NegotiateAPIVersionPing(ping)
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli
 }

@@ -175,9 +175,10 @@ func waitForDocker(cli *client.Client, exited <-chan struct{}) error {
 	deadline := time.Now().Add(gpuDockerStartTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := cli.Ping(ctx)
+		ping, err := cli.Ping(ctx)
 		cancel()
 		if err == nil {
+			cli.NegotiateAPIVersionPing(ping) // before the client is shared (see Docker)
 			return nil
 		}
 		select {

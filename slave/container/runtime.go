@@ -522,6 +522,9 @@ func (r *Runtime) List(ctx context.Context) ([]Container, error) {
 	if r.cfg.SlaveName == "" {
 		return nil, errors.New("list containers: the slave has no name")
 	}
+	if err := r.settleAPIVersion(ctx); err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
 	f := filters.NewArgs(filters.Arg("label", LabelSlave+"="+r.cfg.SlaveName), filters.Arg("label", LabelJob))
 	list, err := r.d.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
 	if err != nil {
@@ -543,6 +546,19 @@ func (r *Runtime) List(ctx context.Context) ([]Container, error) {
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// settleAPIVersion makes the client negotiate its API version (when it negotiates) before a
+// call that reads the version before making its request. The Docker client negotiates on its
+// first request, under its own lock, but ContainerList with filters encodes them with the
+// version it has *before* that request (still so in docker/docker v28.5.2; see
+// moby/moby#50448): on a fresh client shared by several goroutines (two slaves of one test, a
+// test and its slave) that unguarded read races with the negotiation another call is making.
+// Any unfiltered call negotiates first, so this cheap one (at most one container) orders every
+// later read after the negotiation. List runs once per agent start.
+func (r *Runtime) settleAPIVersion(ctx context.Context) error {
+	_, err := r.d.ContainerList(ctx, container.ListOptions{Limit: 1})
+	return err
 }
 
 // Usage takes one sample of the container's CPU and memory use. The engine measures CPU over
