@@ -197,6 +197,10 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
+// otherMastersPoll is how often a waiting long poll looks for work that another master's
+// scheduler assigned. Each look is a few queries per waiting slave, so it is not every second.
+const otherMastersPoll = 3 * time.Second
+
 // SlaveNext answers with work for the slave: jobs assigned to it that it does not run yet, and
 // stop orders; it waits (long poll) up to the asked time when there is none.
 func (h *Handlers) SlaveNext(w http.ResponseWriter, r *http.Request) error {
@@ -211,10 +215,12 @@ func (h *Handlers) SlaveNext(w http.ResponseWriter, r *http.Request) error {
 	wait := min(max(req.Wait, 0), h.cfg.MaxLongPoll)
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
-	poll := time.NewTicker(time.Second) // another master's scheduler may assign: look every second
+	// This master's scheduler wakes the slave when it assigns to it or halts there; another
+	// master's (several may share the database) is noticed by looking again now and then.
+	poll := time.NewTicker(otherMastersPoll)
 	defer poll.Stop()
 	for {
-		woken := h.work.C()
+		woken := h.work.For(c.SlaveName)
 		work, err := h.pendingWork(r.Context(), c.SlaveName, req)
 		if err != nil {
 			return err

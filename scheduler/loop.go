@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/opengpulab/gpulab/job"
@@ -241,28 +242,12 @@ func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, map[strin
 		snap.Queued = append(snap.Queued, Job{UUID: rec.Job.UUID, Request: rec.Job.Request, Submitted: rec.Job.State.Created,
 			UserID: rec.UserID, ProjectID: rec.ProjectID})
 	}
-	running, err := l.st.ListJobs(ctx, store.JobFilter{Statuses: job.RunningStatuses})
+	held, err := l.st.ListHeld(ctx, job.RunningStatuses)
 	if err != nil {
 		return snap, hosts, err
 	}
-	for _, rec := range running {
-		res := rec.Job.State.Resources
-		if res == nil {
-			continue
-		}
-		pl := Placed{JobUUID: rec.Job.UUID, SlaveName: rec.Job.State.Scheduling.AssignedSlaveName,
-			GPUIndices: res.GPUIDs, CPUIDs: res.CPUIDs, MemoryGb: res.CPUMemoryGb, UserID: rec.UserID, ProjectID: rec.ProjectID,
-			Ends: endsAt(rec.Job, now), MinDuration: time.Duration(rec.Job.Request.Scheduling.MinDuration),
-			Restartable: rec.Job.Request.Scheduling.Restartable, Interactive: rec.Job.Request.Scheduling.Interactive,
-			Halting:      rec.Job.State.Status == job.StatusMustHalt || rec.Job.State.Status == job.StatusHalting,
-			Reservations: rec.Job.Request.Scheduling.ReservationIDs}
-		if rec.Job.State.Status == job.StatusRunning {
-			pl.Started = rec.Job.State.EventTimes[job.StatusRunning]
-		}
-		if m := rec.Job.Request.Scheduling.MaxSimultaneousJobs; m != nil {
-			pl.Bucket = m.BucketName
-		}
-		snap.Running = append(snap.Running, pl)
+	for _, h := range held {
+		snap.Running = append(snap.Running, placedOf(h, now))
 	}
 	return snap, hosts, nil
 }
@@ -333,12 +318,32 @@ func (l *Loop) apply(ctx context.Context, snap Snapshot, hosts map[string]string
 		return err
 	}
 	if assigned > 0 || halted > 0 {
-		l.work.Wake()
+		l.work.WakeKeys(wakeSlaves(snap, plan)...)
 	}
 	if assigned > 0 || halted > 0 || len(plan.Failures) > 0 {
 		l.log.Info("scheduler pass", "queued", len(snap.Queued), "assigned", assigned, "halted", halted, "failed", len(plan.Failures))
 	}
 	return nil
+}
+
+// wakeSlaves names the slaves whose long polls have news after a plan: those that got jobs and
+// those with jobs to halt.
+func wakeSlaves(snap Snapshot, plan Plan) []string {
+	var names []string
+	for _, a := range plan.Assignments {
+		names = append(names, a.SlaveName)
+	}
+	if len(plan.Halts) > 0 {
+		at := make(map[string]string, len(snap.Running))
+		for _, pl := range snap.Running {
+			at[pl.JobUUID] = pl.SlaveName
+		}
+		for _, h := range plan.Halts {
+			names = append(names, at[h.JobUUID])
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 func firstNonEmpty(ss ...string) string {
@@ -350,15 +355,31 @@ func firstNonEmpty(ss ...string) string {
 	return ""
 }
 
-// endsAt is when a placed job reaches its maxDuration: counted from RUNNING, or from now for a
-// job still being started (it cannot end sooner than that).
-func endsAt(j *job.Job, now time.Time) time.Time {
-	max := time.Duration(j.Request.Scheduling.MaxDuration)
-	if max <= 0 {
-		return time.Time{}
+// placedOf is what a running job holds, as Plan sees it.
+func placedOf(h store.Held, now time.Time) Placed {
+	pl := Placed{JobUUID: h.UUID, SlaveName: h.SlaveName, UserID: h.UserID, ProjectID: h.ProjectID, Bucket: h.Bucket,
+		GPUIndices: ints(h.GPUIDs), CPUIDs: ints(h.CPUIDs), MemoryGb: h.MemoryGb,
+		MinDuration: time.Duration(h.MinDuration) * time.Second, Restartable: h.Restartable, Interactive: h.Interactive,
+		Halting: h.Status == job.StatusMustHalt || h.Status == job.StatusHalting, Reservations: h.Reservations}
+	if h.Status == job.StatusRunning && h.RunningAt.Valid {
+		pl.Started = h.RunningAt.Time
 	}
-	if started, ok := j.State.EventTimes[job.StatusRunning]; ok {
-		return started.Add(max)
+	// Ends: when the job reaches its maxDuration, counted from RUNNING, or from now for a job
+	// still being started (it cannot end sooner than that); zero when it has none.
+	if h.MaxDuration > 0 {
+		from := now
+		if h.RunningAt.Valid {
+			from = h.RunningAt.Time
+		}
+		pl.Ends = from.Add(time.Duration(h.MaxDuration) * time.Second)
 	}
-	return now.Add(max)
+	return pl
+}
+
+func ints(a []int64) []int {
+	out := make([]int, len(a))
+	for i, v := range a {
+		out[i] = int(v)
+	}
+	return out
 }

@@ -301,3 +301,41 @@ func (s *Store) AddHaltEvent(ctx context.Context, uuid string, ev job.HaltEvent)
     COALESCE(scheduling->'haltEvents', '[]'::jsonb) || $2::jsonb) WHERE uuid = $1`, uuid, data)
 	return affectedOne(res, err, "add halt event to job "+uuid)
 }
+
+// Held is what one job on a slave holds, as the scheduler's snapshot needs it: a handful of
+// columns instead of the whole job. A pass reads every running job, and decoding each one's
+// request and state documents was most of the pass on a busy cluster.
+type Held struct {
+	UUID         string         `db:"uuid"`
+	UserID       int64          `db:"user_id"`
+	ProjectID    int64          `db:"project_id"`
+	Status       job.Status     `db:"status"`
+	SlaveName    string         `db:"slave"`
+	GPUIDs       pq.Int64Array  `db:"gpu_ids"`
+	CPUIDs       pq.Int64Array  `db:"cpu_ids"`
+	MemoryGb     int            `db:"memory_gb"`
+	RunningAt    sql.NullTime   `db:"running_at"` // when it reached RUNNING, if it has
+	MinDuration  int64          `db:"min_duration_s"`
+	MaxDuration  int64          `db:"max_duration_s"`
+	Restartable  bool           `db:"restartable"`
+	Interactive  bool           `db:"interactive"`
+	Bucket       string         `db:"bucket"` // maxSimultaneousJobs.bucketName, "" when none
+	Reservations pq.StringArray `db:"reservation_ids"`
+}
+
+const listHeld = `SELECT uuid::text AS uuid, user_id, project_id, status, COALESCE(assigned_slave_name, '') AS slave,
+	CASE WHEN jsonb_typeof(resources->'gpuIds') = 'array' THEN ARRAY(SELECT jsonb_array_elements_text(resources->'gpuIds')::bigint) ELSE '{}' END AS gpu_ids,
+	CASE WHEN jsonb_typeof(resources->'cpuIds') = 'array' THEN ARRAY(SELECT jsonb_array_elements_text(resources->'cpuIds')::bigint) ELSE '{}' END AS cpu_ids,
+	COALESCE((resources->>'cpuMemoryGb')::int, 0) AS memory_gb,
+	(event_times->>'RUNNING')::timestamptz AS running_at,
+	min_duration_s, max_duration_s, restartable, interactive,
+	COALESCE(request#>>'{scheduling,maxSimultaneousJobs,bucketName}', '') AS bucket,
+	reservation_ids
+FROM jobs WHERE status = ANY($1) AND resources IS NOT NULL ORDER BY created_at, uuid`
+
+// ListHeld lists what the jobs in the given states hold (those with resources), oldest first.
+func (s *Store) ListHeld(ctx context.Context, statuses []job.Status) ([]Held, error) {
+	var out []Held
+	err := s.q.SelectContext(ctx, &out, listHeld, pq.Array(statusStrings(statuses)))
+	return out, mapErr(err, "list held resources")
+}

@@ -452,3 +452,36 @@ func TestAssignJobsIsConditional(t *testing.T) {
 		}
 	}
 }
+
+// ListHeld reads what running jobs hold from the columns and documents the snapshot needs.
+func TestListHeld(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	j := createJob(t, st, u, p, job.StatusQueued)
+	createJob(t, st, u, p, job.StatusQueued) // holds nothing: not listed
+	_, err := st.AssignJobs(ctx, []store.Assignment{{JobUUID: j.UUID, Placement: store.Placement{SlaveName: "node1", SlaveInstanceID: "i1", ClusterID: 1,
+		Resources: job.StateResources{SlaveName: "node1", GPUIDs: []int{2, 3}, CPUIDs: []int{0, 1}, CPUMemoryGb: 5}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := st.ListHeld(ctx, job.RunningStatuses)
+	if err != nil || len(held) != 1 {
+		t.Fatalf("held %+v %v", held, err)
+	}
+	h := held[0]
+	if h.UUID != j.UUID || h.SlaveName != "node1" || !slices.Equal(h.GPUIDs, []int64{2, 3}) || !slices.Equal(h.CPUIDs, []int64{0, 1}) ||
+		h.MemoryGb != 5 || h.RunningAt.Valid || h.Status != job.StatusAssigned || h.UserID != u.ID || h.ProjectID != p.ID ||
+		h.MaxDuration != int64(j.Request.Scheduling.MaxDuration.Std()/time.Second) || !h.Interactive {
+		t.Fatalf("assigned job held: %+v", h)
+	}
+	for _, to := range []job.Status{job.StatusStarting, job.StatusRunning} {
+		if _, err := st.TransitionJob(ctx, j.UUID, []job.Status{job.StatusAssigned, job.StatusStarting}, to, store.Event{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err = st.ListHeld(ctx, job.RunningStatuses)
+	if err != nil || len(held) != 1 || !held[0].RunningAt.Valid || time.Since(held[0].RunningAt.Time) > time.Minute {
+		t.Fatalf("running job held: %+v %v", held, err)
+	}
+}
