@@ -14,9 +14,11 @@ LDFLAGS    := -X main.version=$(VERSION)
 GOLANGCI_VERSION := v2.6.2
 RUN_DIR    := $(TMP)/run
 RUN_PORT   ?= 8443
+BENCH_PGPORT ?= 55433
+SCENARIOS  ?= all
 
-# With no DATABASE_URL, a throwaway Postgres cluster lives in .tmp/pg (tests use fsync=off;
-# `make bench` restarts nothing and leaves fsync as the server has it).
+# With no DATABASE_URL, a throwaway Postgres cluster lives in .tmp/pg (tests use fsync=off).
+# `make bench` measures on a cluster of its own with fsync on, .tmp/pgbench (or BENCH_DATABASE_URL).
 ifeq ($(DATABASE_URL),)
 DB_URL = $(shell PG_EXTRA_OPTS="$(PG_EXTRA_OPTS)" scripts/pg.sh start $(TMP)/pg $(PGPORT))
 else
@@ -73,9 +75,16 @@ fuzz: ## fuzz the job parser for a minute
 	$(GO) test ./job -run '^$$' -fuzz FuzzParse -fuzztime 60s
 
 .PHONY: bench
-bench: deps ## run the benchmarks against a real Postgres (fsync on); results in bench/results.txt
-	@mkdir -p bench
-	DATABASE_URL="$(DB_URL)" $(GO) test -run '^$$' -bench . -benchmem -count 3 ./... | tee bench/results.txt
+bench: PG_EXTRA_OPTS =
+bench: deps ## run the benchmarks (SCENARIOS=B1,B2,… or all; LABEL=text) on Postgres with fsync on; appends to bench/RESULTS.md
+	@scripts/dockerd.sh
+	@mkdir -p $(TMP)/bench
+	@url="$(BENCH_DATABASE_URL)"; \
+	  if [ -z "$$url" ]; then url=$$(PG_EXTRA_OPTS= scripts/pg.sh start $(TMP)/pgbench $(BENCH_PGPORT)) || exit 1; fi; \
+	  set -o pipefail; \
+	  DATABASE_URL="$$url" GPULAB_BENCH="$(SCENARIOS)" GPULAB_BENCH_LABEL="$(LABEL)" \
+	  GPULAB_BENCH_COMMAND="make bench SCENARIOS=$(SCENARIOS)$(if $(LABEL), LABEL=…)$(if $(GPULAB_BENCH_SOAK), GPULAB_BENCH_SOAK=$(GPULAB_BENCH_SOAK))" \
+	  $(GO) test ./bench -run '^TestScenarios$$' -count=1 -timeout 3h -v | tee $(TMP)/bench/run.log
 
 .PHONY: run
 run: deps build devidp ## start Postgres, Docker, a dev OpenID provider, a master on https://localhost:8443 and a slave with fake GPUs; prints a login

@@ -114,6 +114,10 @@ func (h *Handlers) SubmitJob(w http.ResponseWriter, r *http.Request) error {
 // or a bare name), or the caller's only project. 403 when the caller is not a member.
 func (h *Handlers) resolveProject(r *http.Request, c *Caller, given string) (store.Project, error) {
 	ctx := r.Context()
+	if given == "" && len(c.ProjectIDs) == 1 {
+		// The common case, by the caller's own record: one row by its key, not a join.
+		return h.store.GetProject(ctx, c.ProjectIDs[0])
+	}
 	if given == "" {
 		ps, err := h.store.ListUserProjects(ctx, c.User.ID)
 		if err != nil {
@@ -361,7 +365,13 @@ func (h *Handlers) jobFilter(r *http.Request, c *Caller) (store.JobFilter, int, 
 	if err != nil {
 		return f, 0, err
 	}
-	filtersWho := f.UserURN != "" || f.UserName != "" || f.ProjectURN != "" || f.ProjectName != ""
+	if (f.UserURN != "" || f.UserName != "") && (f.UserURN == "" || f.UserURN == c.User.URN) && (f.UserName == "" || f.UserName == c.User.Name) {
+		// The caller's own jobs (the portal's "mine"): by id, which the store can use an
+		// index for in order, instead of a join on the user's name or URN.
+		f.UserURN, f.UserName = "", ""
+		f.UserIDs = []int64{c.User.ID}
+	}
+	filtersWho := f.UserURN != "" || f.UserName != "" || f.ProjectURN != "" || f.ProjectName != "" || len(f.UserIDs) > 0
 	if !filtersWho && !c.Admin() {
 		f.UserIDs = []int64{c.User.ID}
 	}

@@ -1,0 +1,174 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The floors: what the same machine does with the least possible work on the same path, so
+// every scenario's figure reads as a multiple of what cannot be avoided.
+
+// floorHTTPS is GET on an empty handler behind the master's own TLS configuration (the same
+// certificate, client certificate verification and Go HTTP server, none of the master's
+// middleware or handlers), over conns keep-alive connections with a user certificate.
+func floorHTTPS(t testing.TB, m *master, u *user, conns int, warm, measure time.Duration) loadResult {
+	t.Helper()
+	clients := make([]*http.Client, conns)
+	for i := range clients {
+		clients[i] = &http.Client{Transport: m.transport(&u.TLS, 1), Timeout: time.Minute}
+	}
+	res := closedLoop(conns, warm, measure, func(ctx context.Context, w, i int) error {
+		return get(ctx, clients[w], m.Floor+"/", nil)
+	})
+	if res.FirstErr != nil {
+		t.Fatalf("floor HTTPS: %v", res.FirstErr)
+	}
+	return res
+}
+
+// get does a GET and reads the whole answer, which must be 200.
+func get(ctx context.Context, c *http.Client, url string, header http.Header) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %d", url, resp.StatusCode)
+	}
+	return nil
+}
+
+// floorPayload is a job request's worth of JSON.
+var floorPayload = jobDoc("floor", 1, 2, 8, 0)
+
+// floorInsert is a bare INSERT of one row (a job request's worth of JSON) committed on its own,
+// by clients connections at once, on the benchmark's database.
+func floorInsert(t testing.TB, dbURL string, clients int, warm, measure time.Duration) loadResult {
+	t.Helper()
+	ctx := context.Background()
+	db := openDB(t, dbURL, clients)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS bench_floor (id BIGSERIAL PRIMARY KEY,
+created_at TIMESTAMPTZ NOT NULL DEFAULT now(), payload JSONB NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	conns := make([]*sql.Conn, clients)
+	for i := range conns {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = c.Close() }()
+		conns[i] = c
+	}
+	res := closedLoop(clients, warm, measure, func(ctx context.Context, w, i int) error {
+		_, err := conns[w].ExecContext(ctx, `INSERT INTO bench_floor (payload) VALUES ($1)`, floorPayload)
+		return err
+	})
+	if res.FirstErr != nil {
+		t.Fatalf("floor insert: %v", res.FirstErr)
+	}
+	return res
+}
+
+// floorUpdates times n single-row UPDATEs (a resources-sized JSON each) in one transaction on a
+// bare table: the round trips of writing n assignments row by row, with one commit.
+func floorUpdates(t testing.TB, dbURL string, n int) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	db := openDB(t, dbURL, 1)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS bench_floor_rows (id INT PRIMARY KEY, status TEXT NOT NULL, payload JSONB)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `TRUNCATE bench_floor_rows`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO bench_floor_rows (id, status) SELECT g, 'QUEUED' FROM generate_series(1, $1::int) g`, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `ANALYZE bench_floor_rows`); err != nil {
+		t.Fatal(err)
+	}
+	payload := `{"clusterId":1,"gpuIds":[0],"cpuIds":[0,1],"cpuMemoryGb":8,"slaveName":"sim-0001","slaveHost":"sim-0001.bench","slaveInstanceId":"inst-sim-0001","portMappings":[]}`
+	start := time.Now()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= n; i++ {
+		if _, err := tx.ExecContext(ctx, `UPDATE bench_floor_rows SET status = 'ASSIGNED', payload = $2 WHERE id = $1 AND status = 'QUEUED'`, i, payload); err != nil {
+			_ = tx.Rollback()
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+func openDB(t testing.TB, dbURL string, conns int) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("postgres", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(conns + 1)
+	db.SetMaxIdleConns(conns + 1)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// dockerRunCmd is the raw `docker run` of the same image and command as the B3 jobs.
+func dockerRun(image string) error {
+	out, err := exec.Command("docker", "run", "--rm", image, "sh", "-c", b3Script).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("docker run: %w: %s", err, out)
+	}
+	return nil
+}
+
+// floorDockerRun times n raw `docker run --rm` of image, concurrently when concurrent is set.
+func floorDockerRun(t testing.TB, image string, n int, concurrent bool) []time.Duration {
+	t.Helper()
+	out := make([]time.Duration, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		one := func() {
+			start := time.Now()
+			errs[i] = dockerRun(image)
+			out[i] = time.Since(start)
+		}
+		if concurrent {
+			wg.Add(1)
+			go func() { defer wg.Done(); one() }()
+		} else {
+			one()
+		}
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}

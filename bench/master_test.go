@@ -1,0 +1,651 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/opengpulab/gpulab/handlers"
+	"github.com/opengpulab/gpulab/internal/testenv"
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/pki"
+	"github.com/opengpulab/gpulab/scheduler"
+	"github.com/opengpulab/gpulab/store"
+	"github.com/opengpulab/gpulab/web"
+)
+
+// Authority is the URN authority of the benchmark's master.
+const Authority = "bench.gpulab"
+
+// roleEnv starts the test binary as the master under test (TestMain); masterEnv carries its
+// configuration as JSON.
+const (
+	roleEnv   = "GPULAB_BENCH_ROLE"
+	masterEnv = "GPULAB_BENCH_MASTER"
+)
+
+// Loop modes of the master under test.
+const (
+	// loopAuto runs the scheduler from the start, as `gpulab-master serve` does.
+	loopAuto = "auto"
+	// loopManual waits for POST /bench/start on the control port before the first pass, so a
+	// burst can be queued and its slaves registered first (B1).
+	loopManual = "manual"
+	// loopOff runs no scheduler: an API replica that does not hold the scheduler lock (B4, B5).
+	loopOff = "off"
+)
+
+// masterConfig configures the master process.
+type masterConfig struct {
+	DatabaseURL string `json:"databaseUrl"`
+	CADir       string `json:"caDir"`
+	LogFile     string `json:"logFile"`
+	Loop        string `json:"loop"`
+	// HeartbeatInterval is what slaves are told (serve's default: 5 s).
+	HeartbeatInterval time.Duration `json:"heartbeatInterval"`
+	// Interval, HeartbeatGrace, JobGrace: the loop's (serve's defaults: 5 s, 30 s, 5 min).
+	Interval       time.Duration `json:"interval"`
+	HeartbeatGrace time.Duration `json:"heartbeatGrace"`
+	JobGrace       time.Duration `json:"jobGrace"`
+	// CapRunning keeps serve's default running-job caps (10 per user, 20 per project); without
+	// it there are none (`--max-running-per-user 0 --max-running-per-project 0`), so that a
+	// burst can fill the cluster.
+	CapRunning bool `json:"capRunning"`
+}
+
+// masterAddrs is the line the master process prints when it serves.
+type masterAddrs struct {
+	URL     string `json:"url"`     // the master: API, portal, slave protocol
+	Floor   string `json:"floor"`   // an empty handler behind the same TLS configuration
+	Control string `json:"control"` // plain HTTP on loopback: pprof, passes, memory, start
+}
+
+// passRecord is one scheduler pass as the master process timed it.
+type passRecord struct {
+	Start    time.Time     `json:"start"`
+	Dur      time.Duration `json:"dur"`
+	Assigned int64         `json:"assigned"`
+	Err      string        `json:"err,omitempty"`
+}
+
+// End is when the pass returned: its transaction was committed.
+func (p passRecord) End() time.Time { return p.Start.Add(p.Dur) }
+
+// memReport is the master process's memory.
+type memReport struct {
+	RSSBytes      int64  `json:"rssBytes"` // VmRSS from /proc/self/status
+	HeapInuse     uint64 `json:"heapInuse"`
+	Sys           uint64 `json:"sys"`
+	NumGoroutines int    `json:"goroutines"`
+}
+
+// runMaster is the master role: the wiring of `gpulab-master serve` (cmd/gpulab-master/serve.go:
+// store, handlers, web server, scheduler loop) with the configuration from masterEnv, plus a
+// loopback control port. It runs until stdin closes or SIGTERM.
+func runMaster() error {
+	var cfg masterConfig
+	if err := json.Unmarshal([]byte(os.Getenv(masterEnv)), &cfg); err != nil {
+		return fmt.Errorf("%s: %w", masterEnv, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); cancel() }() // the parent went away
+
+	logOut, err := os.OpenFile(cfg.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = logOut.Close() }()
+	var assigned atomic.Int64
+	// serve logs at info by default (every request, every pass that changed something).
+	log := slog.New(passCounter{Handler: slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo}), assigned: &assigned})
+
+	st, err := store.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = st.Close() }()
+	if err := st.CheckSchema(ctx); err != nil {
+		return err
+	}
+	ca, _, err := pki.LoadOrCreateCA(cfg.CADir, "GPULab bench CA")
+	if err != nil {
+		return err
+	}
+	halfLife := 7 * 24 * time.Hour // serve's --tally-half-life default
+	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
+	h := handlers.New(st, handlers.Config{Authority: Authority, Version: "bench", LatestClientVersion: "4.0.0",
+		JobOptions: job.DefaultOptions(), CA: ca, HeartbeatInterval: cfg.HeartbeatInterval, TallyHalfLife: halfLife}, log, wake, work)
+	srv := web.New(web.Config{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}, Authority: Authority}, st, h, log)
+	limits := &scheduler.Limits{}
+	if cfg.CapRunning {
+		limits = nil // scheduler.DefaultLimits, as serve's flag defaults
+	}
+	loop := scheduler.NewLoop(st, scheduler.LoopConfig{Interval: cfg.Interval, HeartbeatGrace: cfg.HeartbeatGrace,
+		JobGrace: cfg.JobGrace, Limits: limits, TallyHalfLife: halfLife}, log, wake, work)
+	d := &driver{loop: loop, st: st, wake: wake, interval: cfg.Interval, assigned: &assigned, log: log}
+	if d.interval <= 0 {
+		d.interval = 5 * time.Second
+	}
+
+	listen := func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+	ml, err := listen()
+	if err != nil {
+		return err
+	}
+	fl, err := listen()
+	if err != nil {
+		return err
+	}
+	cl, err := listen()
+	if err != nil {
+		return err
+	}
+	tlsCfg, err := srv.TLSConfig()
+	if err != nil {
+		return err
+	}
+	floor := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	}), TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = floor.Serve(tls.NewListener(fl, tlsCfg)) }()
+	control := &http.Server{Handler: d.controlMux(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = control.Serve(cl) }()
+
+	var wg sync.WaitGroup
+	if cfg.Loop == loopAuto {
+		d.startOnce()
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ctx, ml) }()
+	addrs := masterAddrs{URL: "https://" + ml.Addr().String(), Floor: "https://" + fl.Addr().String(), Control: "http://" + cl.Addr().String()}
+	if err := json.NewEncoder(os.Stdout).Encode(addrs); err != nil {
+		return err
+	}
+	err = <-serveErr
+	cancel()
+	_ = floor.Close()
+	_ = control.Close()
+	d.wait()
+	wg.Wait()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// passCounter counts the assignments the loop reports in its "scheduler pass" log line, so
+// that the driver can tell which pass assigned what.
+type passCounter struct {
+	slog.Handler
+	assigned *atomic.Int64
+}
+
+func (h passCounter) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "scheduler pass" {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "assigned" {
+				h.assigned.Add(a.Value.Int64())
+			}
+			return true
+		})
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h passCounter) WithAttrs(as []slog.Attr) slog.Handler {
+	return passCounter{Handler: h.Handler.WithAttrs(as), assigned: h.assigned}
+}
+
+func (h passCounter) WithGroup(name string) slog.Handler {
+	return passCounter{Handler: h.Handler.WithGroup(name), assigned: h.assigned}
+}
+
+// driver runs the scheduler the way scheduler.Loop.Run does and times every pass: take the
+// leader lock; then wait for a wake (submit, heartbeat, job end) or the interval, let a burst
+// settle for 20 ms, check the lock, Pass. Loop.Run offers no hook around a pass, so this
+// mirrors Loop.Run/lead in scheduler/loop.go and must follow them when they change.
+type driver struct {
+	loop     *scheduler.Loop
+	st       *store.Store
+	wake     *scheduler.Signal
+	interval time.Duration
+	assigned *atomic.Int64
+	log      *slog.Logger
+
+	once   sync.Once
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu     sync.Mutex
+	passes []passRecord
+}
+
+func (d *driver) startOnce() {
+	d.once.Do(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		d.cancel, d.done = cancel, make(chan struct{})
+		go func() { defer close(d.done); d.run(ctx) }()
+	})
+}
+
+func (d *driver) wait() {
+	if d.cancel != nil {
+		d.cancel()
+		<-d.done
+	}
+}
+
+func (d *driver) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		leader, ok, err := d.st.TryLeader(ctx)
+		if err != nil && ctx.Err() == nil {
+			d.log.Warn("scheduler lock", "err", err)
+		}
+		if ok {
+			d.lead(ctx, leader)
+			_ = leader.Release()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d.interval):
+		}
+	}
+}
+
+func (d *driver) lead(ctx context.Context, leader *store.Leader) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		woken := d.wake.C()
+		select {
+		case <-ctx.Done():
+			return
+		case <-woken:
+			time.Sleep(20 * time.Millisecond) // as Loop.lead: let a burst settle into one pass
+		case <-timer.C:
+		}
+		if !leader.Alive(ctx) {
+			return
+		}
+		before := d.assigned.Load()
+		start := time.Now()
+		err := d.loop.Pass(ctx)
+		rec := passRecord{Start: start, Dur: time.Since(start), Assigned: d.assigned.Load() - before}
+		if err != nil && ctx.Err() == nil {
+			rec.Err = err.Error()
+			d.log.Error("scheduler pass failed", "err", err)
+		}
+		d.mu.Lock()
+		d.passes = append(d.passes, rec)
+		d.mu.Unlock()
+		timer.Reset(d.interval)
+	}
+}
+
+// controlMux serves the control port: pprof, the passes so far, memory, and the start of a
+// manual loop.
+func (d *driver) controlMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("POST /bench/start", func(w http.ResponseWriter, r *http.Request) {
+		d.startOnce()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /bench/passes", func(w http.ResponseWriter, r *http.Request) {
+		from, _ := strconv.Atoi(r.URL.Query().Get("from"))
+		d.mu.Lock()
+		out := append([]passRecord{}, d.passes[min(max(from, 0), len(d.passes)):]...)
+		d.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(out)
+	})
+	mux.HandleFunc("GET /bench/mem", func(w http.ResponseWriter, r *http.Request) {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		_ = json.NewEncoder(w).Encode(memReport{RSSBytes: selfRSS(), HeapInuse: ms.HeapInuse, Sys: ms.Sys, NumGoroutines: runtime.NumGoroutine()})
+	})
+	return mux
+}
+
+// selfRSS is this process's resident set (VmRSS), in bytes.
+func selfRSS() int64 { return rssOf("self") }
+
+// rssOf reads VmRSS of a process (a pid or "self") from /proc.
+func rssOf(pid string) int64 {
+	data, err := os.ReadFile(filepath.Join("/proc", pid, "status"))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return -1
+}
+
+// master is a master process under test, seen from the benchmark.
+type master struct {
+	t testing.TB
+	masterAddrs
+	CA    *pki.CA
+	Store *store.Store // the benchmark's own connection, for set-up and checks
+	DBURL string
+	PID   int
+	Log   string
+	ctl   *http.Client
+}
+
+// masterOptions choose the master's loop and timings; zero values take serve's defaults.
+type masterOptions struct {
+	Loop              string
+	HeartbeatInterval time.Duration
+	Interval          time.Duration
+	CapRunning        bool
+}
+
+// startMaster makes a fresh database (migrated), a CA, and starts the master process on them;
+// everything goes away when the test ends.
+func startMaster(t testing.TB, o masterOptions) *master {
+	t.Helper()
+	ctx := context.Background()
+	began := time.Now()
+	url := testenv.PostgresURL(t)
+	st, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	// Whatever the previous scenario left dirty (its database was just dropped) is written now,
+	// not during this one's measurements. Only a superuser may; elsewhere it is skipped.
+	_, _ = st.DB().ExecContext(ctx, `CHECKPOINT`)
+	caDir := filepath.Join(t.TempDir(), "ca")
+	ca, _, err := pki.LoadOrCreateCA(caDir, "GPULab bench CA")
+	if err != nil {
+		t.Fatalf("make CA: %v", err)
+	}
+	logFile := filepath.Join(outDir(t), safeName(t.Name())+"-master.log")
+	_ = os.Remove(logFile)
+	if o.Loop == "" {
+		o.Loop = loopAuto
+	}
+	masterURL := url
+	if d := os.Getenv("GPULAB_BENCH_SLOW_STATEMENTS"); d != "" {
+		// Diagnostics: Postgres logs the master's statements slower than d (superuser only).
+		masterURL += "&log_min_duration_statement=" + d
+	}
+	cfg := masterConfig{DatabaseURL: masterURL, CADir: caDir, LogFile: logFile, Loop: o.Loop, HeartbeatInterval: o.HeartbeatInterval,
+		Interval: o.Interval, CapRunning: o.CapRunning}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = 5 * time.Second
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 5 * time.Second
+	}
+	cfgJSON, _ := json.Marshal(cfg)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), roleEnv+"=master", masterEnv+"="+string(cfgJSON))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errFile, err := os.Create(logFile + ".stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = errFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start master: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited); _ = errFile.Close() }()
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Errorf("master process did not stop within 20 s")
+		}
+	})
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	m := &master{t: t, CA: ca, Store: st, DBURL: url, PID: cmd.Process.Pid, Log: logFile, ctl: &http.Client{Timeout: 5 * time.Minute}}
+	select {
+	case line, ok := <-lines:
+		if !ok || json.Unmarshal([]byte(line), &m.masterAddrs) != nil {
+			stderr, _ := os.ReadFile(logFile + ".stderr")
+			t.Fatalf("master process did not start: %q\n%s", line, stderr)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("master process did not answer within 60 s (log %s)", logFile)
+	}
+	t.Logf("master process %d serves %s (database and start: %s)", m.PID, m.URL, time.Since(began).Round(time.Millisecond))
+	return m
+}
+
+// startLoop starts a manual loop (loopManual).
+func (m *master) startLoop() {
+	m.t.Helper()
+	resp, err := m.ctl.Post(m.Control+"/bench/start", "", nil)
+	if err != nil {
+		m.t.Fatalf("start loop: %v", err)
+	}
+	_ = resp.Body.Close()
+}
+
+// passes returns the passes from index `from` on.
+func (m *master) passes(from int) []passRecord {
+	m.t.Helper()
+	var out []passRecord
+	m.getJSON(fmt.Sprintf("/bench/passes?from=%d", from), &out)
+	return out
+}
+
+// mem returns the master's memory: RSS read by the benchmark from /proc/PID, the Go figures
+// from the process itself.
+func (m *master) mem() memReport {
+	m.t.Helper()
+	var r memReport
+	m.getJSON("/bench/mem", &r)
+	if rss := rssOf(strconv.Itoa(m.PID)); rss > 0 {
+		r.RSSBytes = rss
+	}
+	return r
+}
+
+func (m *master) getJSON(path string, v any) {
+	m.t.Helper()
+	resp, err := m.ctl.Get(m.Control + path)
+	if err != nil {
+		m.t.Fatalf("control %s: %v", path, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		m.t.Fatalf("control %s: %v", path, err)
+	}
+}
+
+// profile takes a CPU profile of the master for d (in the background) when GPULAB_BENCH_PROFILE
+// names a folder; the returned function waits for it and reports the file written.
+func (m *master) profile(name string, d time.Duration) func() string {
+	dir := os.Getenv("GPULAB_BENCH_PROFILE")
+	if dir == "" {
+		return func() string { return "" }
+	}
+	secs := max(int(d.Round(time.Second)/time.Second), 1)
+	file := filepath.Join(dir, name+".cpu.pprof")
+	done := make(chan error, 1)
+	go func() {
+		resp, err := m.ctl.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", m.Control, secs))
+		if err != nil {
+			done <- err
+			return
+		}
+		defer func() { _ = resp.Body.Close() }()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			done <- err
+			return
+		}
+		f, err := os.Create(file)
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		_ = f.Close()
+		done <- err
+	}()
+	return func() string {
+		if err := <-done; err != nil {
+			m.t.Logf("profile %s: %v", name, err)
+			return ""
+		}
+		m.t.Logf("CPU profile of the master: %s", file)
+		return file
+	}
+}
+
+// user is a user of the master with his certificate.
+type user struct {
+	store.User
+	Projects []int64
+	TLS      tls.Certificate
+}
+
+// addUser creates a user, makes him a member of projects (created when new) and issues his
+// client certificate.
+func (m *master) addUser(name string, projects ...string) *user {
+	m.t.Helper()
+	ctx := context.Background()
+	urn := pki.UserURN(Authority, name)
+	u, err := m.Store.UpsertUser(ctx, urn, name, name+"@example.org", false)
+	if err != nil {
+		m.t.Fatalf("add user %s: %v", name, err)
+	}
+	out := &user{User: u}
+	for _, pn := range projects {
+		p, err := m.Store.GetProjectByName(ctx, pn)
+		if errors.Is(err, store.ErrNotFound) {
+			p, err = m.Store.CreateProject(ctx, pki.ProjectURN(Authority, pn), pn, "", 0)
+		}
+		if err != nil {
+			m.t.Fatalf("project %s: %v", pn, err)
+		}
+		if err := m.Store.AddMember(ctx, p.ID, u.ID); err != nil {
+			m.t.Fatalf("add %s to %s: %v", name, pn, err)
+		}
+		out.Projects = append(out.Projects, p.ID)
+	}
+	cert, key, err := m.CA.IssueClient(pki.ClientSpec{Kind: pki.KindUser, URN: urn, Email: u.Email, Name: name})
+	if err != nil {
+		m.t.Fatalf("issue certificate: %v", err)
+	}
+	out.TLS = tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
+	return out
+}
+
+// slaveCert makes a slave in cluster (created when new) as if it had joined, and returns its
+// client certificate.
+func (m *master) slaveCert(name string, cluster int) tls.Certificate {
+	m.t.Helper()
+	ctx := context.Background()
+	if _, err := m.Store.CreateCluster(ctx, store.Cluster{ID: cluster, Name: fmt.Sprintf("cluster%d", cluster)}); err != nil && !errors.Is(err, store.ErrConflict) {
+		m.t.Fatalf("create cluster %d: %v", cluster, err)
+	}
+	if err := m.Store.JoinSlave(ctx, name, cluster); err != nil {
+		m.t.Fatalf("join slave %s: %v", name, err)
+	}
+	cert, key, err := m.CA.IssueClient(pki.ClientSpec{Kind: pki.KindSlave, URN: pki.URN{Authority: Authority, Type: "slave", Name: name}.String(), Name: name})
+	if err != nil {
+		m.t.Fatalf("issue slave certificate: %v", err)
+	}
+	return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
+}
+
+// transport is one keep-alive HTTPS connection's worth of client, trusting the master's CA and
+// presenting cert, as gpulab-cli and scripts do (HTTP/1.1).
+func (m *master) transport(cert *tls.Certificate, conns int) *http.Transport {
+	cfg := &tls.Config{RootCAs: m.CA.Pool(), MinVersion: tls.VersionTLS12}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	return &http.Transport{TLSClientConfig: cfg, MaxIdleConns: conns, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns,
+		IdleConnTimeout: 5 * time.Minute}
+}
+
+// client is an HTTP client of the master with up to conns connections.
+func (m *master) client(cert *tls.Certificate, conns int) *http.Client {
+	return &http.Client{Transport: m.transport(cert, conns), Timeout: 2 * time.Minute}
+}
+
+// outDir is where logs and profiles go: GPULAB_BENCH_OUT, else .tmp/bench at the module root.
+func outDir(t testing.TB) string {
+	dir := os.Getenv("GPULAB_BENCH_OUT")
+	if dir == "" {
+		dir = filepath.Join(moduleRoot(), ".tmp", "bench")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("output folder: %v", err)
+	}
+	return dir
+}
+
+// moduleRoot is the folder holding go.mod (tests run in their package's folder).
+func moduleRoot() string {
+	wd, _ := os.Getwd()
+	for d := wd; d != "/"; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+	}
+	return wd
+}
+
+func safeName(s string) string { return strings.NewReplacer("/", "_", " ", "_").Replace(s) }

@@ -1,0 +1,280 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/protocol"
+)
+
+// sample is one timed request of the soak.
+type sample struct {
+	at time.Time
+	d  time.Duration
+}
+
+// samples is a goroutine-safe list of samples.
+type samples struct {
+	mu sync.Mutex
+	s  []sample
+}
+
+func (s *samples) add(at time.Time, d time.Duration) {
+	s.mu.Lock()
+	s.s = append(s.s, sample{at, d})
+	s.mu.Unlock()
+}
+
+// in returns the durations of the samples taken in [from, to).
+func (s *samples) in(from, to time.Time) []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []time.Duration
+	for _, x := range s.s {
+		if !x.at.Before(from) && x.at.Before(to) {
+			out = append(out, x.d)
+		}
+	}
+	return out
+}
+
+// soakWindow is what one window (a minute) of the soak measured.
+type soakWindow struct {
+	passes, reads, submits []time.Duration
+	finished, queued       int
+	mem                    memReport
+}
+
+// runB8 soaks the master: the burst fleet heartbeating, every GPU busy and jobs always queued,
+// each job that finishes replaced by a submission through the API, and readers on the API and
+// the portal; the first and the last minute are compared.
+func runB8(t *testing.T, rep *report, sz sizes) {
+	m := startMaster(t, masterOptions{Loop: loopAuto, HeartbeatInterval: sz.heartbeat})
+	users := make([]*user, 20)
+	if sz.smoke {
+		users = users[:2]
+	}
+	for i := range users {
+		users[i] = m.addUser(fmt.Sprintf("u%02d", i), fmt.Sprintf("p%d", i%5))
+	}
+	rng := rand.New(rand.NewPCG(8, 1))
+	var rngMu sync.Mutex
+	runFor := func(*protocol.Assignment) time.Duration {
+		rngMu.Lock()
+		defer rngMu.Unlock()
+		d := time.Duration(rng.ExpFloat64() * float64(sz.b8MeanRun))
+		return min(max(d, time.Second), 5*sz.b8MeanRun)
+	}
+	finished := make(chan time.Time, 1<<16)
+	var nFinished counter
+	hooks := &fakeHooks{runFor: runFor, finished: func(_ string, at time.Time) {
+		nFinished.Add(1)
+		select {
+		case finished <- at:
+		default:
+		}
+	}}
+	spec := b1Fleet(sz.b8Slaves)
+	f := startFleet(t, m, spec, hooks)
+	gpusOf := func(i int) int {
+		if i%10 == 3 {
+			return 2 + i%3
+		}
+		return 1
+	}
+	initial := make([]bulkJob, spec.Slaves*spec.GPUs+sz.b8Backlog)
+	base := time.Now().Add(-time.Minute)
+	for i := range initial {
+		u := users[i%len(users)]
+		g := gpusOf(i)
+		initial[i] = bulkJob{UUID: newUUID(), Name: fmt.Sprintf("soak-%d", i), User: u, Project: u.Projects[0], Status: job.StatusQueued,
+			Request: parsedRequest(t, g, 2*g, 8*g, 0), Created: base.Add(time.Duration(i) * time.Millisecond)}
+	}
+	bulkInsert(t, m.DBURL, initial)
+	recent := newRing(256)
+	for _, j := range initial {
+		if j.User == users[0] {
+			recent.add(j.UUID)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	var submits, reads samples
+	var submitErrs, readErrs counter
+	// Submitters: each finished job is replaced by a new one, so the queue keeps its length.
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			clients := make([]*http.Client, len(users))
+			for i, u := range users {
+				clients[i] = m.client(&u.TLS, 1)
+			}
+			for i := w; ; i += 16 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-finished:
+				}
+				k := i % len(users)
+				g := gpusOf(i)
+				t0 := time.Now()
+				id, err := submit(ctx, clients[k], m.URL, jobDoc(fmt.Sprintf("soak-new-%d", i), g, 2*g, 8*g, 0))
+				if err != nil {
+					if ctx.Err() == nil && submitErrs.Add(1) == 1 {
+						t.Errorf("submit: %v", err)
+					}
+					continue
+				}
+				submits.add(t0, time.Since(t0))
+				if k == 0 {
+					recent.add(id)
+				}
+			}
+		}()
+	}
+	// Readers: a job, a list of 50 and the portal's Jobs page, 100 ms apart, as users watching.
+	for range sz.b8Readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := m.client(&users[0].TLS, 1)
+			html := http.Header{"Accept": {"text/html"}}
+			for i := 0; ctx.Err() == nil; i++ {
+				var url string
+				var h http.Header
+				switch i % 3 {
+				case 0:
+					url = m.URL + apiBase + "/jobs/" + recent.pick()
+				case 1:
+					url = m.URL + apiBase + "/jobs?page_size=50"
+				default:
+					url, h = m.URL+"/jobs", html
+				}
+				t0 := time.Now()
+				if err := get(ctx, c, url, h); err != nil {
+					if ctx.Err() == nil && readErrs.Add(1) == 1 {
+						t.Errorf("read %s: %v", url, err)
+					}
+				} else {
+					reads.add(t0, time.Since(t0))
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	time.Sleep(sz.b8Fill) // the first fill of the cluster (a burst, see B1) is not measured
+	cpu := newCPUMeter(t, m.PID, m.DBURL)
+	t0 := time.Now()
+	n := max(int(sz.b8Duration/sz.b8Window), 1)
+	windows := make([]soakWindow, n)
+	var stopProfile func() string
+	for k := range n {
+		if k == 0 || k == n-1 {
+			stopProfile = m.profile(fmt.Sprintf("B8-window%d", k+1), sz.b8Window)
+		}
+		f0 := nFinished.Load()
+		time.Sleep(time.Until(t0.Add(time.Duration(k+1) * sz.b8Window)))
+		windows[k].finished = int(nFinished.Load() - f0)
+		windows[k].mem = m.mem()
+		windows[k].queued = statusCounts(t, m)[job.StatusQueued]
+		if k == 0 || k == n-1 {
+			stopProfile()
+		}
+		t.Logf("soak window %d/%d: %d finished, %d queued, RSS %s", k+1, n, windows[k].finished, windows[k].queued, mib(windows[k].mem.RSSBytes))
+	}
+	rep.note("B8", "%s", cpu)
+	cancel()
+	wg.Wait()
+	passes := m.passes(0)
+	for k := range windows {
+		from, to := t0.Add(time.Duration(k)*sz.b8Window), t0.Add(time.Duration(k+1)*sz.b8Window)
+		for _, p := range passes {
+			if !p.Start.Before(from) && p.Start.Before(to) {
+				windows[k].passes = append(windows[k].passes, p.Dur)
+			}
+		}
+		windows[k].reads = reads.in(from, to)
+		windows[k].submits = submits.in(from, to)
+	}
+	first, last := windows[0], windows[n-1]
+	name := func(k int) string { return fmt.Sprintf("%s %d", strings.ToLower(windowUnit(sz.b8Window)), k) }
+	cmp := func(measure string, a, b time.Duration) {
+		res := result{Scenario: "B8", Measure: measure + ": " + name(1) + " → " + name(n), Value: ms(a) + " → " + ms(b), Goal: "≤ ×1.20"}
+		if a > 0 && b > 0 {
+			r := float64(b) / float64(a)
+			res.Met, res.Ratio = met(r <= 1.2), fmt.Sprintf("×%.2f", r)
+		} else {
+			res.Met = "no data"
+		}
+		rep.add(res)
+	}
+	cmp("scheduler pass p99", percentile(first.passes, 99), percentile(last.passes, 99))
+	cmp("API reads p99 (job, list of 50, portal page)", percentile(first.reads, 99), percentile(last.reads, 99))
+	cmp("POST jobs p99", percentile(first.submits, 99), percentile(last.submits, 99))
+	r := float64(last.mem.RSSBytes) / float64(max(first.mem.RSSBytes, 1))
+	rep.add(result{Scenario: "B8", Measure: "master RSS (from /proc): " + name(1) + " → " + name(n), Value: mib(first.mem.RSSBytes) + " → " + mib(last.mem.RSSBytes),
+		Goal: "≤ ×1.20, ≤ 500 MiB", Met: met(r <= 1.2 && last.mem.RSSBytes <= 500<<20), Ratio: fmt.Sprintf("×%.2f", r)})
+	minQueued := windows[0].queued
+	for _, w := range windows {
+		minQueued = min(minQueued, w.queued)
+	}
+	rep.note("B8", "jobs queued at every minute's end: at least %d", minQueued)
+	var per []string
+	for k, w := range windows {
+		var busy time.Duration
+		for _, d := range w.passes {
+			busy += d
+		}
+		per = append(per, fmt.Sprintf("%d: %d passes (p99 %s, the loop busy %.0f %%), %d finished, %d queued, reads p99 %s, submits p99 %s, RSS %s, heap %s, %d goroutines",
+			k+1, len(w.passes), ms(percentile(w.passes, 99)), 100*busy.Seconds()/sz.b8Window.Seconds(), w.finished, w.queued, ms(percentile(w.reads, 99)), ms(percentile(w.submits, 99)),
+			mib(w.mem.RSSBytes), mib(int64(w.mem.HeapInuse)), w.mem.NumGoroutines))
+	}
+	rep.note("B8", "%d slaves × %d GPUs heartbeating every %s, job run times exponential (mean %s), each finished job replaced through the API, %d readers every 100 ms; the %s fill before is not measured; %d submit and %d read errors, %d failed protocol calls. Per %s: %s",
+		spec.Slaves, spec.GPUs, sz.heartbeat, sz.b8MeanRun, sz.b8Readers, sz.b8Fill, submitErrs.Load(), readErrs.Load(), f.fails.Load(), strings.ToLower(windowUnit(sz.b8Window)), strings.Join(per, "; "))
+}
+
+func windowUnit(w time.Duration) string {
+	if w == time.Minute {
+		return "Minute"
+	}
+	return "Window of " + w.String()
+}
+
+// ring keeps the last n ids.
+type ring struct {
+	mu  sync.Mutex
+	ids []string
+	n   int
+	i   int
+}
+
+func newRing(n int) *ring { return &ring{n: n} }
+
+func (r *ring) add(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.ids) < r.n {
+		r.ids = append(r.ids, id)
+		return
+	}
+	r.ids[r.i%r.n] = id
+	r.i++
+}
+
+func (r *ring) pick() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ids[rand.IntN(len(r.ids))]
+}

@@ -1,0 +1,162 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// percentile is the nearest-rank percentile p (0–100) of ds; 0 when empty.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	k := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[min(max(k, 0), len(s)-1)]
+}
+
+// loadResult is what a closed-loop load run measured over its measured window.
+type loadResult struct {
+	N, Errors int
+	Window    time.Duration
+	Lat       []time.Duration
+	FirstErr  error
+}
+
+// Rate is completed requests per second.
+func (r loadResult) Rate() float64 { return float64(r.N) / r.Window.Seconds() }
+
+func (r loadResult) P50() time.Duration { return percentile(r.Lat, 50) }
+func (r loadResult) P99() time.Duration { return percentile(r.Lat, 99) }
+
+// closedLoop runs workers that each call do back to back for warm+measure; only calls that
+// start and end inside the measured window count. do gets the worker's index and its call
+// number.
+func closedLoop(workers int, warm, measure time.Duration, do func(ctx context.Context, w, i int) error) loadResult {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	from, to := start.Add(warm), start.Add(warm+measure)
+	var mu sync.Mutex
+	res := loadResult{Window: measure}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var lat []time.Duration
+			n, errs := 0, 0
+			var first error
+			for i := 0; ; i++ {
+				t0 := time.Now()
+				if !t0.Before(to) {
+					break
+				}
+				err := do(ctx, w, i)
+				t1 := time.Now()
+				if t0.Before(from) || t1.After(to) {
+					continue
+				}
+				if err != nil {
+					errs++
+					if first == nil {
+						first = err
+					}
+					continue
+				}
+				n++
+				lat = append(lat, t1.Sub(t0))
+			}
+			mu.Lock()
+			res.N += n
+			res.Errors += errs
+			res.Lat = append(res.Lat, lat...)
+			if res.FirstErr == nil {
+				res.FirstErr = first
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return res
+}
+
+// openLoop calls do at a fixed rate (each call in its own goroutine, so a slow answer does not
+// slow the rate) n times, and waits for all calls.
+func openLoop(rate float64, n int, do func(i int)) {
+	interval := time.Duration(float64(time.Second) / rate)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); do(i) }()
+	}
+	wg.Wait()
+}
+
+// timeMap records when things happened, by key, safely from many goroutines.
+type timeMap struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+func newTimeMap() *timeMap { return &timeMap{m: map[string]time.Time{}} }
+
+func (tm *timeMap) set(k string, t time.Time) {
+	tm.mu.Lock()
+	if _, ok := tm.m[k]; !ok {
+		tm.m[k] = t
+	}
+	tm.mu.Unlock()
+}
+
+func (tm *timeMap) get(k string) (time.Time, bool) {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	t, ok := tm.m[k]
+	return t, ok
+}
+
+func (tm *timeMap) len() int {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	return len(tm.m)
+}
+
+// counter is an atomic event counter.
+type counter struct{ atomic.Int64 }
+
+// ms formats a duration in milliseconds, with a decimal under 10 ms.
+func ms(d time.Duration) string {
+	v := float64(d) / float64(time.Millisecond)
+	if v < 10 {
+		return fmt.Sprintf("%.2f ms", v)
+	}
+	return fmt.Sprintf("%.0f ms", v)
+}
+
+// secs formats a duration in seconds.
+func secs(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
+
+// perSec formats a rate.
+func perSec(r float64) string { return fmt.Sprintf("%.0f /s", r) }
+
+// mib formats bytes in MiB.
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+// ratio formats a/b as "×r".
+func ratio(a, b float64) string {
+	if b == 0 || math.IsNaN(a/b) {
+		return "—"
+	}
+	return fmt.Sprintf("×%.2f", a/b)
+}
