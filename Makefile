@@ -93,6 +93,7 @@ run: deps build devidp ## start Postgres, Docker, a dev OpenID provider, a maste
 	@scripts/run.sh "$(DB_URL)" "$(RUN_DIR)" "$(RUN_PORT)" "$(BIN)"
 
 .PHONY: clean
-clean: ## stop the throwaway Postgres and remove bin/ and .tmp/
+clean: ## stop the throwaway Postgres clusters and remove bin/ and .tmp/
 	-scripts/pg.sh stop $(TMP)/pg $(PGPORT)
+	-scripts/pg.sh stop $(TMP)/pgbench $(BENCH_PGPORT)
 	rm -rf $(BIN) $(TMP)

@@ -20,6 +20,8 @@ type slaveState struct {
 	cpusUsed int
 	memUsed  int
 	held     []*Placed // the snapshot's running jobs here, read-only: backfill releases them
+	// halting: some held job is halting; haltable: some could be halted (halt.go's haltable).
+	halting, haltable bool
 }
 
 // newPlanner copies what it must change (free resources, sorted lists) and leaves the snapshot
@@ -74,7 +76,16 @@ func newPlanner(s Snapshot) *planner {
 			continue
 		}
 		st.held = append(st.held, &s.Running[i])
-		p.mayHalt = p.mayHalt || r.Halting || !r.Started.IsZero()
+		// Only a job past its minDuration can ever be a victim, and only a halting one makes a
+		// starter wait: a slave with neither is skipped by makeRoom, which otherwise looks at
+		// every job of every busy slave for every waiting job (most of a pass on a full cluster
+		// of young jobs).
+		if r.Halting {
+			st.halting = true
+		} else if p.haltable(&s.Running[i]) {
+			st.haltable = true
+		}
+		p.mayHalt = p.mayHalt || st.halting || st.haltable
 		for _, idx := range r.GPUIndices {
 			if k := slices.IndexFunc(st.gpus, func(g protocol.GPU) bool { return g.Index == idx }); k >= 0 {
 				st.gpuFree[k] = false

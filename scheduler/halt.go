@@ -60,6 +60,9 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 	// Jobs already halting may be leaving exactly the room this job needs: wait for them rather
 	// than halt more.
 	for _, m := range misses {
+		if !m.st.halting {
+			continue
+		}
 		var going []*Placed
 		for _, pl := range m.st.held {
 			if pl.Halting {
@@ -79,7 +82,7 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 	var bestRun time.Duration
 	for _, m := range misses {
 		st := m.st
-		if p.starter[st] {
+		if p.starter[st] || !st.haltable {
 			continue
 		}
 		var cands []*Placed
@@ -149,6 +152,16 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 		stopped = "they have"
 	}
 	return fmt.Sprintf("halting %s (%s) to make room on %s; starts when %s stopped", jobNames(bestSet), why, best.s.Name, stopped)
+}
+
+// haltable says whether a running job could be halted for some starter at all: it has run its
+// minDuration and antiStorm, is not interactive and not halting already.
+func (p *planner) haltable(pl *Placed) bool {
+	if pl.Started.IsZero() || pl.Interactive || pl.Halting {
+		return false
+	}
+	ran := p.now.Sub(pl.Started)
+	return ran >= pl.MinDuration && ran >= antiStorm
 }
 
 // victim says whether a running job may be halted for the starter: it has run its minDuration
