@@ -485,3 +485,29 @@ func TestListHeld(t *testing.T) {
 		t.Fatalf("running job held: %+v %v", held, err)
 	}
 }
+
+// GetUserWithProjects returns the user with his project ids, by project name; none is an empty
+// list, an unknown URN ErrNotFound.
+func TestGetUserWithProjects(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, vision := fixture(t, st, "alice", "vision")
+	_, audio := fixture(t, st, "bob", "audio")
+	if err := st.AddMember(ctx, audio.ID, u.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, ids, err := st.GetUserWithProjects(ctx, u.URN)
+	if err != nil || got != u || !slices.Equal(ids, []int64{audio.ID, vision.ID}) {
+		t.Fatalf("alice: %+v %v %v", got, ids, err)
+	}
+	loner, err := st.UpsertUser(ctx, "urn:publicid:IDN+test+user+loner", "loner", "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ids, err := st.GetUserWithProjects(ctx, loner.URN); err != nil || len(ids) != 0 {
+		t.Fatalf("loner: %v %v", ids, err)
+	}
+	if _, _, err := st.GetUserWithProjects(ctx, "urn:publicid:IDN+test+user+nobody"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown: %v", err)
+	}
+}

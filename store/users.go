@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/lib/pq"
 )
 
 // User is a person known to the master.
@@ -55,4 +57,21 @@ func (s *Store) ListUsers(ctx context.Context) ([]User, error) {
 func (s *Store) SetAdmin(ctx context.Context, userID int64, admin bool) error {
 	res, err := s.q.ExecContext(ctx, `UPDATE users SET is_admin = $2 WHERE id = $1`, userID, admin)
 	return affectedOne(res, err, "set admin")
+}
+
+// GetUserWithProjects finds a user by URN with the ids of his projects (by project name), in
+// one query: it is what authenticating every API call needs, and two queries per request were
+// a quarter of the master's CPU when serving reads (bench/, B4).
+func (s *Store) GetUserWithProjects(ctx context.Context, urn string) (User, []int64, error) {
+	var row struct {
+		User
+		Projects pq.Int64Array `db:"project_ids"`
+	}
+	err := s.q.GetContext(ctx, &row, `SELECT u.id, u.urn, u.name, u.email, u.is_admin, u.created_at,
+    ARRAY(SELECT m.project_id FROM memberships m JOIN projects p ON p.id = m.project_id WHERE m.user_id = u.id ORDER BY p.name) AS project_ids
+FROM users u WHERE u.urn = $1`, urn)
+	if err != nil {
+		return User{}, nil, mapErr(err, "get user "+urn)
+	}
+	return row.User, []int64(row.Projects), nil
 }

@@ -92,20 +92,15 @@ func (s *Server) userCaller(ctx context.Context, urnStr, email string, create bo
 		return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: fmt.Sprintf("credentials name %q, not a user", urnStr)}
 	}
 	admin := s.admins[urn.Name]
-	u, err := s.store.GetUserByURN(ctx, urnStr)
+	u, projectIDs, err := s.store.GetUserWithProjects(ctx, urnStr)
 	if (create && errors.Is(err, store.ErrNotFound)) || (err == nil && admin && !u.IsAdmin) {
-		u, err = s.store.UpsertUser(ctx, urnStr, urn.Name, email, admin)
+		if _, err = s.store.UpsertUser(ctx, urnStr, urn.Name, email, admin); err == nil {
+			u, projectIDs, err = s.store.GetUserWithProjects(ctx, urnStr)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load user %s: %w", urnStr, err)
 	}
-	projects, err := s.store.ListUserProjects(ctx, u.ID)
-	if err != nil {
-		return nil, fmt.Errorf("load projects of %s: %w", u.Name, err)
-	}
-	c := &handlers.Caller{User: u, Kind: pki.KindUser, Via: via}
-	for _, p := range projects {
-		c.ProjectIDs = append(c.ProjectIDs, p.ID)
-	}
+	c := &handlers.Caller{User: u, Kind: pki.KindUser, Via: via, ProjectIDs: projectIDs}
 	return c, nil
 }
