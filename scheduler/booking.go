@@ -192,10 +192,7 @@ func (b *booking) where() string {
 // antiStorm), is not interactive nor halting already; and the starter stays within what the
 // reservation books (a GPU count is not a licence to take more).
 func (p *planner) bookingVictim(st *slaveState, starter *Job, n *need, pl *Placed) bool {
-	if pl.Started.IsZero() || pl.Interactive || pl.Halting || p.victims[pl.JobUUID] {
-		return false
-	}
-	if ran := p.now.Sub(pl.Started); ran < pl.MinDuration || ran < antiStorm {
+	if !p.haltable(pl) || p.victims[pl.JobUUID] {
 		return false
 	}
 	for _, b := range p.bookedOn[st] {

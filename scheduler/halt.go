@@ -167,11 +167,7 @@ func (p *planner) haltable(pl *Placed) bool {
 // victim says whether a running job may be halted for the starter: it has run its minDuration
 // (and at least antiStorm), is not interactive, not already halting, and has lower priority.
 func (p *planner) victim(pl *Placed, starterInteractive bool, starterScore float64) bool {
-	if pl.Started.IsZero() || pl.Interactive || pl.Halting || p.victims[pl.JobUUID] {
-		return false
-	}
-	ran := p.now.Sub(pl.Started)
-	if ran < pl.MinDuration || ran < antiStorm {
+	if !p.haltable(pl) || p.victims[pl.JobUUID] {
 		return false
 	}
 	return starterInteractive || starterScore < p.tallies[pl.UserID]
@@ -185,11 +181,7 @@ func (p *planner) guestVictim(st *slaveState, starter *Job, pl *Placed) bool {
 	if c == nil || !c.Private || !slices.Contains(c.Projects, starter.ProjectID) || slices.Contains(c.Projects, pl.ProjectID) {
 		return false
 	}
-	if pl.Started.IsZero() || pl.Interactive || pl.Halting || p.victims[pl.JobUUID] {
-		return false
-	}
-	ran := p.now.Sub(pl.Started)
-	return ran >= pl.MinDuration && ran >= antiStorm
+	return p.haltable(pl) && !p.victims[pl.JobUUID]
 }
 
 // smallestSet finds the fewest candidates whose resources, with what is free, make the job fit
