@@ -95,10 +95,15 @@ RETURNING `+slaveColumns, r.Name, r.InstanceID, r.ClusterID, r.Host, r.DNSName, 
 
 // SlaveHeartbeat records a heartbeat of the slave's current instance. ErrNotFound when the
 // slave is unknown or runs another instance (it must register again).
-func (s *Store) SlaveHeartbeat(ctx context.Context, name, instanceID string, usage json.RawMessage) error {
-	res, err := s.q.ExecContext(ctx, `UPDATE slaves SET last_heartbeat = now(), online = TRUE, offline_since = NULL, usage = $3
-WHERE name = $1 AND instance_id = $2`, name, instanceID, usage)
-	return affectedOne(res, err, "heartbeat of slave "+name)
+//
+// It reports whether the slave was offline until now: only then does the heartbeat change what
+// the scheduler may do, so only then need it wake the scheduler.
+func (s *Store) SlaveHeartbeat(ctx context.Context, name, instanceID string, usage json.RawMessage) (cameOnline bool, err error) {
+	var wasOnline bool
+	err = s.q.GetContext(ctx, &wasOnline, `WITH old AS (SELECT id, online FROM slaves WHERE name = $1 AND instance_id = $2 FOR UPDATE)
+UPDATE slaves s SET last_heartbeat = now(), online = TRUE, offline_since = NULL, usage = $3
+FROM old WHERE s.id = old.id RETURNING old.online`, name, instanceID, usage)
+	return !wasOnline && err == nil, mapErr(err, "heartbeat of slave "+name)
 }
 
 // SetSlaveAccepting drains (false) or reopens (true) a slave.

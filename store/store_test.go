@@ -511,3 +511,31 @@ func TestGetUserWithProjects(t *testing.T) {
 		t.Fatalf("unknown: %v", err)
 	}
 }
+
+// A heartbeat says whether the slave came back online (what makes it worth a scheduling pass);
+// a heartbeat of another instance is refused.
+func TestSlaveHeartbeatReportsComingBack(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.JoinSlave(ctx, "node1", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node1", InstanceID: "i1", ClusterID: 1, Inventory: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if back, err := st.SlaveHeartbeat(ctx, "node1", "i1", []byte(`[]`)); err != nil || back {
+		t.Fatalf("heartbeat of an online slave: came back %v, %v", back, err)
+	}
+	if names, err := st.MarkSlavesOffline(ctx, time.Now().Add(time.Minute)); err != nil || len(names) != 1 {
+		t.Fatalf("mark offline: %v %v", names, err)
+	}
+	if back, err := st.SlaveHeartbeat(ctx, "node1", "i1", []byte(`[]`)); err != nil || !back {
+		t.Fatalf("heartbeat of an offline slave: came back %v, %v", back, err)
+	}
+	if _, err := st.SlaveHeartbeat(ctx, "node1", "old-instance", []byte(`[]`)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("heartbeat of another instance: %v", err)
+	}
+}
