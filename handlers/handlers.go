@@ -44,7 +44,7 @@ type Handlers struct {
 	store *store.Store
 	cfg   Config
 	log   *slog.Logger
-	// sched wakes the scheduler loop (submit, heartbeat, job end); work wakes slaves' long
+	// sched wakes the scheduler loop (submit, a slave back online, job end); work wakes slaves' long
 	// polls (jobs assigned, jobs to stop).
 	sched, work *scheduler.Signal
 }

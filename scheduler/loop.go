@@ -16,8 +16,8 @@ import (
 
 // LoopConfig tunes the loop.
 type LoopConfig struct {
-	// Interval is the longest time between two passes; submits, heartbeats and job ends wake
-	// the loop sooner.
+	// Interval is the longest time between two passes; submits, slaves coming back online and
+	// job ends wake the loop sooner.
 	Interval time.Duration
 	// HeartbeatGrace: a slave silent this long is marked offline.
 	HeartbeatGrace time.Duration

@@ -2,7 +2,7 @@ package scheduler
 
 import "sync"
 
-// Signal wakes goroutines waiting on it: the scheduler loop on a submit, heartbeat or job end;
+// Signal wakes goroutines waiting on it: the scheduler loop on a submit, a slave back online or a job end;
 // slaves' long polls when jobs were assigned or must stop. A Wake between two waits is not
 // lost: C returns a channel closed by the next Wake after it was taken.
 //

@@ -162,24 +162,6 @@ type Placement struct {
 	TallyIncrement float64
 }
 
-// AssignJob moves a QUEUED job to ASSIGNED on a slave with its resources, conditionally.
-func (s *Store) AssignJob(ctx context.Context, uuid string, p Placement, message string) error {
-	res, err := json.Marshal(p.Resources)
-	if err != nil {
-		return fmt.Errorf("encode resources of job %s: %w", uuid, err)
-	}
-	return s.WithTx(ctx, func(tx *Store) error {
-		if _, err := tx.TransitionJob(ctx, uuid, []job.Status{job.StatusQueued}, job.StatusAssigned,
-			Event{Actor: string(job.ActorScheduler), Message: message}); err != nil {
-			return err
-		}
-		_, err := tx.q.ExecContext(ctx, `UPDATE jobs SET assigned_slave_name = $2, assigned_instance_id = $3, assigned_cluster_id = $4,
-resources = $5, scheduling = (scheduling - 'queuedExplanations' - 'estimatedStart') || jsonb_build_object('tallyIncrement', $6::float8)
-WHERE uuid = $1`, uuid, p.SlaveName, p.SlaveInstanceID, p.ClusterID, res, p.TallyIncrement)
-		return mapErr(err, "assign job "+uuid)
-	})
-}
-
 // Assignment is one job placed by a scheduling pass: AssignJobs writes a pass's in one
 // statement.
 type Assignment struct {

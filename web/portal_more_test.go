@@ -43,8 +43,8 @@ func TestLivePages(t *testing.T) {
 	}
 	id := p.submit(carol, jobDoc("carols-job", projectURN("ml")))
 	gpus, _ := json.Marshal([]protocol.GPU{{Index: 1, UUID: "GPU-1", Model: "V100-32GB", MemoryMiB: 32768, Fake: true}})
-	if err := p.m.Store.AssignJob(ctx, id, store.Placement{SlaveName: "node1", SlaveInstanceID: "i1", ClusterID: 1,
-		Resources: job.StateResources{ClusterID: 1, SlaveName: "node1", GPUIDs: []int{1}, CPUIDs: []int{0}, CPUMemoryGb: 1, GPUDetails: gpus}}, "assigned"); err != nil {
+	if _, err := p.m.Store.AssignJobs(ctx, []store.Assignment{{JobUUID: id, Message: "assigned", Placement: store.Placement{SlaveName: "node1", SlaveInstanceID: "i1", ClusterID: 1,
+		Resources: job.StateResources{ClusterID: 1, SlaveName: "node1", GPUIDs: []int{1}, CPUIDs: []int{0}, CPUMemoryGb: 1, GPUDetails: gpus}}}}); err != nil {
 		t.Fatal(err)
 	}
 
