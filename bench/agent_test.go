@@ -45,9 +45,10 @@ type fakeSlave struct {
 }
 
 type fakeJob struct {
-	status job.Status
-	gpus   []int
-	timer  *time.Timer
+	status  job.Status
+	attempt int
+	gpus    []int
+	timer   *time.Timer
 }
 
 // fleet is a set of simulated slaves.
@@ -153,14 +154,14 @@ func (s *fakeSlave) failed(ctx context.Context, err error) {
 	}
 }
 
-func (s *fakeSlave) running() []string {
+func (s *fakeSlave) running() []protocol.RunningJob {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ids := make([]string, 0, len(s.jobs))
-	for id := range s.jobs {
-		ids = append(ids, id)
+	out := make([]protocol.RunningJob, 0, len(s.jobs))
+	for id, j := range s.jobs {
+		out = append(out, protocol.RunningJob{JobUUID: id, Attempt: j.attempt, Status: j.status})
 	}
-	return ids
+	return out
 }
 
 // heartbeats reports the jobs with a usage sample each, like the real agent, every interval
@@ -181,7 +182,7 @@ func (s *fakeSlave) heartbeats(ctx context.Context, interval time.Duration) {
 		hb.InstanceID, hb.Accepting = s.inv.InstanceID, true
 		s.mu.Lock()
 		for id, j := range s.jobs {
-			rj := protocol.RunningJob{JobUUID: id, ContainerID: "fake-" + id[:12], Status: j.status}
+			rj := protocol.RunningJob{JobUUID: id, Attempt: j.attempt, ContainerID: "fake-" + id[:12], Status: j.status}
 			if j.status == job.StatusRunning {
 				u := &protocol.Usage{CPUPercent: 95, MemoryMiB: 2048}
 				for _, g := range j.gpus {
@@ -220,7 +221,7 @@ func (s *fakeSlave) stops(orders []protocol.StopOrder) {
 // poll long-polls for work as the real agent does (25 s waits) and starts what it gets.
 func (s *fakeSlave) poll(ctx context.Context) {
 	for ctx.Err() == nil {
-		work, err := s.mc.Next(ctx, protocol.NextRequest{InstanceID: s.inv.InstanceID, Wait: 25 * time.Second, Running: s.running()})
+		work, err := s.mc.Next(ctx, protocol.NextRequest{InstanceID: s.inv.InstanceID, Wait: 25 * time.Second, Jobs: s.running()})
 		if err != nil {
 			s.failed(ctx, err)
 			select {
@@ -237,7 +238,7 @@ func (s *fakeSlave) poll(ctx context.Context) {
 			s.mu.Lock()
 			_, busy := s.jobs[id]
 			if !busy {
-				j := &fakeJob{status: job.StatusAssigned}
+				j := &fakeJob{status: job.StatusAssigned, attempt: a.Attempt}
 				for _, g := range a.GPUs {
 					j.gpus = append(j.gpus, g.Index)
 				}
@@ -275,7 +276,7 @@ func (s *fakeSlave) drop(id string) {
 // resources it got) and arranges its end.
 func (s *fakeSlave) start(ctx context.Context, a *protocol.Assignment) {
 	id := a.Job.UUID
-	err := s.mc.Update(ctx, protocol.StateUpdate{JobUUID: id, From: job.StatusAssigned, To: job.StatusStarting, Reason: "picked up by slave " + s.name})
+	err := s.mc.Update(ctx, protocol.StateUpdate{JobUUID: id, Attempt: a.Attempt, From: job.StatusAssigned, To: job.StatusStarting, Reason: "picked up by slave " + s.name})
 	if err != nil {
 		s.failed(ctx, err)
 		s.drop(id)
@@ -290,7 +291,7 @@ func (s *fakeSlave) start(ctx context.Context, a *protocol.Assignment) {
 	if a.Job.State.Resources != nil {
 		res.GPUDetails = a.Job.State.Resources.GPUDetails
 	}
-	err = s.mc.Update(ctx, protocol.StateUpdate{JobUUID: id, From: job.StatusStarting, To: job.StatusRunning,
+	err = s.mc.Update(ctx, protocol.StateUpdate{JobUUID: id, Attempt: a.Attempt, From: job.StatusStarting, To: job.StatusRunning,
 		Reason: "container fake-" + id[:12] + " started", Resources: res})
 	if err != nil {
 		s.failed(ctx, err)
@@ -313,19 +314,19 @@ func (s *fakeSlave) start(ctx context.Context, a *protocol.Assignment) {
 	}
 	j.status = job.StatusRunning
 	if d > 0 {
-		j.timer = time.AfterFunc(d, func() { s.finish(ctx, id) })
+		j.timer = time.AfterFunc(d, func() { s.finish(ctx, id, a.Attempt) })
 	}
 }
 
 // finish ships a line of log and reports FINISHED with exit code 0 and a usage summary.
-func (s *fakeSlave) finish(ctx context.Context, id string) {
+func (s *fakeSlave) finish(ctx context.Context, id string, attempt int) {
 	if ctx.Err() != nil {
 		return
 	}
-	err := s.mc.Log(ctx, protocol.LogChunk{JobUUID: id, Seq: 0, Data: []byte("epoch 1/1: loss 0.042 (" + strconv.Itoa(rand.IntN(1000)) + ")\n")})
+	err := s.mc.Log(ctx, protocol.LogChunk{JobUUID: id, Attempt: attempt, Seq: 0, Data: []byte("epoch 1/1: loss 0.042 (" + strconv.Itoa(rand.IntN(1000)) + ")\n")})
 	s.failed(ctx, err)
 	code := 0
-	err = s.mc.Done(ctx, protocol.Completion{JobUUID: id, From: job.StatusRunning, To: job.StatusFinished, ExitCode: &code,
+	err = s.mc.Done(ctx, protocol.Completion{JobUUID: id, Attempt: attempt, From: job.StatusRunning, To: job.StatusFinished, ExitCode: &code,
 		Usage: &protocol.Usage{CPUPercent: 95, MemoryMiB: 2048}})
 	s.failed(ctx, err)
 	s.drop(id)

@@ -143,12 +143,9 @@ func runMaster() error {
 	if cfg.CapRunning {
 		limits = nil // scheduler.DefaultLimits, as serve's flag defaults
 	}
-	loop := scheduler.NewLoop(st, scheduler.LoopConfig{Interval: cfg.Interval, HeartbeatGrace: cfg.HeartbeatGrace,
-		JobGrace: cfg.JobGrace, Limits: limits, TallyHalfLife: halfLife}, log, wake, work)
-	d := &driver{loop: loop, st: st, wake: wake, interval: cfg.Interval, assigned: &assigned, log: log}
-	if d.interval <= 0 {
-		d.interval = 5 * time.Second
-	}
+	d := &driver{assigned: &assigned, log: log}
+	d.loop = scheduler.NewLoop(st, scheduler.LoopConfig{Interval: cfg.Interval, HeartbeatGrace: cfg.HeartbeatGrace,
+		JobGrace: cfg.JobGrace, Limits: limits, TallyHalfLife: halfLife, OnPass: d.onPass}, log, wake, work)
 
 	listen := func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
 	ml, err := listen()
@@ -223,15 +220,10 @@ func (h passCounter) WithGroup(name string) slog.Handler {
 	return passCounter{Handler: h.Handler.WithGroup(name), assigned: h.assigned}
 }
 
-// driver runs the scheduler the way scheduler.Loop.Run does and times every pass: take the
-// leader lock; then wait for a wake (submit, heartbeat, job end) or the interval, let a burst
-// settle for 20 ms, check the lock, Pass. Loop.Run offers no hook around a pass, so this
-// mirrors Loop.Run/lead in scheduler/loop.go and must follow them when they change.
+// driver runs the real scheduler loop (scheduler.Loop.Run) once started, and records every
+// pass through the loop's OnPass hook: when it started, how long it took, what it assigned.
 type driver struct {
 	loop     *scheduler.Loop
-	st       *store.Store
-	wake     *scheduler.Signal
-	interval time.Duration
 	assigned *atomic.Int64
 	log      *slog.Logger
 
@@ -241,13 +233,19 @@ type driver struct {
 
 	mu     sync.Mutex
 	passes []passRecord
+	before int64 // assigned when the pass being recorded began
 }
 
 func (d *driver) startOnce() {
 	d.once.Do(func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		d.cancel, d.done = cancel, make(chan struct{})
-		go func() { defer close(d.done); d.run(ctx) }()
+		go func() {
+			defer close(d.done)
+			if err := d.loop.Run(ctx); err != nil {
+				d.log.Error("scheduler stopped", "err", err)
+			}
+		}()
 	})
 }
 
@@ -258,52 +256,17 @@ func (d *driver) wait() {
 	}
 }
 
-func (d *driver) run(ctx context.Context) {
-	for ctx.Err() == nil {
-		leader, ok, err := d.st.TryLeader(ctx)
-		if err != nil && ctx.Err() == nil {
-			d.log.Warn("scheduler lock", "err", err)
-		}
-		if ok {
-			d.lead(ctx, leader)
-			_ = leader.Release()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(d.interval):
-		}
+// onPass records a pass (the loop's OnPass hook).
+func (d *driver) onPass(start time.Time, took time.Duration, err error) {
+	now := d.assigned.Load()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rec := passRecord{Start: start, Dur: took, Assigned: now - d.before}
+	d.before = now
+	if err != nil {
+		rec.Err = err.Error()
 	}
-}
-
-func (d *driver) lead(ctx context.Context, leader *store.Leader) {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		woken := d.wake.C()
-		select {
-		case <-ctx.Done():
-			return
-		case <-woken:
-			time.Sleep(20 * time.Millisecond) // as Loop.lead: let a burst settle into one pass
-		case <-timer.C:
-		}
-		if !leader.Alive(ctx) {
-			return
-		}
-		before := d.assigned.Load()
-		start := time.Now()
-		err := d.loop.Pass(ctx)
-		rec := passRecord{Start: start, Dur: time.Since(start), Assigned: d.assigned.Load() - before}
-		if err != nil && ctx.Err() == nil {
-			rec.Err = err.Error()
-			d.log.Error("scheduler pass failed", "err", err)
-		}
-		d.mu.Lock()
-		d.passes = append(d.passes, rec)
-		d.mu.Unlock()
-		timer.Reset(d.interval)
-	}
+	d.passes = append(d.passes, rec)
 }
 
 // controlMux serves the control port: pprof, the passes so far, memory, and the start of a

@@ -37,6 +37,12 @@ type Config struct {
 	MaxLongPoll time.Duration
 	// TallyHalfLife is the scheduler's tally half-life (for GET usage).
 	TallyHalfLife time.Duration
+	// FenceAfter is how long a slave may go without reaching a master before it stops its
+	// jobs on its own (the scheduler's job grace: then the master gives them up).
+	FenceAfter time.Duration
+	// MissingGrace is how long a slave's heartbeats may leave out a job the master has on it
+	// before the job is taken as gone (default 3 heartbeat intervals, at least 10 s).
+	MissingGrace time.Duration
 }
 
 // Handlers serves the API. Create it with New.
@@ -62,6 +68,9 @@ func New(st *store.Store, cfg Config, log *slog.Logger, sched, work *scheduler.S
 	}
 	if cfg.MaxLongPoll == 0 {
 		cfg.MaxLongPoll = 30 * time.Second
+	}
+	if cfg.MissingGrace == 0 {
+		cfg.MissingGrace = max(3*cfg.HeartbeatInterval, 10*time.Second)
 	}
 	return &Handlers{store: st, cfg: cfg, log: log, sched: sched, work: work}
 }
@@ -177,7 +186,11 @@ func (h *Handlers) WriteError(w http.ResponseWriter, r *http.Request, err error)
 	var ve *job.ValidationError
 	var se *job.SyntaxError
 	var sc *store.StateConflict
+	var ce *conflictError
 	switch {
+	case errors.As(err, &ce):
+		writeJSON(w, http.StatusConflict, ce.Conflict)
+		return
 	case errors.As(err, &he):
 		status, body.Error, body.Details = he.Status, he.Message, he.Details
 	case errors.As(err, &ve):

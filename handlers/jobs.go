@@ -461,8 +461,10 @@ func (h *Handlers) SetJobStatus(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	h.sched.Wake()
-	h.work.Wake()
+	h.wakeScheduler(r.Context())
+	if slave := rec.Job.State.Scheduling.AssignedSlaveName; slave != "" {
+		h.wakeSlaves(r.Context(), slave) // a job to stop or halt
+	}
 	h.log.InfoContext(r.Context(), "job state changed", "job", rec.Job.UUID, "from", from, "to", to, "by", c.User.Name)
 	updated, err := h.store.GetJob(r.Context(), rec.Job.UUID)
 	if err != nil {
@@ -517,8 +519,10 @@ func (h *Handlers) DeleteJob(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		st = job.StatusCancelled
-		h.sched.Wake()
-		h.work.Wake()
+		h.wakeScheduler(ctx)
+		if slave := rec.Job.State.Scheduling.AssignedSlaveName; slave != "" {
+			h.wakeSlaves(ctx, slave)
+		}
 	}
 	if real {
 		if err := h.store.DeleteJobRow(ctx, id); err != nil {

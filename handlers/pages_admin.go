@@ -247,7 +247,7 @@ func (h *Handlers) AdminSetClusterPrivate(w http.ResponseWriter, r *http.Request
 	if err := h.store.SetClusterPrivate(r.Context(), int(id), private); err != nil {
 		return notFound(err, "no cluster %d", id)
 	}
-	h.sched.Wake()
+	h.wakeScheduler(r.Context())
 	h.log.InfoContext(r.Context(), "cluster privacy changed", "cluster", id, "private", private, "by", c.User.Name)
 	return seeOther(w, r, "/admin#admin-clusters")
 }
@@ -275,7 +275,7 @@ func (h *Handlers) AdminAddClusterOwner(w http.ResponseWriter, r *http.Request) 
 	if err := h.store.AddClusterOwner(r.Context(), int(id), pid); err != nil {
 		return err
 	}
-	h.sched.Wake()
+	h.wakeScheduler(r.Context())
 	h.log.InfoContext(r.Context(), "cluster owner added", "cluster", id, "project_id", pid, "by", c.User.Name)
 	return seeOther(w, r, "/admin#admin-clusters")
 }
@@ -297,7 +297,7 @@ func (h *Handlers) AdminRemoveClusterOwner(w http.ResponseWriter, r *http.Reques
 	if err := h.store.RemoveClusterOwner(r.Context(), int(id), pid); err != nil {
 		return notFound(err, "project %d does not own cluster %d", pid, id)
 	}
-	h.sched.Wake()
+	h.wakeScheduler(r.Context())
 	h.log.InfoContext(r.Context(), "cluster owner removed", "cluster", id, "project_id", pid, "by", c.User.Name)
 	return seeOther(w, r, "/admin#admin-clusters")
 }
@@ -317,7 +317,7 @@ func (h *Handlers) AdminSetSlaveAccepting(w http.ResponseWriter, r *http.Request
 	if err := h.store.SetSlaveAccepting(r.Context(), name, accepting); err != nil {
 		return notFound(err, "no slave %s", name)
 	}
-	h.sched.Wake()
+	h.wakeScheduler(r.Context())
 	h.log.InfoContext(r.Context(), "slave accepting changed", "slave", name, "accepting", accepting, "by", c.User.Name)
 	return seeOther(w, r, "/admin#admin-slaves")
 }

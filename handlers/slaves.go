@@ -11,6 +11,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/protocol"
@@ -23,10 +25,6 @@ import (
 
 // maxProtocolBody bounds protocol requests (a log chunk is at most 1 MiB, base64-encoded).
 const maxProtocolBody = 4 << 20
-
-// endedJobMemory is how long a slave keeps being told about jobs that ended, so one back from
-// an outage removes their containers.
-const endedJobMemory = 24 * time.Hour
 
 // HashToken is how join tokens are stored: only their SHA-256.
 func HashToken(token string) string {
@@ -85,7 +83,9 @@ func (h *Handlers) SlaveJoin(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// SlaveRegister records a slave's inventory at its start.
+// SlaveRegister records a slave's inventory at its start and reconciles at once: the new
+// instance listed every container it has, so a job the master has on the slave past ASSIGNED
+// without a container among them is gone (requeued if it never ran, ended if it did).
 func (h *Handlers) SlaveRegister(w http.ResponseWriter, r *http.Request) error {
 	c, err := requireSlave(r)
 	if err != nil {
@@ -112,56 +112,19 @@ func (h *Handlers) SlaveRegister(w http.ResponseWriter, r *http.Request) error {
 		Host: inv.Host, DNSName: inv.DNSName, Version: inv.Version, Inventory: data}); err != nil {
 		return err
 	}
-	jobs, err := h.store.ListSlaveJobs(ctx, c.SlaveName, endedJobMemory)
+	view, _, err := h.reconcile(ctx, c.SlaveName, inv.Containers, "slave "+c.SlaveName+" restarted and found no container of the job")
 	if err != nil {
 		return err
 	}
-	reg := protocol.Registration{HeartbeatInterval: h.cfg.HeartbeatInterval, Jobs: []protocol.JobState{}}
-	for _, j := range jobs {
-		reg.Jobs = append(reg.Jobs, protocol.JobState{JobUUID: j.UUID, Status: job.Status(j.Status)})
-	}
-	h.log.InfoContext(ctx, "slave registered", "slave", c.SlaveName, "instance", inv.InstanceID, "gpus", len(inv.GPUs), "gpu_status", inv.GPUStatus, "reattached", len(inv.RunningJobs))
-	h.sched.Wake()
-	writeJSON(w, http.StatusOK, reg)
+	h.log.InfoContext(ctx, "slave registered", "slave", c.SlaveName, "instance", inv.InstanceID, "gpus", len(inv.GPUs), "gpu_status", inv.GPUStatus,
+		"containers", len(inv.Containers), "jobs", len(view))
+	h.wakeScheduler(ctx)
+	writeJSON(w, http.StatusOK, protocol.Registration{HeartbeatInterval: h.cfg.HeartbeatInterval, Jobs: view, FenceAfter: h.cfg.FenceAfter})
 	return nil
 }
 
-// stopOrders says which of the jobs a slave runs must stop: those the master has ended (or
-// never gave it), and those that must halt.
-func (h *Handlers) stopOrders(ctx context.Context, slave string, running []string) ([]protocol.StopOrder, error) {
-	stops := []protocol.StopOrder{}
-	if len(running) == 0 {
-		return stops, nil
-	}
-	statuses, err := h.store.JobStatuses(ctx, running)
-	if err != nil {
-		return nil, err
-	}
-	slaveJobs, err := h.store.ListSlaveJobs(ctx, slave, endedJobMemory)
-	if err != nil {
-		return nil, err
-	}
-	mine := map[string]bool{}
-	for _, j := range slaveJobs {
-		mine[j.UUID] = true
-	}
-	for _, id := range running {
-		st, ok := statuses[id]
-		switch {
-		case !ok:
-			stops = append(stops, protocol.StopOrder{JobUUID: id, Mode: protocol.StopCancel, Reason: "the master has no such job"})
-		case !mine[id]:
-			stops = append(stops, protocol.StopOrder{JobUUID: id, Mode: protocol.StopCancel, Reason: "job is not assigned to this slave"})
-		case st.Ended():
-			stops = append(stops, protocol.StopOrder{JobUUID: id, Mode: protocol.StopCancel, Reason: "job is " + string(st)})
-		case st == job.StatusMustHalt:
-			stops = append(stops, protocol.StopOrder{JobUUID: id, Mode: protocol.StopHalt, Reason: "job must halt"})
-		}
-	}
-	return stops, nil
-}
-
-// SlaveHeartbeat records a heartbeat with the jobs' usage and answers stop orders.
+// SlaveHeartbeat records a heartbeat with the jobs' usage, reconciles what the slave holds with
+// what the master has on it, and answers the master's view and stop orders.
 func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error {
 	c, err := requireSlave(r)
 	if err != nil {
@@ -179,36 +142,193 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 	} else if err != nil {
 		return err
 	}
-	running := make([]string, 0, len(hb.Jobs))
+	samples := map[string]json.RawMessage{}
 	for _, j := range hb.Jobs {
-		running = append(running, j.JobUUID)
-		if j.Usage != nil {
-			u, _ := json.Marshal(j.Usage)
-			if err := h.store.SetJobUsage(ctx, j.JobUUID, u); err != nil {
-				return err
-			}
+		if j.Usage != nil && j.Status != "" {
+			samples[j.JobUUID], _ = json.Marshal(j.Usage)
 		}
 	}
-	stops, err := h.stopOrders(ctx, c.SlaveName, running)
+	if err := h.store.SetJobsUsage(ctx, c.SlaveName, samples); err != nil {
+		return err
+	}
+	view, stops, err := h.reconcile(ctx, c.SlaveName, hb.Jobs, "")
 	if err != nil {
 		return err
 	}
 	if cameOnline {
-		// Its resources count again. Any other heartbeat changes nothing a pass looks at, and
-		// waking the scheduler at every one kept it busy on a large cluster (500 slaves every
-		// 5 s: passes back to back, bench/ B8); the loop's timer covers the rest.
-		h.sched.Wake()
+		// Its resources count again. Any other heartbeat changes nothing a pass looks at unless
+		// reconcile freed something (it wakes the scheduler then), and waking the scheduler at
+		// every one kept it busy on a large cluster (500 slaves every 5 s: passes back to back,
+		// bench/ B8); the loop's timer covers the rest.
+		h.wakeScheduler(ctx)
 	}
-	writeJSON(w, http.StatusOK, protocol.HeartbeatReply{Interval: h.cfg.HeartbeatInterval, Stops: stops})
+	writeJSON(w, http.StatusOK, protocol.HeartbeatReply{Interval: h.cfg.HeartbeatInterval, Stops: stops, Jobs: view, FenceAfter: h.cfg.FenceAfter})
 	return nil
 }
 
-// otherMastersPoll is how often a waiting long poll looks for work that another master's
-// scheduler assigned. Each look is a few queries per waiting slave, so it is not every second.
-const otherMastersPoll = 3 * time.Second
+// reconcile compares what a slave holds with what the master has on it, and fixes the
+// difference, each fix with an event on the job:
+//   - what ended jobs held on the slave is freed once the slave no longer lists them;
+//   - a job the master has on the slave past ASSIGNED that the slave does not hold (in that
+//     attempt) is requeued if it never ran, ended if it did: at once when gone is set (a
+//     registration lists every container), else once the slave's heartbeats have not listed it
+//     for the missing grace (a heartbeat taken just before a task began may miss it);
+//   - a STARTING job the slave still lists has its lease renewed (a pull in progress).
+//
+// It returns the master's view of the jobs on the slave and the stop orders for what the slave
+// holds and must not.
+func (h *Handlers) reconcile(ctx context.Context, slave string, held []protocol.RunningJob, gone string) ([]protocol.JobState, []protocol.StopOrder, error) {
+	live, releases, stops, err := h.slaveView(ctx, slave, held)
+	if err != nil {
+		return nil, nil, err
+	}
+	holds := heldSet(held)
+	var freed []string
+	for _, rl := range releases {
+		if _, ok := holds[rl.JobUUID]; !ok {
+			freed = append(freed, rl.JobUUID)
+		}
+	}
+	if _, err := h.store.ConfirmReleases(ctx, slave, freed, "slave "+slave+" confirmed the container gone: its resources are free"); err != nil {
+		return nil, nil, err
+	}
+	changed := len(freed) > 0
+	view := make([]protocol.JobState, 0, len(live))
+	var missing, listed, starting []string
+	for _, j := range live {
+		hj, ok := holds[j.UUID]
+		switch {
+		case ok && hj.Attempt == j.Attempt:
+			listed = append(listed, j.UUID)
+			if j.Status == job.StatusStarting && hj.Status != "" {
+				starting = append(starting, j.UUID)
+			}
+		case j.Status == job.StatusAssigned:
+			// Not taken yet: the assignment's lease covers it.
+		case gone != "" || j.Missing:
+			why := gone
+			if why == "" {
+				why = fmt.Sprintf("slave %s has not listed the job for %s: its container is gone", slave, h.cfg.MissingGrace)
+			}
+			if err := h.lostOnSlave(ctx, slave, j, why); err != nil {
+				return nil, nil, err
+			}
+			changed = true
+			continue
+		default:
+			missing = append(missing, j.UUID)
+		}
+		view = append(view, protocol.JobState{JobUUID: j.UUID, Status: j.Status, Attempt: j.Attempt})
+	}
+	if err := h.store.MarkMissing(ctx, slave, missing, listed); err != nil {
+		return nil, nil, err
+	}
+	if err := h.store.RenewStartLeases(ctx, slave, starting); err != nil {
+		return nil, nil, err
+	}
+	if changed {
+		h.wakeScheduler(ctx)
+	}
+	return view, stops, nil
+}
 
-// SlaveNext answers with work for the slave: jobs assigned to it that it does not run yet, and
-// stop orders; it waits (long poll) up to the asked time when there is none.
+// lostOnSlave gives its outcome to a job whose container the slave confirms it does not have:
+// one that never got to run is queued again, one that ran fails (and is restarted if
+// restartable, as after a lost worker). The slave has no container of the attempt, so what
+// the job held is free at once.
+func (h *Handlers) lostOnSlave(ctx context.Context, slave string, j store.SlaveJob, why string) error {
+	ch := store.Change{From: []job.Status{j.Status}, Attempt: store.Attempt(j.Attempt), Released: true,
+		Event: store.Event{Actor: "master", Message: why}}
+	if j.Status == job.StatusStarting {
+		ch.To, ch.Event.Message = job.StatusQueued, why+"; the job never ran and is queued again"
+	} else {
+		ch.To, ch.Restart = job.StatusFailed, true
+	}
+	_, restart, err := h.store.ChangeJob(ctx, j.UUID, ch)
+	if errors.Is(err, store.ErrStateConflict) {
+		return nil // it moved meanwhile (the slave's own report won)
+	}
+	if err != nil {
+		return err
+	}
+	h.log.WarnContext(ctx, "job lost on its slave", "job", j.UUID, "slave", slave, "status", j.Status, "now", ch.To, "restart_job", restart, "why", why)
+	return nil
+}
+
+// slaveView reads the jobs the master has on a slave and what ended jobs still hold there, and
+// computes the stop orders for what the slave holds and must not: jobs the master ended, gave
+// to another attempt or another slave, or does not know, and jobs that must halt. It writes
+// nothing (a long poll runs it every few seconds).
+func (h *Handlers) slaveView(ctx context.Context, slave string, held []protocol.RunningJob) ([]store.SlaveJob, []store.Release, []protocol.StopOrder, error) {
+	live, err := h.store.ListSlaveJobs(ctx, slave, h.cfg.MissingGrace)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stops := []protocol.StopOrder{}
+	if len(held) == 0 {
+		return live, nil, stops, nil
+	}
+	releases, err := h.store.ListReleases(ctx, slave)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	onSlave := make(map[string]store.SlaveJob, len(live))
+	for _, j := range live {
+		onSlave[j.UUID] = j
+	}
+	var unknown []string
+	for _, hj := range held {
+		if _, ok := onSlave[hj.JobUUID]; !ok {
+			unknown = append(unknown, hj.JobUUID)
+		}
+	}
+	others, err := h.store.JobStatuses(ctx, unknown)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, hj := range held {
+		j, ok := onSlave[hj.JobUUID]
+		switch {
+		case ok && j.Attempt != hj.Attempt:
+			stops = append(stops, protocol.StopOrder{JobUUID: hj.JobUUID, Mode: protocol.StopCancel,
+				Reason: fmt.Sprintf("the job was placed again (attempt %d, not %d)", j.Attempt, hj.Attempt)})
+		case ok && j.Status == job.StatusMustHalt:
+			stops = append(stops, protocol.StopOrder{JobUUID: hj.JobUUID, Mode: protocol.StopHalt, Reason: "job must halt"})
+		case ok:
+		default:
+			o, known := others[hj.JobUUID]
+			reason := "the master has no such job"
+			switch {
+			case known && o.Status.Ended():
+				reason = "job is " + string(o.Status)
+			case known:
+				reason = "job is not on this slave (it is " + string(o.Status) + ")"
+			}
+			stops = append(stops, protocol.StopOrder{JobUUID: hj.JobUUID, Mode: protocol.StopCancel, Reason: reason})
+		}
+	}
+	return live, releases, stops, nil
+}
+
+func heldSet(held []protocol.RunningJob) map[string]protocol.RunningJob {
+	out := make(map[string]protocol.RunningJob, len(held))
+	for _, hj := range held {
+		// A task and a container of the same job: the task (it has a status) tells more.
+		if old, ok := out[hj.JobUUID]; ok && old.Status != "" {
+			continue
+		}
+		out[hj.JobUUID] = hj
+	}
+	return out
+}
+
+// otherMastersPoll is how often a waiting long poll looks for work without being woken. A
+// master is woken for its own scheduler's assignments and, through Postgres notifications, for
+// other masters' (Listen); this look is only the safety net of a lost notification.
+const otherMastersPoll = 15 * time.Second
+
+// SlaveNext answers with work for the slave: jobs assigned to it that it does not hold yet,
+// and stop orders; it waits (long poll) up to the asked time when there is none.
 func (h *Handlers) SlaveNext(w http.ResponseWriter, r *http.Request) error {
 	c, err := requireSlave(r)
 	if err != nil {
@@ -221,8 +341,6 @@ func (h *Handlers) SlaveNext(w http.ResponseWriter, r *http.Request) error {
 	wait := min(max(req.Wait, 0), h.cfg.MaxLongPoll)
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
-	// This master's scheduler wakes the slave when it assigns to it or halts there; another
-	// master's (several may share the database) is noticed by looking again now and then.
 	poll := time.NewTicker(otherMastersPoll)
 	defer poll.Stop()
 	for {
@@ -248,18 +366,22 @@ func (h *Handlers) SlaveNext(w http.ResponseWriter, r *http.Request) error {
 // pendingWork computes the work for a slave now.
 func (h *Handlers) pendingWork(ctx context.Context, slave string, req protocol.NextRequest) (protocol.Work, error) {
 	work := protocol.Work{Assignments: []protocol.Assignment{}}
-	stops, err := h.stopOrders(ctx, slave, req.Running)
+	live, _, stops, err := h.slaveView(ctx, slave, req.Jobs)
 	if err != nil {
 		return work, err
 	}
 	work.Stops = stops
-	recs, err := h.store.ListJobs(ctx, store.JobFilter{Statuses: job.RunningStatuses, AssignedSlaveName: slave, Sort: "created"})
-	if err != nil {
-		return work, err
-	}
-	for i, rec := range recs {
-		if rec.Job.State.Status != job.StatusAssigned || slices.Contains(req.Running, rec.Job.UUID) {
+	holds := heldSet(req.Jobs)
+	for i, j := range live {
+		if _, taken := holds[j.UUID]; j.Status != job.StatusAssigned || taken {
 			continue
+		}
+		rec, err := h.store.GetJob(ctx, j.UUID)
+		if err != nil {
+			return work, err
+		}
+		if rec.Job.State.Status != job.StatusAssigned {
+			continue // moved since the list
 		}
 		if rec.Job.State.Scheduling.AssignedInstanceID != req.InstanceID {
 			// Assigned to an earlier instance of this slave: offered again, the slave is the same machine.
@@ -269,6 +391,12 @@ func (h *Handlers) pendingWork(ctx context.Context, slave string, req protocol.N
 		if err != nil {
 			return work, err
 		}
+		if rec.Attempt > 1 {
+			// Placed again: its log goes on after what the earlier attempts wrote.
+			if a.Log.NextSeq, a.Log.Size, err = h.store.JobLogState(ctx, j.UUID); err != nil {
+				return work, err
+			}
+		}
 		work.Assignments = append(work.Assignments, a)
 	}
 	return work, nil
@@ -277,7 +405,7 @@ func (h *Handlers) pendingWork(ctx context.Context, slave string, req protocol.N
 // assignment builds what a slave needs to run a job.
 func assignment(rec *store.JobRecord, workerID int) (protocol.Assignment, error) {
 	j := rec.Job
-	a := protocol.Assignment{Job: *j, UserName: rec.UserName, UserURN: j.Owner.UserURN, Project: rec.ProjectName,
+	a := protocol.Assignment{Job: *j, Attempt: rec.Attempt, UserName: rec.UserName, UserURN: j.Owner.UserURN, Project: rec.ProjectName,
 		ProjectGID: rec.ProjectGID, ClusterID: j.State.Scheduling.AssignedClusterID, WorkerID: workerID, GPUs: []protocol.GPU{}}
 	if u, err := pki.ParseURN(j.Owner.UserURN); err == nil {
 		a.UserMiniID = u.MiniID()
@@ -293,18 +421,66 @@ func assignment(rec *store.JobRecord, workerID int) (protocol.Assignment, error)
 	return a, nil
 }
 
-// slaveJob loads a job and checks it is assigned to the calling slave.
+// conflictError is the 409 of a slave call about a job that is not (or no longer) the slave's
+// in the attempt it names: the body tells the state the master holds, and the slave acts on it.
+// The state of a job on another slave is not told.
+type conflictError struct{ protocol.Conflict }
+
+func (e *conflictError) Error() string { return e.Message }
+
+func writeConflict(w http.ResponseWriter, c protocol.Conflict) {
+	writeJSON(w, http.StatusConflict, c)
+}
+
+// slaveJob loads a job and checks it is on the calling slave; another slave's job (or one placed
+// again and not yet given out) is a conflict without its state.
 func (h *Handlers) slaveJob(ctx context.Context, c *Caller, id string) (*store.JobRecord, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return nil, fieldError("jobUuid", "is not a job uuid")
+	}
 	rec, err := h.store.GetJob(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, errorf(http.StatusNotFound, "no job %s", id)
+		return nil, &conflictError{protocol.Conflict{JobUUID: id, Message: "the master has no job " + id}}
 	} else if err != nil {
 		return nil, err
 	}
 	if rec.Job.State.Scheduling.AssignedSlaveName != c.SlaveName {
-		return nil, errorf(http.StatusForbidden, "job %s is not assigned to slave %s", id, c.SlaveName)
+		return nil, &conflictError{protocol.Conflict{JobUUID: id, Message: fmt.Sprintf("job %s is not on slave %s", id, c.SlaveName)}}
 	}
 	return rec, nil
+}
+
+// slaveChange makes a slave's state change and answers it: a change already made (a retry after
+// a lost reply) is a success with the job's state, a real conflict a 409 with the state the
+// master holds.
+func (h *Handlers) slaveChange(w http.ResponseWriter, r *http.Request, c *Caller, id string, ch store.Change) error {
+	ctx := r.Context()
+	_, restart, err := h.store.ChangeJob(ctx, id, ch)
+	var sc *store.StateConflict
+	switch {
+	case errors.As(err, &sc) && sc.Current == ch.To && sc.Attempt == *ch.Attempt:
+		h.log.InfoContext(ctx, "slave repeated a state change already made", "job", id, "slave", c.SlaveName, "status", ch.To)
+	case errors.As(err, &sc):
+		if ch.Released && sc.Attempt == *ch.Attempt {
+			// The master ended the job first; the slave's report still says the container
+			// exited, which frees what the job held.
+			if _, err := h.store.ConfirmReleases(ctx, c.SlaveName, []string{id}, "slave "+c.SlaveName+" reported the container exited: its resources are free"); err != nil {
+				return err
+			}
+			h.wakeScheduler(ctx)
+		}
+		writeConflict(w, protocol.Conflict{JobUUID: id, Status: sc.Current, Attempt: sc.Attempt, Message: sc.Error()})
+		return nil
+	case err != nil:
+		return err
+	default:
+		if ch.To.Ended() {
+			h.log.InfoContext(ctx, "job ended", "job", id, "status", ch.To, "exit_code", ch.ExitCode, "slave", c.SlaveName, "restart_job", restart)
+			h.wakeScheduler(ctx)
+		}
+	}
+	writeJSON(w, http.StatusOK, protocol.JobState{JobUUID: id, Status: ch.To, Attempt: *ch.Attempt})
+	return nil
 }
 
 // SlaveUpdate is a conditional state change by a slave (ASSIGNED→STARTING→RUNNING,
@@ -318,33 +494,21 @@ func (h *Handlers) SlaveUpdate(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(r, &u); err != nil {
 		return err
 	}
-	ctx := r.Context()
-	rec, err := h.slaveJob(ctx, c, u.JobUUID)
-	if err != nil {
+	if ok, why := job.CanTransition(u.From, u.To, job.ActorSlave); !ok || u.To.Ended() {
+		if why == "" {
+			why = "use done to end a job"
+		}
+		return fieldError("to", "%s", why)
+	}
+	if _, err := h.slaveJob(r.Context(), c, u.JobUUID); err != nil {
 		return err
 	}
-	if ok, why := job.CanTransition(u.From, u.To, job.ActorSlave); !ok {
-		return errorf(http.StatusConflict, "%s", why)
-	}
-	err = h.store.WithTx(ctx, func(tx *store.Store) error {
-		if _, err := tx.TransitionJob(ctx, rec.Job.UUID, []job.Status{u.From}, u.To,
-			store.Event{Actor: "slave " + c.SlaveName, Message: u.Reason}); err != nil {
-			return err
-		}
-		if u.Resources != nil {
-			return tx.UpdateJobResources(ctx, rec.Job.UUID, u.Resources)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return h.slaveChange(w, r, c, u.JobUUID, store.Change{From: []job.Status{u.From}, To: u.To, Attempt: store.Attempt(u.Attempt),
+		Resources: u.Resources, Event: store.Event{Actor: "slave " + c.SlaveName, Message: u.Reason}})
 }
 
 // SlaveLog appends a chunk of a job's log. Chunks are accepted after the job ended too (the
-// tail of a cancelled job's output still arrives).
+// tail of a cancelled job's output still arrives), but only from the job's current attempt.
 func (h *Handlers) SlaveLog(w http.ResponseWriter, r *http.Request) error {
 	c, err := requireSlave(r)
 	if err != nil {
@@ -355,8 +519,13 @@ func (h *Handlers) SlaveLog(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
-	if _, err := h.slaveJob(ctx, c, chunk.JobUUID); err != nil {
+	rec, err := h.slaveJob(ctx, c, chunk.JobUUID)
+	if err != nil {
 		return err
+	}
+	if rec.Attempt != chunk.Attempt {
+		return &conflictError{protocol.Conflict{JobUUID: chunk.JobUUID, Status: rec.Job.State.Status, Attempt: rec.Attempt,
+			Message: fmt.Sprintf("log of attempt %d refused: the job is at attempt %d", chunk.Attempt, rec.Attempt)}}
 	}
 	if err := h.store.AppendJobLog(ctx, chunk.JobUUID, chunk.Seq, chunk.Data); err != nil {
 		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrLogGap) {
@@ -393,7 +562,8 @@ func (h *Handlers) SlaveLogState(w http.ResponseWriter, r *http.Request) error {
 }
 
 // SlaveDone ends a job: FINISHED, FAILED or HALTED, with exit code and usage; a halted
-// restartable job gets its restart job in the same transaction.
+// restartable job (or one its slave stopped when fencing itself) gets its restart job in the
+// same transaction. The container has exited, so what the job held is free at once.
 func (h *Handlers) SlaveDone(w http.ResponseWriter, r *http.Request) error {
 	c, err := requireSlave(r)
 	if err != nil {
@@ -403,15 +573,14 @@ func (h *Handlers) SlaveDone(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeBody(r, &d); err != nil {
 		return err
 	}
-	ctx := r.Context()
-	if _, err := h.slaveJob(ctx, c, d.JobUUID); err != nil {
-		return err
-	}
 	if !slices.Contains([]job.Status{job.StatusFinished, job.StatusFailed, job.StatusHalted}, d.To) {
 		return fieldError("to", "must be FINISHED, FAILED or HALTED, not %s", d.To)
 	}
 	if ok, why := job.CanTransition(d.From, d.To, job.ActorSlave); !ok {
-		return errorf(http.StatusConflict, "%s", why)
+		return fieldError("to", "%s", why)
+	}
+	if _, err := h.slaveJob(r.Context(), c, d.JobUUID); err != nil {
+		return err
 	}
 	var usage json.RawMessage
 	if d.Usage != nil {
@@ -424,13 +593,26 @@ func (h *Handlers) SlaveDone(w http.ResponseWriter, r *http.Request) error {
 			msg += ": " + d.Reason
 		}
 	}
-	restart, err := h.store.EndJob(ctx, d.JobUUID, store.JobEnd{From: []job.Status{d.From}, To: d.To,
-		Event: store.Event{Actor: "slave " + c.SlaveName, Message: msg}, ExitCode: d.ExitCode, Usage: usage, Restart: d.To == job.StatusHalted})
-	if err != nil {
-		return err
-	}
-	h.log.InfoContext(ctx, "job ended", "job", d.JobUUID, "status", d.To, "exit_code", d.ExitCode, "slave", c.SlaveName, "restart_job", restart)
+	return h.slaveChange(w, r, c, d.JobUUID, store.Change{From: []job.Status{d.From}, To: d.To, Attempt: store.Attempt(d.Attempt), Released: true,
+		Event: store.Event{Actor: "slave " + c.SlaveName, Message: msg}, ExitCode: d.ExitCode, Usage: usage,
+		Restart: d.To == job.StatusHalted || d.Fenced})
+}
+
+// wakeScheduler wakes this master's scheduler loop and, through the database, the leader's
+// wherever it runs: something it plans with changed (a job ended, resources freed, a slave
+// came back).
+func (h *Handlers) wakeScheduler(ctx context.Context) {
 	h.sched.Wake()
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	if err := h.store.NotifyScheduler(ctx); err != nil {
+		h.log.WarnContext(ctx, "could not notify the scheduler", "err", err)
+	}
+}
+
+// wakeSlaves wakes the long polls of slaves, here and on the other masters: they have work
+// (a job to stop).
+func (h *Handlers) wakeSlaves(ctx context.Context, names ...string) {
+	h.work.WakeKeys(names...)
+	if err := h.store.NotifySlaves(ctx, names...); err != nil {
+		h.log.WarnContext(ctx, "could not notify slaves", "err", err)
+	}
 }

@@ -9,22 +9,31 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// Client is the slave's side of Master over HTTPS with the slave's client certificate.
+// Client is the slave's side of Master over HTTPS with the slave's client certificate. It knows
+// one or more master URLs (masters share one database, so any of them serves the slave) and
+// moves to the next one when a call finds its master unreachable or unable to answer (5xx).
 type Client struct {
-	base string
-	http *http.Client
+	bases []string
+	cur   atomic.Int32 // index into bases of the master in use
+	http  *http.Client
+
+	mu      sync.Mutex
+	contact time.Time // the last answer of a master that could act on it (any status < 500)
 }
 
 var _ Master = (*Client)(nil)
 
-// NewClient makes a client of the master at baseURL (https://host:port), trusting caPEM and
-// presenting cert.
-func NewClient(baseURL string, caPEM []byte, cert *tls.Certificate) (*Client, error) {
+// NewClient makes a client of the masters at baseURLs (https://host:port, several separated by
+// commas), trusting caPEM and presenting cert.
+func NewClient(baseURLs string, caPEM []byte, cert *tls.Certificate) (*Client, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return nil, errors.New("master CA: no PEM certificate found")
@@ -33,12 +42,34 @@ func NewClient(baseURL string, caPEM []byte, cert *tls.Certificate) (*Client, er
 	if cert != nil {
 		cfg.Certificates = []tls.Certificate{*cert}
 	}
+	var bases []string
+	for _, b := range strings.Split(baseURLs, ",") {
+		if b = strings.TrimRight(strings.TrimSpace(b), "/"); b != "" {
+			bases = append(bases, b)
+		}
+	}
+	if len(bases) == 0 {
+		return nil, errors.New("no master URL")
+	}
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 15 * time.Second}
 	return &Client{
-		base: strings.TrimRight(baseURL, "/"),
+		bases: bases,
 		// No overall timeout: Next long-polls; each call has its own context deadline.
-		http: &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}},
+		http: &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, DialContext: dialer.DialContext,
+			TLSHandshakeTimeout: 10 * time.Second, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}},
 	}, nil
 }
+
+// LastContact is when a master last answered a call in a way that shows it could act (any
+// answer but a 5xx): what the slave's self-fencing measures. Zero before the first answer.
+func (c *Client) LastContact() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.contact
+}
+
+// Master is the URL of the master in use.
+func (c *Client) Master() string { return c.bases[int(c.cur.Load())%len(c.bases)] }
 
 // Join exchanges a one-time token and a CSR for a certificate (no client certificate needed).
 func (c *Client) Join(ctx context.Context, req JoinRequest) (JoinReply, error) {
@@ -123,29 +154,47 @@ func (c *Client) call(ctx context.Context, path string, in, out any, timeout tim
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
+	i := int(c.cur.Load()) % len(c.bases)
+	base := c.bases[i]
+	failed := func() {
+		// The next call tries the next master; a concurrent call that moved on already wins.
+		c.cur.CompareAndSwap(int32(i), int32((i+1)%len(c.bases)))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			failed()
+		}
+		return fmt.Errorf("%s at %s: %w", path, base, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("%s: read answer: %w", path, err)
+		failed()
+		return fmt.Errorf("%s at %s: read answer: %w", path, base, err)
+	}
+	if resp.StatusCode < 500 {
+		c.mu.Lock()
+		c.contact = time.Now()
+		c.mu.Unlock()
+	} else {
+		failed()
 	}
 	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error string `json:"error"`
-		}
+		var e Conflict
 		_ = json.Unmarshal(data, &e)
-		if e.Error == "" {
-			e.Error = strings.TrimSpace(string(data))
+		if e.Message == "" {
+			e.Message = strings.TrimSpace(string(data))
 		}
-		return fmt.Errorf("%s: %w", path, &StatusError{Status: resp.StatusCode, Message: e.Error})
+		if resp.StatusCode == http.StatusConflict && e.JobUUID != "" {
+			return fmt.Errorf("%s: %w", path, &e)
+		}
+		return fmt.Errorf("%s at %s: %w", path, base, &StatusError{Status: resp.StatusCode, Message: e.Message})
 	}
 	if out != nil && len(data) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {

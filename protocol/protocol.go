@@ -1,6 +1,7 @@
 // Package protocol is the contract between the master and its slaves: the wire types and one
 // interface, Master, that the slave's HTTPS client implements and the master's slave endpoints
-// serve. Nothing else crosses between the two.
+// serve. Nothing else crosses between the two. README.md draws the timelines of the faults the
+// protocol is built to survive.
 //
 // # Lifecycle
 //
@@ -9,29 +10,41 @@
 //     certificate with a slave identity, signed by the master's CA. Every later call
 //     authenticates with that certificate; user certificates are refused here, and slave
 //     certificates on user endpoints.
-//  2. Register (at every start): the slave reports its inventory (GPUs, CPUs, memory, cluster,
-//     storage roots) and gets the heartbeat interval and the jobs the master believes run there.
-//  3. Heartbeat (every Interval, chosen by the master's reply): the jobs the slave runs and their
-//     usage. The master answers with the next interval and stop orders for jobs that must end
-//     (cancelled, halting, or ended while the slave was away). A slave silent for the master's
-//     grace period is marked offline; after the job grace its jobs fail with `worker lost`.
+//  2. Register (at every start): the slave reports its inventory and the containers it found
+//     (each labelled with its job and attempt) and gets the jobs the master has on it. Both
+//     sides reconcile at once: the slave re-attaches to the containers of jobs the master has
+//     on it in the same attempt and removes the others; the master requeues or ends the jobs it
+//     has on the slave whose containers are gone.
+//  3. Heartbeat (every Interval, chosen by the master's reply, on its own timer: never behind a
+//     Docker call): every job the slave holds, as a task or a container, with the latest usage
+//     sample. The master answers with its own view of the jobs on the slave and stop orders
+//     for what the slave must not hold; it frees what ended jobs held once the slave no longer
+//     lists them, and requeues or ends a job the slave has stopped listing for a grace.
 //  4. Next (long poll, up to Wait): the master answers at once with work when there is some (a
-//     job ASSIGNED to this slave that the slave does not report as its own, or a stop order),
-//     else when Wait ends with no work. An assignment is a lease, not a transfer: the job stays
-//     ASSIGNED until the slave moves it to STARTING, and is offered again if the slave restarts
-//     before that.
-//  5. Update: every state change the slave makes is conditional (From → To); ErrConflict means
-//     the job is no longer in From (cancelled meanwhile) and the slave must stop it.
-//  6. Log: ordered chunks (Seq 0, 1, 2, …). A chunk already stored is ErrConflict (harmless on a
-//     retry); the slave asks LogState after a restart to continue where the master is.
-//  7. Done: the job's end (FINISHED, FAILED, HALTED) with exit code and usage, conditional like
-//     Update. The master creates the restart job of a halted restartable job in the same
-//     transaction.
+//     job ASSIGNED to this slave that the slave does not hold, or a stop order), else when Wait
+//     ends with no work. An assignment is a lease, not a transfer: the job stays ASSIGNED until
+//     the slave moves it to STARTING, and goes back to the queue when the lease runs out.
+//  5. Update and Done: every state change names its transition (From → To) and the attempt it
+//     acts for. A retry of a change already made answers success; a real conflict answers the
+//     state the master holds (Conflict), and the slave acts on it: a job the master ended, or
+//     gave to another attempt, is stopped and its container removed.
+//  6. Log: ordered chunks (Seq 0, 1, 2, …) of the current attempt. A chunk already stored is
+//     ErrConflict (harmless on a retry); the slave asks LogState after a restart to continue
+//     where the master is.
+//
+// # Leases and fencing
+//
+// ASSIGNED, STARTING, MUSTHALT and HALTING each have a lease on the master (store.Leases), on
+// the database's clock; when one runs out the job gets its defined outcome. A slave that has
+// reached no master for FenceAfter stops its jobs (halting restartable ones) on its own, and the
+// master restarts a lost slave's jobs elsewhere only after that time plus a margin: the old
+// copy is gone before the new one starts.
 //
 // # Retries
 //
-// The slave retries every call with back-off on network errors and 5xx answers; all calls are
-// idempotent or conditional, so a retry cannot apply twice. The master never calls the slave.
+// The slave retries every call with back-off and jitter on network errors and 5xx answers,
+// moving to the next master URL when it has several; all calls are idempotent or conditional,
+// so a retry cannot apply twice. The master never calls the slave.
 package protocol
 
 import (
@@ -57,7 +70,8 @@ const (
 
 // Errors both sides branch on. The HTTP client maps status codes back to them.
 var (
-	// ErrConflict: the job is not in the state the call assumed, or the log chunk exists.
+	// ErrConflict: the job is not in the state (or attempt) the call assumed, or the log chunk
+	// exists. Conflicts of state changes are *Conflict.
 	ErrConflict = errors.New("conflict")
 	// ErrUnknownSlave: the slave must register (again) before this call.
 	ErrUnknownSlave = errors.New("slave not registered")
@@ -73,13 +87,14 @@ type Master interface {
 	Heartbeat(ctx context.Context, hb Heartbeat) (HeartbeatReply, error)
 	// Next waits up to req.Wait for work for this slave.
 	Next(ctx context.Context, req NextRequest) (Work, error)
-	// Update moves a job from one state to another, conditionally.
+	// Update moves a job from one state to another, conditionally; a *Conflict tells the state
+	// the master holds instead.
 	Update(ctx context.Context, u StateUpdate) error
 	// Log appends the next chunk of a job's output.
 	Log(ctx context.Context, c LogChunk) error
 	// LogState tells how much of a job's log the master has.
 	LogState(ctx context.Context, jobUUID string) (LogState, error)
-	// Done ends a job, conditionally, with its exit code and usage.
+	// Done ends a job, conditionally, with its exit code and usage; a *Conflict as for Update.
 	Done(ctx context.Context, d Completion) error
 }
 
@@ -127,8 +142,9 @@ type Inventory struct {
 	GPUStatus string `json:"gpuStatus"`
 	// StorageRoots are the public storage names this slave can mount ("/project", ...).
 	StorageRoots []string `json:"storageRoots"`
-	// RunningJobs are the jobs whose containers the slave found at start (re-attached).
-	RunningJobs []string `json:"runningJobs,omitempty"`
+	// Containers are the job containers the slave found on its engine at start, running or
+	// not: the master requeues or ends the jobs it has on the slave that are not among them.
+	Containers []RunningJob `json:"containers,omitempty"`
 }
 
 // CudaMajor is the CUDA major version, 0 when unknown.
@@ -146,23 +162,31 @@ func (inv Inventory) CudaMajor() int {
 // Registration is the master's answer to Register.
 type Registration struct {
 	HeartbeatInterval time.Duration `json:"heartbeatInterval"`
-	// Jobs are the jobs the master has on this slave and their state; the slave stops and
-	// removes containers of jobs not listed or ended.
+	// Jobs are the jobs the master has on this slave (ASSIGNED … HALTING); the slave stops
+	// and removes the containers of any other job, or of another attempt.
 	Jobs []JobState `json:"jobs"`
+	// FenceAfter is how long the slave may go without reaching a master before it stops its
+	// jobs on its own (self-fencing); 0 leaves the slave's own default.
+	FenceAfter time.Duration `json:"fenceAfter"`
 }
 
 // JobState is a job's state as the master knows it.
 type JobState struct {
 	JobUUID string     `json:"jobUuid"`
 	Status  job.Status `json:"status"`
+	Attempt int        `json:"attempt"`
 }
 
-// RunningJob is a job the slave runs.
+// RunningJob is a job the slave holds: a task it carries out, a container it found, or both.
 type RunningJob struct {
-	JobUUID     string     `json:"jobUuid"`
-	ContainerID string     `json:"containerId"`
-	Status      job.Status `json:"status"` // as the slave has it: STARTING, RUNNING, HALTING
-	Usage       *Usage     `json:"usage,omitempty"`
+	JobUUID string `json:"jobUuid"`
+	// Attempt is the attempt the task or container belongs to (container label gpulab.attempt).
+	Attempt     int    `json:"attempt"`
+	ContainerID string `json:"containerId,omitempty"`
+	// Status is the state the slave's task has (ASSIGNED, STARTING, RUNNING, MUSTHALT,
+	// HALTING); empty for a container the slave holds without a task (found, not yet removed).
+	Status job.Status `json:"status,omitempty"`
+	Usage  *Usage     `json:"usage,omitempty"`
 }
 
 // Usage is a sample of what a job uses.
@@ -181,8 +205,10 @@ type GPUUsage struct {
 
 // Heartbeat is the slave's periodic report.
 type Heartbeat struct {
-	InstanceID string       `json:"instanceId"`
-	Jobs       []RunningJob `json:"jobs"`
+	InstanceID string `json:"instanceId"`
+	// Jobs are all the jobs the slave holds: its tasks and every container of its latest
+	// listing of the engine. A job not listed is one the slave has no container of.
+	Jobs []RunningJob `json:"jobs"`
 	// Accepting is false while the slave drains or shuts down.
 	Accepting bool `json:"accepting"`
 }
@@ -205,19 +231,22 @@ type StopOrder struct {
 	Reason  string   `json:"reason"`
 }
 
-// HeartbeatReply sets the next interval and orders stops.
+// HeartbeatReply sets the next interval, orders stops and tells the master's view.
 type HeartbeatReply struct {
 	Interval time.Duration `json:"interval"`
 	Stops    []StopOrder   `json:"stops"`
+	// Jobs are the jobs the master has on this slave, as in Registration.
+	Jobs       []JobState    `json:"jobs"`
+	FenceAfter time.Duration `json:"fenceAfter"`
 }
 
 // NextRequest asks for work.
 type NextRequest struct {
 	InstanceID string        `json:"instanceId"`
 	Wait       time.Duration `json:"wait"`
-	// Running are the jobs the slave runs now, so the master neither offers them again nor
+	// Jobs are the jobs the slave holds now, so the master neither offers them again nor
 	// forgets to order their stop.
-	Running []string `json:"running"`
+	Jobs []RunningJob `json:"jobs"`
 }
 
 // Work is what Next answers: jobs to start and jobs to stop (either may be empty).
@@ -230,6 +259,11 @@ type Work struct {
 type Assignment struct {
 	// Job is the full job, image credentials included (the slave needs them to pull).
 	Job job.Job `json:"job"`
+	// Attempt is the placement this assignment is for; every call about it names it.
+	Attempt int `json:"attempt"`
+	// Log is the job's log as the master has it: a job placed again (requeued) continues its
+	// log after what its earlier attempt wrote.
+	Log LogState `json:"log"`
 	// GPUs, CPUIDs and MemoryGb are what the job may use.
 	GPUs     []GPU `json:"gpus"`
 	CPUIDs   []int `json:"cpuIds"`
@@ -248,6 +282,7 @@ type Assignment struct {
 // StateUpdate is a conditional state change made by the slave.
 type StateUpdate struct {
 	JobUUID string     `json:"jobUuid"`
+	Attempt int        `json:"attempt"`
 	From    job.Status `json:"from"`
 	To      job.Status `json:"to"`
 	Reason  string     `json:"reason,omitempty"`
@@ -258,6 +293,7 @@ type StateUpdate struct {
 // LogChunk is the next piece of a job's output.
 type LogChunk struct {
 	JobUUID string `json:"jobUuid"`
+	Attempt int    `json:"attempt"`
 	Seq     int    `json:"seq"`
 	Data    []byte `json:"data"`
 }
@@ -268,12 +304,36 @@ type LogState struct {
 	Size    int64 `json:"size"`
 }
 
-// Completion ends a job.
+// Completion ends a job. The container has exited: what the job held is free.
 type Completion struct {
 	JobUUID  string     `json:"jobUuid"`
+	Attempt  int        `json:"attempt"`
 	From     job.Status `json:"from"`
 	To       job.Status `json:"to"` // FINISHED, FAILED or HALTED
 	ExitCode *int       `json:"exitCode,omitempty"`
 	Reason   string     `json:"reason,omitempty"`
 	Usage    *Usage     `json:"usage,omitempty"`
+	// Fenced says the slave stopped the job on its own, having reached no master for
+	// FenceAfter: the job ends FAILED and, if restartable, is restarted as after a lost worker.
+	Fenced bool `json:"fenced,omitempty"`
+}
+
+// Conflict is the master's answer to a state change it did not make: the job is in State (and
+// Attempt) instead. Status and Attempt are empty when the master has no such job.
+type Conflict struct {
+	JobUUID string     `json:"jobUuid"`
+	Status  job.Status `json:"status"`
+	Attempt int        `json:"attempt"`
+	Message string     `json:"error"`
+}
+
+func (c *Conflict) Error() string { return "conflict: " + c.Message }
+
+// Unwrap makes errors.Is(err, ErrConflict) true.
+func (c *Conflict) Unwrap() error { return ErrConflict }
+
+// Gone reports whether the conflict means the slave must let the job go: the master ended it,
+// has no such job, or gave it to another attempt.
+func (c *Conflict) Gone(attempt int) bool {
+	return c.Status == "" || c.Status.Ended() || c.Attempt != attempt || c.Status == job.StatusQueued || c.Status == job.StatusOnHold
 }

@@ -165,6 +165,23 @@ func (st *slaveState) gpuOK(n *need, k int) bool {
 	return (n.modelOK == nil || n.modelOK[st.modelID[k]]) && st.gpus[k].MemoryMiB >= n.gpuMemMiB
 }
 
+// regainable says whether the slave's capacity (the most GPUs it has had) would take the job
+// though its inventory now does not: GPUs dropped out and may come back.
+func (st *slaveState) regainable(n *need) bool {
+	if len(st.s.CapacityGPUs) <= len(st.gpus) || st.s.CudaMajor < n.cuda {
+		return false
+	}
+	c := 0
+	for _, g := range st.s.CapacityGPUs {
+		m := strings.ToLower(g.Model)
+		if (len(n.models) == 0 || slices.ContainsFunc(n.models, func(w string) bool { return strings.Contains(m, strings.ToLower(w)) })) &&
+			g.MemoryMiB >= n.gpuMemMiB {
+			c++
+		}
+	}
+	return c >= n.gpus && st.cpus(false) >= n.cpus && st.memory(false) >= n.memGb
+}
+
 // matchingGPUs counts the GPUs that match the request, all of them or only the free ones.
 func (st *slaveState) matchingGPUs(n *need, free bool) int {
 	c := 0

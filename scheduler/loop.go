@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"time"
 
@@ -21,8 +22,18 @@ type LoopConfig struct {
 	Interval time.Duration
 	// HeartbeatGrace: a slave silent this long is marked offline.
 	HeartbeatGrace time.Duration
-	// JobGrace: the jobs of a slave offline this long fail with `worker lost`.
+	// JobGrace: a slave that reached no master for this long stops its jobs itself (its
+	// FenceAfter); after JobGrace plus FenceMargin offline, the master gives its jobs up:
+	// `worker lost` (restartable ones restart), or queued again if they never ran.
 	JobGrace time.Duration
+	// FenceMargin is the time a fencing slave has to stop its jobs (a halt takes 15 s and a
+	// kill) before the master may start them elsewhere (default 45 s).
+	FenceMargin time.Duration
+	// LeaderLease is how long the scheduler lease lasts unrenewed: a leader that vanishes is
+	// replaced after at most this plus Interval (default 15 s, at least 3 intervals).
+	LeaderLease time.Duration
+	// Holder names this master in the lease (host and pid).
+	Holder string
 	// MemoryReserveGb is kept free on every slave for the system.
 	MemoryReserveGb int
 	// Limits cap running jobs per user and project (nil: DefaultLimits; zero fields: no cap).
@@ -31,21 +42,24 @@ type LoopConfig struct {
 	// resource adds per hour (default store.DefaultTallyWeights).
 	TallyHalfLife time.Duration
 	TallyWeights  *store.TallyWeights
+	// OnPass, when set, is called after every pass of Run with when it started, how long it
+	// took and its error: benchmarks time the real loop's passes with it.
+	OnPass func(start time.Time, took time.Duration, err error)
 }
 
 // TallyInterval is the period tallyIncrement is expressed in (SPEC 7.2).
 const TallyInterval = 5 * time.Minute
 
-// Loop runs the scheduler on the master that holds the scheduler lock: each pass does the
-// housekeeping (offline slaves, lost jobs, jobs past maxDuration), takes a snapshot, plans
-// and applies the plan.
+// Loop runs the scheduler on the master that holds the scheduler lease: each pass does the
+// housekeeping (offline slaves, lost jobs, expired leases, jobs past maxDuration), takes a
+// snapshot, plans and applies the plan. Every write of a pass is in a transaction that first
+// proves the lease (store.AsLeader), and every timeout is measured on the database's clock.
 type Loop struct {
 	st   *store.Store
 	cfg  LoopConfig
 	log  *slog.Logger
 	wake *Signal // wakes the loop
 	work *Signal // wakes slaves' long polls after assignments and cancellations
-	now  func() time.Time
 }
 
 // NewLoop makes a loop. wake and work are shared with the handlers.
@@ -59,6 +73,16 @@ func NewLoop(st *store.Store, cfg LoopConfig, log *slog.Logger, wake, work *Sign
 	if cfg.JobGrace <= 0 {
 		cfg.JobGrace = 5 * time.Minute
 	}
+	if cfg.FenceMargin <= 0 {
+		cfg.FenceMargin = 45 * time.Second
+	}
+	if cfg.LeaderLease <= 0 {
+		cfg.LeaderLease = max(15*time.Second, 3*cfg.Interval)
+	}
+	if cfg.Holder == "" {
+		host, _ := os.Hostname()
+		cfg.Holder = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
 	if cfg.TallyHalfLife <= 0 {
 		cfg.TallyHalfLife = 7 * 24 * time.Hour
 	}
@@ -66,25 +90,27 @@ func NewLoop(st *store.Store, cfg LoopConfig, log *slog.Logger, wake, work *Sign
 		w := store.DefaultTallyWeights
 		cfg.TallyWeights = &w
 	}
-	return &Loop{st: st, cfg: cfg, log: log, wake: wake, work: work, now: time.Now}
+	return &Loop{st: st, cfg: cfg, log: log, wake: wake, work: work}
 }
 
-// Run schedules until ctx ends. Only one master at a time holds the lock; the others retry
-// every interval, so one takes over when the leader goes away.
+// Run schedules until ctx ends. Only one master at a time holds the lease; the others try
+// again every interval, so one takes over when the leader goes away.
 func (l *Loop) Run(ctx context.Context) error {
 	for {
-		leader, ok, err := l.st.TryLeader(ctx)
+		lead, ok, err := l.st.AcquireLeadership(ctx, l.cfg.Holder, l.cfg.LeaderLease)
 		if err != nil && ctx.Err() == nil {
-			l.log.Warn("scheduler lock", "err", err)
+			l.log.Warn("scheduler lease", "err", err)
 		}
 		if ok {
-			l.log.Info("this master runs the scheduler")
-			err := l.lead(ctx, leader)
-			_ = leader.Release()
+			l.log.Info("this master runs the scheduler", "epoch", lead.Epoch, "lease", l.cfg.LeaderLease)
+			err := l.Lead(ctx, lead)
 			if ctx.Err() != nil {
+				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_ = l.st.ResignLeadership(rctx, lead)
+				cancel()
 				return nil
 			}
-			l.log.Warn("scheduler lost its lock", "err", err)
+			l.log.Warn("scheduler lost its lease", "epoch", lead.Epoch, "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -94,96 +120,210 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 }
 
-func (l *Loop) lead(ctx context.Context, leader *store.Leader) error {
+// Lead runs passes under a held lease, renewing it in the background, until ctx ends or the
+// lease is lost (its error).
+func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		l.renew(ctx, lead, cancel)
+	}()
+	defer func() { <-renewed }()
+	defer cancel(nil)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
 		woken := l.wake.C()
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return context.Cause(ctx)
 		case <-woken:
 			// Let a burst of submits or heartbeats settle into one pass.
 			time.Sleep(20 * time.Millisecond)
 		case <-timer.C:
 		}
-		if !leader.Alive(ctx) {
-			return errors.New("scheduler lock connection lost")
+		start := time.Now()
+		err := l.Pass(ctx, lead)
+		if l.cfg.OnPass != nil {
+			l.cfg.OnPass(start, time.Since(start), err)
 		}
-		if err := l.Pass(ctx); err != nil && ctx.Err() == nil {
+		switch {
+		case errors.Is(err, store.ErrNotLeader):
+			return err
+		case err != nil && ctx.Err() == nil:
 			l.log.Error("scheduler pass failed", "err", err)
 		}
 		timer.Reset(l.cfg.Interval)
 	}
 }
 
-// Pass does one housekeeping and scheduling pass.
-func (l *Loop) Pass(ctx context.Context) error {
-	now := l.now()
-	if err := l.housekeeping(ctx, now); err != nil {
+// renew extends the lease every third of its length; it cancels the leader's context when
+// the lease is lost, or when it could not be renewed for a whole lease (the database is gone:
+// another master may take over when it comes back).
+func (l *Loop) renew(ctx context.Context, lead store.Leadership, cancel context.CancelCauseFunc) {
+	tick := time.NewTicker(l.cfg.LeaderLease / 3)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		rctx, done := context.WithTimeout(ctx, l.cfg.LeaderLease/3)
+		err := l.st.RenewLeadership(rctx, lead, l.cfg.LeaderLease)
+		done()
+		switch {
+		case err == nil:
+			last = time.Now()
+		case errors.Is(err, store.ErrNotLeader):
+			cancel(err)
+			return
+		case time.Since(last) > l.cfg.LeaderLease:
+			cancel(fmt.Errorf("lease not renewed for %s: %w", l.cfg.LeaderLease, err))
+			return
+		default:
+			l.log.Warn("renew the scheduler lease", "err", err)
+		}
+	}
+}
+
+// Pass does one housekeeping and scheduling pass as the holder of lead.
+func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
+	var stops []string
+	err := l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
+		var err error
+		stops, err = l.housekeeping(ctx, tx, lead)
+		if err != nil {
+			return err
+		}
+		if err := tx.AccrueTallies(ctx, *l.cfg.TallyWeights, l.cfg.TallyHalfLife); err != nil {
+			return err
+		}
+		// Delivered at commit: the long polls of these slaves, on every master, learn of the
+		// jobs to stop.
+		return tx.NotifySlaves(ctx, stops...)
+	})
+	if err != nil {
 		return err
 	}
-	if err := l.st.AccrueTallies(ctx, *l.cfg.TallyWeights, l.cfg.TallyHalfLife); err != nil {
-		return err
-	}
-	snap, hosts, err := l.snapshot(ctx, now)
+	l.work.WakeKeys(stops...)
+	snap, hosts, err := l.snapshot(ctx)
 	if err != nil {
 		return err
 	}
 	plan := snap.Plan()
-	return l.apply(ctx, snap, hosts, plan)
+	return l.apply(ctx, lead, snap, hosts, plan)
 }
 
-// housekeeping marks silent slaves offline, fails the jobs of slaves gone too long (restarting
-// restartable ones) and cancels jobs past their maxDuration.
-func (l *Loop) housekeeping(ctx context.Context, now time.Time) error {
-	offline, err := l.st.MarkSlavesOffline(ctx, now.Add(-l.cfg.HeartbeatGrace))
+// housekeeping gives their outcome to the jobs the scheduler must act on by time (all measured
+// on the database's clock), and returns the slaves that have something to stop now:
+//   - slaves silent for the heartbeat grace are marked offline;
+//   - jobs on a slave offline for the job grace plus the fence margin (the slave has stopped
+//     them by then) are given up: one that never ran is queued again, one that ran fails with
+//     `worker lost` and is restarted if restartable;
+//   - jobs whose lease ran out: an assignment not taken is queued again; a start, a halt not
+//     begun or a halt not finished fails (a halt's job restarts if restartable);
+//   - jobs that ran their maxDuration are cancelled.
+//
+// What a job ended here held on its slave stays taken until the slave confirms the container
+// gone (see store.Change.Released).
+func (l *Loop) housekeeping(ctx context.Context, tx *store.Store, lead store.Leadership) ([]string, error) {
+	offline, err := tx.MarkSlavesOffline(ctx, l.cfg.HeartbeatGrace, lead.Since)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, name := range offline {
 		l.log.Warn("slave offline: no heartbeat", "slave", name, "grace", l.cfg.HeartbeatGrace)
 	}
-	lost, err := l.st.ListLostJobs(ctx, now.Add(-l.cfg.JobGrace))
+	var stops []string
+	act := func(j store.LiveJob, ch store.Change, what string) error {
+		ch.From, ch.Attempt = []job.Status{j.Status}, store.Attempt(j.Attempt)
+		ch.Event.Actor = string(job.ActorScheduler)
+		_, restart, err := tx.ChangeJob(ctx, j.UUID, ch)
+		if errors.Is(err, store.ErrStateConflict) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		stops = append(stops, j.SlaveName)
+		l.log.Warn(what, "job", j.UUID, "slave", j.SlaveName, "was", j.Status, "now", ch.To, "restart_job", restart)
+		return nil
+	}
+	lost, err := tx.ListLostJobs(ctx, l.cfg.JobGrace+l.cfg.FenceMargin)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, j := range lost {
-		restart, err := l.st.EndJob(ctx, j.UUID, store.JobEnd{From: []job.Status{job.Status(j.Status)}, To: job.StatusFailed, Restart: true,
-			Event: store.Event{Actor: string(job.ActorScheduler), Message: "worker lost: slave " + j.SlaveName + " stopped answering"}})
-		if errors.Is(err, store.ErrStateConflict) {
-			continue
+		var ch store.Change
+		switch j.Status {
+		case job.StatusAssigned:
+			// The slave never took it, and an attempt never taken can never start.
+			ch = store.Change{To: job.StatusQueued, Released: true,
+				Event: store.Event{Message: "slave " + j.SlaveName + " was lost before it took the job: queued again"}}
+		case job.StatusStarting:
+			ch = store.Change{To: job.StatusQueued,
+				Event: store.Event{Message: "worker lost: slave " + j.SlaveName + " stopped answering before the job ran: queued again"}}
+		default:
+			ch = store.Change{To: job.StatusFailed, Restart: true,
+				Event: store.Event{Message: "worker lost: slave " + j.SlaveName + " stopped answering"}}
 		}
-		if err != nil {
-			return err
+		if err := act(j, ch, "job given up: its slave is lost"); err != nil {
+			return nil, err
 		}
-		l.log.Warn("job failed: worker lost", "job", j.UUID, "slave", j.SlaveName, "restart_job", restart)
 	}
-	expired, err := l.st.ListExpiredJobs(ctx, now)
+	expired, err := tx.ListExpiredLeases(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	leases := tx.Leases()
 	for _, j := range expired {
-		_, err := l.st.TransitionJob(ctx, j.UUID, []job.Status{job.Status(j.Status)}, job.StatusCancelled,
-			store.Event{Actor: string(job.ActorScheduler), Message: "maxDuration (" + job.FormatDuration(time.Duration(j.MaxS)*time.Second) + ") reached"})
-		if errors.Is(err, store.ErrStateConflict) {
-			continue
+		var ch store.Change
+		switch j.Status {
+		case job.StatusAssigned:
+			ch = store.Change{To: job.StatusQueued, Released: true,
+				Event: store.Event{Message: fmt.Sprintf("slave %s did not take the job within %s: queued again", j.SlaveName, leases.Assigned)}}
+		case job.StatusStarting:
+			ch = store.Change{To: job.StatusFailed,
+				Event: store.Event{Message: fmt.Sprintf("slave %s did not start the job in time (no progress for %s, or longer than %s)",
+					j.SlaveName, leases.Starting, leases.StartDeadline)}}
+		case job.StatusMustHalt:
+			ch = store.Change{To: job.StatusFailed, Restart: true,
+				Event: store.Event{Message: fmt.Sprintf("slave %s did not begin the halt within %s: stopped", j.SlaveName, leases.MustHalt)}}
+		default: // HALTING
+			ch = store.Change{To: job.StatusFailed, Restart: true,
+				Event: store.Event{Message: fmt.Sprintf("the halt did not end within %s: stopped", leases.Halting)}}
 		}
-		if err != nil {
-			return err
+		if err := act(j, ch, "lease expired"); err != nil {
+			return nil, err
 		}
-		l.log.Info("job cancelled: maxDuration reached", "job", j.UUID)
 	}
-	if len(expired) > 0 {
-		l.work.Wake()
+	overdue, err := tx.ListExpiredJobs(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	for _, j := range overdue {
+		ch := store.Change{To: job.StatusCancelled,
+			Event: store.Event{Message: "maxDuration (" + job.FormatDuration(time.Duration(j.MaxS)*time.Second) + ") reached"}}
+		if err := act(store.LiveJob{UUID: j.UUID, Status: job.Status(j.Status), Attempt: j.Attempt, SlaveName: j.SlaveName}, ch, "job cancelled: maxDuration reached"); err != nil {
+			return nil, err
+		}
+	}
+	slices.Sort(stops)
+	return slices.Compact(stops), nil
 }
 
 // snapshot reads what Plan needs, and the host name users reach each slave at (for the
 // assignments' state.resources.slaveHost).
-func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, map[string]string, error) {
+func (l *Loop) snapshot(ctx context.Context) (Snapshot, map[string]string, error) {
 	hosts := map[string]string{}
+	now, err := l.st.Now(ctx)
+	if err != nil {
+		return Snapshot{}, hosts, err
+	}
 	snap := Snapshot{Now: now, Clusters: map[int]Cluster{}, Policy: PolicyFair, Limits: DefaultLimits}
 	if l.cfg.Limits != nil {
 		snap.Limits = *l.cfg.Limits
@@ -227,11 +367,17 @@ func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, map[strin
 				return snap, hosts, fmt.Errorf("inventory of slave %s: %w", s.Name, err)
 			}
 		}
+		var capacity []protocol.GPU
+		if len(s.CapacityGPUs) > 0 {
+			if err := json.Unmarshal(s.CapacityGPUs, &capacity); err != nil {
+				return snap, hosts, fmt.Errorf("capacity of slave %s: %w", s.Name, err)
+			}
+		}
 		snap.Slaves = append(snap.Slaves, Slave{
 			Name: s.Name, InstanceID: s.InstanceID, ClusterID: s.ClusterID,
 			Online: s.Online, Accepting: s.AcceptingJobs,
 			CPUs: inv.CPUs, MemoryGb: max(int(inv.MemoryMiB/1024)-l.cfg.MemoryReserveGb, 0),
-			CudaMajor: inv.CudaMajor(), GPUs: inv.GPUs,
+			CudaMajor: inv.CudaMajor(), GPUs: inv.GPUs, CapacityGPUs: capacity,
 		})
 	}
 	queued, err := l.st.ListJobs(ctx, store.JobFilter{Statuses: []job.Status{job.StatusQueued}, Sort: "created"})
@@ -242,7 +388,7 @@ func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, map[strin
 		snap.Queued = append(snap.Queued, Job{UUID: rec.Job.UUID, Request: rec.Job.Request, Submitted: rec.Job.State.Created,
 			UserID: rec.UserID, ProjectID: rec.ProjectID})
 	}
-	held, err := l.st.ListHeld(ctx, job.RunningStatuses)
+	held, err := l.st.ListHeld(ctx)
 	if err != nil {
 		return snap, hosts, err
 	}
@@ -252,11 +398,12 @@ func (l *Loop) snapshot(ctx context.Context, now time.Time) (Snapshot, map[strin
 	return snap, hosts, nil
 }
 
-// apply writes a plan in one transaction. Each change stays conditional on the state the
-// snapshot saw: a job cancelled since is skipped, not assigned.
-func (l *Loop) apply(ctx context.Context, snap Snapshot, hosts map[string]string, plan Plan) error {
+// apply writes a plan in one transaction that proves the lease first. Each change stays
+// conditional on the state the snapshot saw: a job cancelled since is skipped, not assigned.
+func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap Snapshot, hosts map[string]string, plan Plan) error {
 	assigned, halted := 0, 0
-	err := l.st.WithTx(ctx, func(tx *store.Store) error {
+	wake := wakeSlaves(snap, plan)
+	err := l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
 		batch := make([]store.Assignment, 0, len(plan.Assignments))
 		for _, a := range plan.Assignments {
 			gpuIDs := make([]int, len(a.GPUs))
@@ -282,8 +429,8 @@ func (l *Loop) apply(ctx context.Context, snap Snapshot, hosts map[string]string
 		}
 		assigned = len(done)
 		for _, f := range plan.Failures {
-			_, err := tx.EndJob(ctx, f.JobUUID, store.JobEnd{From: []job.Status{job.StatusQueued}, To: job.StatusFailed,
-				Event: store.Event{Actor: string(job.ActorScheduler), Message: f.Reason}})
+			_, err := tx.TransitionJob(ctx, f.JobUUID, []job.Status{job.StatusQueued}, job.StatusFailed,
+				store.Event{Actor: string(job.ActorScheduler), Message: f.Reason})
 			if errors.Is(err, store.ErrStateConflict) {
 				continue
 			}
@@ -312,13 +459,20 @@ func (l *Loop) apply(ctx context.Context, snap Snapshot, hosts map[string]string
 		if err := tx.SetQueuedExplanations(ctx, plan.Explanations); err != nil {
 			return err
 		}
-		return tx.SetEstimatedStarts(ctx, plan.Estimates)
+		if err := tx.SetEstimatedStarts(ctx, plan.Estimates); err != nil {
+			return err
+		}
+		if assigned > 0 || halted > 0 {
+			// Delivered at commit, to the long polls of these slaves on every master.
+			return tx.NotifySlaves(ctx, wake...)
+		}
+		return nil
 	})
 	if err != nil {
 		return err
 	}
 	if assigned > 0 || halted > 0 {
-		l.work.WakeKeys(wakeSlaves(snap, plan)...)
+		l.work.WakeKeys(wake...)
 	}
 	if assigned > 0 || halted > 0 || len(plan.Failures) > 0 {
 		l.log.Info("scheduler pass", "queued", len(snap.Queued), "assigned", assigned, "halted", halted, "failed", len(plan.Failures))
@@ -360,7 +514,8 @@ func placedOf(h store.Held, now time.Time) Placed {
 	pl := Placed{JobUUID: h.UUID, SlaveName: h.SlaveName, UserID: h.UserID, ProjectID: h.ProjectID, Bucket: h.Bucket,
 		GPUIndices: ints(h.GPUIDs), CPUIDs: ints(h.CPUIDs), MemoryGb: h.MemoryGb,
 		MinDuration: time.Duration(h.MinDuration) * time.Second, Restartable: h.Restartable, Interactive: h.Interactive,
-		Halting: h.Status == job.StatusMustHalt || h.Status == job.StatusHalting, Reservations: h.Reservations}
+		Halting: h.Releasing || h.Status == job.StatusMustHalt || h.Status == job.StatusHalting, Reservations: h.Reservations,
+		Releasing: h.Releasing}
 	if h.Status == job.StatusRunning && h.RunningAt.Valid {
 		pl.Started = h.RunningAt.Time
 	}

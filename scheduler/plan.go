@@ -165,7 +165,9 @@ type running struct {
 func newRunning(placed []Placed) running {
 	c := running{user: map[int64]int{}, project: map[int64]int{}, bucket: map[string]int{}}
 	for _, pl := range placed {
-		c.add(pl.UserID, pl.ProjectID, pl.Bucket)
+		if !pl.Releasing {
+			c.add(pl.UserID, pl.ProjectID, pl.Bucket)
+		}
 	}
 	return c
 }
@@ -305,6 +307,15 @@ func (p *planner) decide(j *Job) decision {
 	}
 	p.capable, p.misses = capable, misses
 	if len(capable) == 0 {
+		for _, m := range misses {
+			if m.v.stage == stageGPU && m.st.regainable(&n) {
+				why := fmt.Sprintf("slave %s has %d of its %d GPUs now: waiting for them to come back", m.st.s.Name, len(m.st.gpus), len(m.st.s.CapacityGPUs))
+				if r.Scheduling.Interactive {
+					return failed("interactive job cannot start now: %s", why)
+				}
+				return decision{wait: []string{why}}
+			}
+		}
 		return decision{fail: impossible(&n, res.ClusterID, pinned, misses)}
 	}
 

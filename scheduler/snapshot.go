@@ -35,7 +35,8 @@ type Snapshot struct {
 	// given does not matter, but oldest first is what the loop naturally reads.
 	Queued []Job
 	// Running are the jobs holding resources on a slave (ASSIGNED, STARTING, RUNNING, MUSTHALT,
-	// HALTING): what they hold is not free.
+	// HALTING), and what ended jobs hold until their slave confirms the container gone
+	// (Placed.Releasing): what they hold is not free.
 	Running []Placed
 }
 
@@ -68,6 +69,9 @@ type Slave struct {
 	CudaMajor int
 	// GPUs are the slave's GPUs; Placed.GPUIndices refer to their Index.
 	GPUs []protocol.GPU
+	// CapacityGPUs are the most GPUs the slave has had (nil: GPUs). A request is impossible
+	// only against them: a GPU that drops out for a while (an Xid error) makes jobs wait, not fail.
+	CapacityGPUs []protocol.GPU
 }
 
 // Job is a queued job with what ordering and placement need from its row.
@@ -115,6 +119,9 @@ type Placed struct {
 	// Reservations are the reservation ids the job names: on a reservation's slaves, what it
 	// holds counts as the holders' share, and it is never halted for the holders.
 	Reservations []string
+	// Releasing marks what a job that ended (or was queued again) still holds until its slave
+	// confirms the container gone: taken, on its way out (Halting), counted against no cap.
+	Releasing bool
 }
 
 // Limits are the running-job caps of SPEC 7.2; zero means no cap.

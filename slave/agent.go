@@ -4,6 +4,11 @@
 // order and reports every state change conditionally. After a restart it re-attaches to its
 // containers by their job label instead of losing them, and removes the containers of jobs the
 // master has ended.
+//
+// Its duties never wait on each other: heartbeats go out on their own timer with the latest
+// usage samples and container listing, which other goroutines refresh with a timeout on every
+// engine call, so a slow Docker Engine never makes a live slave look dead. A slave that reaches
+// no master for FenceAfter stops its jobs on its own (self-fencing, see package protocol).
 package slave
 
 import (
@@ -14,6 +19,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/cenkalti/backoff/v4"
 
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/protocol"
@@ -49,6 +56,19 @@ type Config struct {
 	LogLimit int64
 	// RetryMax bounds the back-off between retries of a failed call to the master.
 	RetryMax time.Duration
+	// FenceAfter is how long the slave may reach no master before it stops its jobs, until
+	// the master says otherwise (default 5 minutes, the master's default job grace).
+	FenceAfter time.Duration
+	// CallTimeout bounds a heartbeat call (default 10 s).
+	CallTimeout time.Duration
+	// SampleTimeout bounds one usage sample of one container (default 5 s); SampleConcurrency
+	// is how many containers are sampled at once (default 4).
+	SampleTimeout     time.Duration
+	SampleConcurrency int
+	// ListEvery is how often the engine's containers are listed (default 10 s), ListTimeout
+	// how long one listing may take (default 30 s).
+	ListEvery   time.Duration
+	ListTimeout time.Duration
 }
 
 func (c *Config) defaults() {
@@ -67,6 +87,24 @@ func (c *Config) defaults() {
 	if c.RetryMax <= 0 {
 		c.RetryMax = 10 * time.Second
 	}
+	if c.FenceAfter <= 0 {
+		c.FenceAfter = 5 * time.Minute
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 10 * time.Second
+	}
+	if c.SampleTimeout <= 0 {
+		c.SampleTimeout = 5 * time.Second
+	}
+	if c.SampleConcurrency <= 0 {
+		c.SampleConcurrency = 4
+	}
+	if c.ListEvery <= 0 {
+		c.ListEvery = 10 * time.Second
+	}
+	if c.ListTimeout <= 0 {
+		c.ListTimeout = 30 * time.Second
+	}
 }
 
 // Agent runs one slave.
@@ -80,13 +118,23 @@ type Agent struct {
 
 	mu    sync.Mutex
 	tasks map[string]*task
-	wg    sync.WaitGroup
+	// containers is the latest listing of the engine: what the heartbeats report besides the
+	// tasks, so that a container without a task is never forgotten.
+	containers []container.Container
+	interval   time.Duration // the heartbeat interval the master asked for
+	fenceAfter time.Duration
+	contact    time.Time // the last answer of a master (any but a 5xx or a network failure)
+	fenced     bool
+
+	kick chan struct{} // asks for a heartbeat now: a task ended and what it held can be freed
+	wg   sync.WaitGroup
 }
 
 // New makes an agent for the slave described by inv.
 func New(master protocol.Master, rt Runtime, gpus GPUSampler, inv protocol.Inventory, cfg Config, log *slog.Logger) *Agent {
 	cfg.defaults()
-	return &Agent{master: master, rt: rt, gpus: gpus, inv: inv, cfg: cfg, log: log, tasks: map[string]*task{}}
+	return &Agent{master: master, rt: rt, gpus: gpus, inv: inv, cfg: cfg, log: log, tasks: map[string]*task{},
+		fenceAfter: cfg.FenceAfter, kick: make(chan struct{}, 1)}
 }
 
 // Run registers, re-attaches to the containers left by an earlier run, and then serves the
@@ -97,55 +145,75 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list containers: %w", err)
 	}
-	a.inv.RunningJobs = nil
-	for _, c := range containers {
-		a.inv.RunningJobs = append(a.inv.RunningJobs, c.JobUUID)
-	}
-	var reg protocol.Registration
-	err = a.retry(ctx, "register", func(ctx context.Context) error {
-		var err error
-		reg, err = a.master.Register(ctx, a.inv)
-		return err
-	})
+	a.setContainers(containers)
+	reg, err := a.register(ctx)
 	if err != nil {
 		return err
 	}
 	a.log.Info("registered with the master", "instance", a.inv.InstanceID, "gpus", len(a.inv.GPUs), "gpu_status", a.inv.GPUStatus,
-		"heartbeat", reg.HeartbeatInterval, "containers", len(containers))
+		"heartbeat", reg.HeartbeatInterval, "fence_after", a.fence(), "containers", len(containers))
 	a.reattach(ctx, containers, reg.Jobs)
 
-	hbDone := make(chan struct{})
-	go func() { defer close(hbDone); a.heartbeats(ctx, reg.HeartbeatInterval) }()
+	var duties sync.WaitGroup
+	for _, duty := range []func(context.Context){a.heartbeats, a.sampleUsage, a.listContainers, a.watchFence} {
+		duties.Add(1)
+		go func() { defer duties.Done(); duty(ctx) }()
+	}
 	a.poll(ctx)
-	<-hbDone
+	duties.Wait()
 	a.wg.Wait()
 	return nil
 }
 
-// reattach resumes the jobs whose containers survived a restart and removes the containers of
-// jobs the master has ended (or never knew).
-func (a *Agent) reattach(ctx context.Context, containers []container.Container, known []protocol.JobState) {
-	states := map[string]job.Status{}
-	for _, j := range known {
-		states[j.JobUUID] = j.Status
+// register reports the inventory with every job the slave holds (containers found, tasks) and
+// takes the master's answer: the heartbeat interval, the fence time and the master's view.
+func (a *Agent) register(ctx context.Context) (protocol.Registration, error) {
+	inv := a.inv
+	inv.Containers = a.held(false)
+	var reg protocol.Registration
+	err := a.retry(ctx, "register", func(ctx context.Context) error {
+		var err error
+		reg, err = a.master.Register(ctx, inv)
+		return err
+	})
+	if err != nil {
+		return reg, err
+	}
+	a.mu.Lock()
+	a.interval = reg.HeartbeatInterval
+	if a.interval <= 0 {
+		a.interval = 5 * time.Second
+	}
+	if reg.FenceAfter > 0 {
+		a.fenceAfter = reg.FenceAfter
+	}
+	a.mu.Unlock()
+	return reg, nil
+}
+
+// reattach resumes the jobs whose containers the master has on this slave in the same attempt,
+// and removes every other container (jobs ended, given to another attempt, or unknown).
+func (a *Agent) reattach(ctx context.Context, containers []container.Container, view []protocol.JobState) {
+	states := map[string]protocol.JobState{}
+	for _, j := range view {
+		states[j.JobUUID] = j
 	}
 	for _, c := range containers {
+		if a.task(c.JobUUID) != nil {
+			continue // a task carries it already
+		}
 		st, ok := states[c.JobUUID]
-		if !ok || st.Ended() || st == job.StatusAssigned {
-			a.log.Info("removing container of an ended job", "job", c.JobUUID, "status", st, "container", shortID(c.ID))
-			if c.Running {
-				if err := a.rt.Cancel(ctx, c.ID); err != nil {
-					a.log.Warn("stop container", "job", c.JobUUID, "err", err)
-				}
+		if !ok || st.Attempt != c.Attempt || st.Status == job.StatusAssigned {
+			why := "the master does not have the job on this slave"
+			if ok {
+				why = fmt.Sprintf("the job is %s in attempt %d, the container is of attempt %d", st.Status, st.Attempt, c.Attempt)
 			}
-			if err := a.rt.Remove(ctx, c.ID); err != nil {
-				a.log.Warn("remove container", "job", c.JobUUID, "err", err)
-			}
+			a.reap(ctx, c, why)
 			continue
 		}
-		a.log.Info("re-attaching to job", "job", c.JobUUID, "status", st, "container", shortID(c.ID), "running", c.Running)
-		t := newTask(c.JobUUID, st)
-		t.containerID = c.ID
+		a.log.Info("re-attaching to job", "job", c.JobUUID, "status", st.Status, "attempt", c.Attempt, "container", shortID(c.ID), "running", c.Running)
+		t := newTask(c.JobUUID, c.Attempt, st.Status)
+		t.containerID, t.logBase = c.ID, c.LogBase
 		if !a.track(t) {
 			continue // a second container of the same job: the first one is resumed
 		}
@@ -154,124 +222,368 @@ func (a *Agent) reattach(ctx context.Context, containers []container.Container, 
 	}
 }
 
-func (a *Agent) running() []string {
+// reap stops and removes a container no task carries, retrying until the engine confirms it
+// gone (the heartbeats list it until then, so what it holds stays taken on the master).
+func (a *Agent) reap(ctx context.Context, c container.Container, why string) {
+	a.mu.Lock()
+	if a.tasks[c.JobUUID] != nil {
+		a.mu.Unlock()
+		return
+	}
+	// A placeholder task keeps a second reap, and a new assignment of the same job, away
+	// until the container is gone.
+	t := newTask(c.JobUUID, c.Attempt, "")
+	t.containerID = c.ID
+	a.tasks[c.JobUUID] = t
+	a.mu.Unlock()
+	a.log.Info("removing container", "job", c.JobUUID, "attempt", c.Attempt, "container", shortID(c.ID), "why", why)
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		if a.removeContainer(ctx, t, c.Running) {
+			a.dropTask(t)
+		}
+	}()
+}
+
+// heldJobs lists what the slave holds: its tasks and the containers of its latest listing
+// without a task (usage included for tasks when withUsage).
+func (a *Agent) held(withUsage bool) []protocol.RunningJob {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ids := make([]string, 0, len(a.tasks))
-	for id := range a.tasks {
-		ids = append(ids, id)
+	out := make([]protocol.RunningJob, 0, len(a.tasks)+len(a.containers))
+	for _, t := range a.tasks {
+		rj := t.report()
+		if !withUsage {
+			rj.Usage = nil
+		}
+		out = append(out, rj)
 	}
-	return ids
+	for _, c := range a.containers {
+		if _, ok := a.tasks[c.JobUUID]; !ok {
+			out = append(out, protocol.RunningJob{JobUUID: c.JobUUID, Attempt: c.Attempt, ContainerID: c.ID})
+		}
+	}
+	return out
+}
+
+func (a *Agent) setContainers(cs []container.Container) {
+	a.mu.Lock()
+	a.containers = cs
+	a.mu.Unlock()
+}
+
+// forgetContainer drops a container the slave removed from its listing at once, so the next
+// heartbeat frees what its job held without waiting for the next listing.
+func (a *Agent) forgetContainer(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, c := range a.containers {
+		if c.ID == id {
+			a.containers = append(a.containers[:i:i], a.containers[i+1:]...)
+			return
+		}
+	}
+}
+
+func (a *Agent) task(id string) *task {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.tasks[id]
+}
+
+func (a *Agent) heartbeatInterval() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.interval
+}
+
+func (a *Agent) fence() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.fenceAfter
 }
 
 // poll long-polls the master for work until ctx ends.
 func (a *Agent) poll(ctx context.Context) {
-	backoff := time.Second
+	b := a.backoff(time.Second)
 	for ctx.Err() == nil {
-		work, err := a.master.Next(ctx, protocol.NextRequest{InstanceID: a.inv.InstanceID, Wait: a.cfg.PollWait, Running: a.running()})
+		work, err := a.master.Next(ctx, protocol.NextRequest{InstanceID: a.inv.InstanceID, Wait: a.cfg.PollWait, Jobs: a.held(false)})
+		a.note(err)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			if errors.Is(err, protocol.ErrUnknownSlave) {
-				a.log.Warn("master does not know this instance", "err", err)
-			}
-			a.log.Warn("asking the master for work failed", "err", err, "retry_in", backoff)
-			sleep(ctx, backoff)
-			backoff = min(backoff*2, a.cfg.RetryMax)
+			wait := b.NextBackOff()
+			a.log.Warn("asking the master for work failed", "err", err, "retry_in", wait.Round(time.Millisecond))
+			sleep(ctx, wait)
 			continue
 		}
-		backoff = time.Second
+		b.Reset()
 		a.handleStops(ctx, work.Stops)
 		for _, as := range work.Assignments {
+			if a.isFenced() {
+				break // no new work while cut off; the master offers it again
+			}
 			a.startJob(ctx, as)
 		}
 	}
 }
 
-// heartbeats reports running jobs and usage every interval (the master's reply sets the next).
-func (a *Agent) heartbeats(ctx context.Context, interval time.Duration) {
-	if interval <= 0 {
-		interval = 5 * time.Second
-	}
+// heartbeats reports what the slave holds every interval (the master's reply sets the next),
+// and at once when a task ended. It never waits on the engine: it sends what the samplers and
+// the listing have gathered so far.
+func (a *Agent) heartbeats(ctx context.Context) {
+	timer := time.NewTimer(a.heartbeatInterval())
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(interval):
+		case <-timer.C:
+		case <-a.kick:
 		}
-		reply, err := a.master.Heartbeat(ctx, protocol.Heartbeat{InstanceID: a.inv.InstanceID, Jobs: a.runningJobs(ctx), Accepting: true})
-		if err != nil {
-			if ctx.Err() == nil {
-				a.log.Warn("heartbeat failed", "err", err)
+		hb := protocol.Heartbeat{InstanceID: a.inv.InstanceID, Jobs: a.held(true), Accepting: !a.isFenced()}
+		cctx, cancel := context.WithTimeout(ctx, a.cfg.CallTimeout)
+		reply, err := a.master.Heartbeat(cctx, hb)
+		cancel()
+		a.note(err)
+		var se *protocol.StatusError
+		switch {
+		case err == nil:
+			a.mu.Lock()
+			if reply.Interval > 0 {
+				a.interval = reply.Interval
 			}
-			continue
+			if reply.FenceAfter > 0 {
+				a.fenceAfter = reply.FenceAfter
+			}
+			a.mu.Unlock()
+			a.handleStops(ctx, reply.Stops)
+			a.adopt(ctx, reply.Jobs)
+		case ctx.Err() != nil:
+			return
+		case errors.As(err, &se) && se.Status == 409:
+			// The master does not know this instance (another registered with the name, or
+			// its database was restored): register again with everything held.
+			a.log.Warn("the master does not know this instance: registering again", "err", err)
+			if _, err := a.register(ctx); err != nil && ctx.Err() == nil {
+				a.log.Warn("register again", "err", err)
+			}
+		default:
+			a.log.Warn("heartbeat failed", "err", err)
 		}
-		if reply.Interval > 0 {
-			interval = reply.Interval
-		}
-		a.handleStops(ctx, reply.Stops)
+		timer.Reset(a.heartbeatInterval())
 	}
 }
 
-// runningJobs lists the running jobs with a usage sample each.
-func (a *Agent) runningJobs(ctx context.Context) []protocol.RunningJob {
+// adopt re-attaches to containers of the current listing that no task carries although the
+// master has their job on this slave in their attempt (a task lost by a slave restart that the
+// registration did not see), so nothing runs unsupervised.
+func (a *Agent) adopt(ctx context.Context, view []protocol.JobState) {
 	a.mu.Lock()
-	tasks := make([]*task, 0, len(a.tasks))
-	for _, t := range a.tasks {
-		tasks = append(tasks, t)
+	var orphans []container.Container
+	for _, c := range a.containers {
+		if _, ok := a.tasks[c.JobUUID]; !ok {
+			orphans = append(orphans, c)
+		}
 	}
 	a.mu.Unlock()
-	var gpuSamples []protocol.GPUUsage
-	if a.gpus != nil {
-		gpuSamples = a.gpus.Sample()
+	for _, c := range orphans {
+		for _, j := range view {
+			if j.JobUUID == c.JobUUID && j.Attempt == c.Attempt && j.Status != job.StatusAssigned {
+				a.reattach(ctx, []container.Container{c}, view)
+			}
+		}
 	}
-	out := make([]protocol.RunningJob, 0, len(tasks))
-	for _, t := range tasks {
-		rj := protocol.RunningJob{JobUUID: t.id, ContainerID: t.container(), Status: t.status()}
-		if id := t.container(); id != "" {
-			if u, err := a.rt.Usage(ctx, id); err == nil {
+}
+
+// sampleUsage samples every task's container every heartbeat interval, a few at a time and each
+// with a timeout, and keeps the latest sample on the task for the next heartbeat.
+func (a *Agent) sampleUsage(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(a.heartbeatInterval()):
+		}
+		a.mu.Lock()
+		tasks := make([]*task, 0, len(a.tasks))
+		for _, t := range a.tasks {
+			if t.container() != "" && t.status() != "" {
+				tasks = append(tasks, t)
+			}
+		}
+		a.mu.Unlock()
+		var gpuSamples []protocol.GPUUsage
+		if a.gpus != nil && len(tasks) > 0 {
+			gpuSamples = a.gpus.Sample()
+		}
+		sem := make(chan struct{}, a.cfg.SampleConcurrency)
+		var wg sync.WaitGroup
+		for _, t := range tasks {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				sctx, cancel := context.WithTimeout(ctx, a.cfg.SampleTimeout)
+				u, err := a.rt.Usage(sctx, t.container())
+				cancel()
+				if err != nil {
+					return
+				}
 				for _, g := range gpuSamples {
 					if t.hasGPU(g.Index) {
 						u.GPUs = append(u.GPUs, g)
 					}
 				}
 				t.addSample(u)
-				rj.Usage = &u
-			}
+			}()
 		}
-		out = append(out, rj)
+		wg.Wait()
 	}
-	return out
+}
+
+// listContainers lists the engine's job containers every ListEvery, with a timeout.
+func (a *Agent) listContainers(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(a.cfg.ListEvery):
+		}
+		lctx, cancel := context.WithTimeout(ctx, a.cfg.ListTimeout)
+		cs, err := a.rt.List(lctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				a.log.Warn("listing the engine's containers failed; the last listing stays", "err", err)
+			}
+			continue
+		}
+		a.setContainers(cs)
+	}
+}
+
+// watchFence stops every job when no master has answered for FenceAfter (self-fencing): the
+// master starts a lost slave's jobs elsewhere after that time plus a margin, and the old copy
+// must be gone by then. Jobs that may halt are halted (SIGUSR1), the others stopped. No new
+// job is taken until a master answers again.
+func (a *Agent) watchFence(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		a.mu.Lock()
+		silent, after, fenced := time.Since(a.contact), a.fenceAfter, a.fenced
+		switch {
+		case !fenced && silent > after:
+			a.fenced = true
+			tasks := make([]*task, 0, len(a.tasks))
+			for _, t := range a.tasks {
+				tasks = append(tasks, t)
+			}
+			a.mu.Unlock()
+			a.log.Error("no master has answered for longer than the fence time: stopping every job", "silent", silent.Round(time.Second),
+				"fence_after", after, "jobs", len(tasks))
+			for _, t := range tasks {
+				t.fence(after)
+			}
+			continue
+		case fenced && silent < after:
+			a.fenced = false
+			a.mu.Unlock()
+			a.log.Warn("a master answers again: taking jobs again")
+			continue
+		}
+		a.mu.Unlock()
+	}
+}
+
+func (a *Agent) isFenced() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.fenced
+}
+
+// note records an answer of a master for the self-fencing: any answer but a 5xx (which says
+// the master cannot act: its database is away) shows a master that could act on the slave's
+// jobs, and so one that knows the slave is alive.
+func (a *Agent) note(err error) {
+	var se *protocol.StatusError
+	if err != nil && !errors.As(err, &se) && !errors.Is(err, protocol.ErrConflict) {
+		return // no answer
+	}
+	if se != nil && se.Temporary() {
+		return
+	}
+	a.mu.Lock()
+	a.contact = time.Now()
+	a.mu.Unlock()
 }
 
 func (a *Agent) handleStops(ctx context.Context, stops []protocol.StopOrder) {
 	for _, s := range stops {
 		a.mu.Lock()
 		t := a.tasks[s.JobUUID]
-		a.mu.Unlock()
+		var orphan *container.Container
 		if t == nil {
-			continue
+			for i, c := range a.containers {
+				if c.JobUUID == s.JobUUID {
+					orphan = &a.containers[i]
+				}
+			}
 		}
-		t.order(s)
+		a.mu.Unlock()
+		switch {
+		case t != nil:
+			t.order(s)
+		case orphan != nil:
+			a.reap(ctx, *orphan, s.Reason)
+		}
 	}
 }
 
+// backoff is exponential back-off with jitter, from first up to RetryMax, for ever.
+func (a *Agent) backoff(first time.Duration) *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(backoff.WithInitialInterval(first), backoff.WithMaxInterval(a.cfg.RetryMax),
+		backoff.WithRandomizationFactor(0.5), backoff.WithMultiplier(2), backoff.WithMaxElapsedTime(0))
+}
+
 // retry calls fn until it succeeds, ctx ends, or the error is not worth retrying (a conflict
-// or a refusal).
+// or a refusal), with back-off and jitter between attempts.
 func (a *Agent) retry(ctx context.Context, what string, fn func(ctx context.Context) error) error {
-	backoff := 500 * time.Millisecond
+	return a.retryUntil(ctx, nil, what, fn)
+}
+
+// errFenced ends a retry that the slave's self-fencing cut short.
+var errFenced = errors.New("the slave is fencing itself: no master answers")
+
+// retryUntil is retry that also gives up (errFenced) when stop is closed.
+func (a *Agent) retryUntil(ctx context.Context, stop <-chan struct{}, what string, fn func(ctx context.Context) error) error {
+	b := a.backoff(500 * time.Millisecond)
 	for {
 		err := fn(ctx)
+		a.note(err)
 		if err == nil || !retryable(err) {
 			return err
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		a.log.Warn("call to the master failed, retrying", "call", what, "err", err, "retry_in", backoff)
-		sleep(ctx, backoff)
-		backoff = min(backoff*2, a.cfg.RetryMax)
+		wait := b.NextBackOff()
+		a.log.Warn("call to the master failed, retrying", "call", what, "err", err, "retry_in", wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, err)
+		case <-stop:
+			return fmt.Errorf("%s: %w", what, errFenced)
+		case <-time.After(wait):
+		}
 	}
 }
 
@@ -280,7 +592,7 @@ func retryable(err error) bool {
 	if errors.As(err, &se) {
 		return se.Temporary()
 	}
-	return !errors.Is(err, context.Canceled)
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, protocol.ErrConflict)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

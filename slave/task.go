@@ -14,23 +14,35 @@ import (
 	"github.com/opengpulab/gpulab/slave/container"
 )
 
-// task is one job on this slave, from its assignment (or re-attachment) to its end.
+// task is one job on this slave, from its assignment (or re-attachment) to the removal of its
+// container. The agent keeps it (and reports it in every heartbeat) until the container is
+// confirmed gone, so the master never frees what a live container holds.
 type task struct {
-	id     string
-	orders chan protocol.StopOrder
+	id      string
+	attempt int
+	orders  chan protocol.StopOrder
+	// fenced is closed when the slave fences itself: retries of calls to the master give up
+	// and the job is stopped without them.
+	fenced    chan struct{}
+	fenceOnce sync.Once
 
 	mu                sync.Mutex
-	st                job.Status // the state the master has, as far as this slave knows
+	st                job.Status // the state the master has, as far as this slave knows ("" for a container being removed)
 	containerID       string
+	logBase           int64 // the master's log size when the container started (container.LabelLogBase)
 	gpuIndices        []int
 	allowHaltNoSignal bool
+	restartable       bool
 	// stoppedForHalt records that a halt stopped the job without the signal.
 	stoppedForHalt bool
-	usage          usageStats
+	// fenceReason is set when the slave stopped the job on its own.
+	fenceReason string
+	usage       usageStats
+	last        *protocol.Usage
 }
 
-func newTask(id string, st job.Status) *task {
-	return &task{id: id, st: st, orders: make(chan protocol.StopOrder, 4)}
+func newTask(id string, attempt int, st job.Status) *task {
+	return &task{id: id, attempt: attempt, st: st, orders: make(chan protocol.StopOrder, 4), fenced: make(chan struct{})}
 }
 
 // track makes a task visible to the heartbeats and the stop orders, unless the job has one
@@ -45,10 +57,21 @@ func (a *Agent) track(t *task) bool {
 	return true
 }
 
+// dropTask forgets a task whose container is gone, and sends a heartbeat soon so the master
+// frees what the job held.
 func (a *Agent) dropTask(t *task) {
 	a.mu.Lock()
-	delete(a.tasks, t.id)
+	if a.tasks[t.id] == t {
+		delete(a.tasks, t.id)
+	}
 	a.mu.Unlock()
+	if id := t.container(); id != "" {
+		a.forgetContainer(id)
+	}
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
 }
 
 func (t *task) status() job.Status {
@@ -79,12 +102,20 @@ func (t *task) addSample(u protocol.Usage) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.usage.add(u)
+	t.last = &u
 }
 
 func (t *task) finalUsage() *protocol.Usage {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.usage.summary()
+}
+
+// report is the task as a heartbeat lists it.
+func (t *task) report() protocol.RunningJob {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return protocol.RunningJob{JobUUID: t.id, Attempt: t.attempt, ContainerID: t.containerID, Status: t.st, Usage: t.last}
 }
 
 // order passes a stop order to the task without blocking the caller (a repeated order while
@@ -96,15 +127,42 @@ func (t *task) order(s protocol.StopOrder) {
 	}
 }
 
+// fence stops the job on the slave's own decision: halted if it may be (restartable, running),
+// else cancelled; calls to the master waiting on retries give up.
+func (t *task) fence(after time.Duration) {
+	t.fenceOnce.Do(func() {
+		t.mu.Lock()
+		t.fenceReason = fmt.Sprintf("stopped by its slave, which reached no master for %s (self-fencing)", after)
+		mode := protocol.StopCancel
+		if t.restartable && (t.st == job.StatusRunning || t.st == job.StatusMustHalt) {
+			mode = protocol.StopHalt
+		}
+		t.mu.Unlock()
+		close(t.fenced)
+		t.order(protocol.StopOrder{JobUUID: t.id, Mode: mode, Reason: "self-fencing"})
+	})
+}
+
+func (t *task) isFenced() bool {
+	select {
+	case <-t.fenced:
+		return true
+	default:
+		return false
+	}
+}
+
 // startJob runs a newly assigned job in its own goroutine.
 func (a *Agent) startJob(ctx context.Context, as protocol.Assignment) {
-	t := newTask(as.Job.UUID, job.StatusAssigned)
+	t := newTask(as.Job.UUID, as.Attempt, job.StatusAssigned)
 	t.allowHaltNoSignal = as.Job.Request.Scheduling.AllowHaltWithoutSignal
+	t.restartable = as.Job.Request.Scheduling.Restartable
+	t.logBase = as.Log.Size
 	for _, g := range as.GPUs {
 		t.gpuIndices = append(t.gpuIndices, g.Index)
 	}
 	if !a.track(t) {
-		return // running already
+		return // running already (or an old container of the job is being removed)
 	}
 	a.wg.Add(1)
 	go func() {
@@ -113,9 +171,10 @@ func (a *Agent) startJob(ctx context.Context, as protocol.Assignment) {
 	}()
 }
 
-// run takes a job from ASSIGNED to its end.
+// run takes a job from ASSIGNED to its end. No container is made before the master has the
+// job STARTING in this attempt: an assignment given up by the master can never start.
 func (a *Agent) run(ctx context.Context, t *task, as protocol.Assignment) {
-	log := a.log.With("job", t.id)
+	log := a.log.With("job", t.id, "attempt", t.attempt)
 	if err := a.update(ctx, t, job.StatusAssigned, job.StatusStarting, "picked up by slave "+a.inv.Name, nil); err != nil {
 		log.Info("job not started", "err", err)
 		a.dropTask(t)
@@ -123,6 +182,11 @@ func (a *Agent) run(ctx context.Context, t *task, as protocol.Assignment) {
 	}
 	started, err := a.rt.Start(ctx, as)
 	if err != nil {
+		if ctx.Err() != nil {
+			// The slave stops: the master requeues the job (no container) at the next start.
+			a.dropTask(t)
+			return
+		}
 		reason := err.Error()
 		var se *container.StartError
 		if errors.As(err, &se) {
@@ -142,29 +206,41 @@ func (a *Agent) run(ctx context.Context, t *task, as protocol.Assignment) {
 	if as.Job.State.Resources != nil {
 		res.GPUDetails = as.Job.State.Resources.GPUDetails
 	}
-	if err := a.update(ctx, t, job.StatusStarting, job.StatusRunning, "container "+shortID(started.ContainerID)+" started", res); err != nil {
-		// Cancelled while starting: stop what was started.
+	err = a.update(ctx, t, job.StatusStarting, job.StatusRunning, "container "+shortID(started.ContainerID)+" started", res)
+	switch {
+	case err == nil:
+		log.Info("job running", "container", shortID(started.ContainerID), "ports", started.Ports)
+		a.supervise(ctx, t, as.Log)
+	case ctx.Err() != nil:
+		// The slave stops; the container is re-attached (or removed) at the next start.
+	case errors.Is(err, errFenced):
+		// Cut off while reporting the start: the container runs unreported; stop it.
+		log.Warn("stopping a job whose start could not be reported", "err", err)
+		a.supervise(ctx, t, as.Log)
+	default:
+		// The master ended the job (or gave it to another attempt) while it started.
 		log.Info("job ended while starting; stopping its container", "err", err)
-		a.stopAndRemove(ctx, t)
-		a.dropTask(t)
-		return
+		if a.removeContainer(ctx, t, true) {
+			a.dropTask(t)
+		}
 	}
-	log.Info("job running", "container", shortID(started.ContainerID), "ports", started.Ports)
-	a.supervise(ctx, t, protocol.LogState{})
 }
 
 // resume continues a job whose container was found at start.
 func (a *Agent) resume(ctx context.Context, t *task) {
-	log := a.log.With("job", t.id)
+	log := a.log.With("job", t.id, "attempt", t.attempt)
 	state, err := a.logState(ctx, t.id)
 	if err != nil {
 		log.Warn("cannot read the log state; the log will be resent from the start", "err", err)
 	}
 	if t.status() == job.StatusStarting {
-		if err := a.update(ctx, t, job.StatusStarting, job.StatusRunning, "re-attached after a slave restart", nil); err != nil {
-			log.Info("job ended meanwhile", "err", err)
-			a.stopAndRemove(ctx, t)
-			a.dropTask(t)
+		if err := a.update(ctx, t, job.StatusStarting, job.StatusRunning, "re-attached after a slave restart", nil); err != nil && !errors.Is(err, errFenced) {
+			if ctx.Err() == nil {
+				log.Info("job ended meanwhile", "err", err)
+				if a.removeContainer(ctx, t, true) {
+					a.dropTask(t)
+				}
+			}
 			return
 		}
 	}
@@ -186,20 +262,28 @@ func (a *Agent) logState(ctx context.Context, id string) (protocol.LogState, err
 }
 
 // supervise ships the log and waits for the container to end, carrying out stop orders, then
-// reports the end and removes the container.
-func (a *Agent) supervise(ctx context.Context, t *task, from protocol.LogState) {
-	log := a.log.With("job", t.id)
+// reports the end and removes the container. master is how much of the job's log the master
+// has (the container's output starts at t.logBase of it).
+func (a *Agent) supervise(ctx context.Context, t *task, master protocol.LogState) {
+	log := a.log.With("job", t.id, "attempt", t.attempt)
 	id := t.container()
 	shipped := make(chan error, 1)
-	go func() { shipped <- a.shipLog(ctx, t, from) }()
+	go func() { shipped <- a.shipLog(ctx, t, master) }()
 	exited := make(chan waitResult, 1)
 	go func() {
 		code, err := a.rt.Wait(ctx, id)
 		exited <- waitResult{code, err}
 	}()
-	var haltDone chan struct{} // closed when halt() returned; nil while no halt started
+	var haltDone chan struct{}  // closed when halt() returned; nil while no halt started
+	var stopping sync.WaitGroup // cancels in progress: they end before supervise returns
+	defer stopping.Wait()
+	if t.isFenced() {
+		// Fenced before supervision began (a start that could not be reported).
+		t.order(protocol.StopOrder{JobUUID: t.id, Mode: protocol.StopCancel, Reason: "self-fencing"})
+	}
 
 	var cancelled, halting bool
+	var why string
 	var res waitResult
 wait:
 	for {
@@ -219,11 +303,15 @@ wait:
 		case o := <-t.orders:
 			switch {
 			case o.Mode == protocol.StopCancel && !cancelled:
-				cancelled = true
+				cancelled, why = true, o.Reason
 				log.Info("cancelling job", "reason", o.Reason)
-				if err := a.rt.Cancel(ctx, id); err != nil {
-					log.Warn("cancel container", "err", err)
-				}
+				stopping.Add(1)
+				go func() {
+					defer stopping.Done()
+					if err := a.rt.Cancel(ctx, id); err != nil && ctx.Err() == nil {
+						log.Warn("cancel container", "err", err)
+					}
+				}()
 			case o.Mode == protocol.StopHalt && !halting && !cancelled:
 				halting = true
 				haltDone = make(chan struct{})
@@ -243,11 +331,12 @@ wait:
 		return
 	}
 	switch {
-	case cancelled:
-		// The master ended the job already; nothing to report.
 	case halting:
-		// halt() reports the end once the container exited.
 		a.haltEnd(ctx, t, res)
+	case cancelled:
+		// Usually the master ended the job already and the report is a conflict, which
+		// still tells it the container is gone; a self-fenced job is reported as such.
+		a.done(ctx, t, job.StatusFailed, codeOf(res), "stopped: "+why)
 	case res.err != nil:
 		a.done(ctx, t, job.StatusFailed, nil, "waiting for the container failed: "+res.err.Error())
 	case res.code == 0:
@@ -255,11 +344,17 @@ wait:
 	default:
 		a.done(ctx, t, job.StatusFailed, &res.code, "")
 	}
-	if err := a.rt.Remove(ctx, id); err != nil {
-		log.Warn("remove container", "err", err)
+	if a.removeContainer(ctx, t, false) {
+		a.dropTask(t)
 	}
-	a.dropTask(t)
 	log.Info("job done", "exit_code", res.code, "cancelled", cancelled, "halted", halting)
+}
+
+func codeOf(res waitResult) *int {
+	if res.err != nil {
+		return nil
+	}
+	return &res.code
 }
 
 type waitResult struct {
@@ -268,16 +363,24 @@ type waitResult struct {
 }
 
 // halt carries out the halt procedure (SPEC 4): MUSTHALT→HALTING, then SIGUSR1 and 15 s to
-// exit with 123, or, with allowHaltWithoutSignal, an immediate stop.
+// exit with 123, or, with allowHaltWithoutSignal, an immediate stop. A fenced slave halts
+// without telling the master (it cannot).
 func (a *Agent) halt(ctx context.Context, t *task, o protocol.StopOrder) {
-	log := a.log.With("job", t.id)
-	if t.status() == job.StatusRunning {
-		t.setStatus(job.StatusMustHalt) // the order means the master has it MUSTHALT
-	}
-	if t.status() == job.StatusMustHalt {
-		if err := a.update(ctx, t, job.StatusMustHalt, job.StatusHalting, "halt procedure started: "+o.Reason, nil); err != nil {
-			log.Info("halt not started", "err", err)
-			return
+	log := a.log.With("job", t.id, "attempt", t.attempt)
+	if !t.isFenced() {
+		if t.status() == job.StatusRunning {
+			t.setStatus(job.StatusMustHalt) // the order means the master has it MUSTHALT
+		}
+		if t.status() == job.StatusMustHalt {
+			err := a.update(ctx, t, job.StatusMustHalt, job.StatusHalting, "halt procedure started: "+o.Reason, nil)
+			if err != nil && !errors.Is(err, errFenced) {
+				log.Info("halt not started", "err", err)
+				var c *protocol.Conflict
+				if errors.As(err, &c) && c.Gone(t.attempt) {
+					t.order(protocol.StopOrder{JobUUID: t.id, Mode: protocol.StopCancel, Reason: "job is " + string(c.Status)})
+				}
+				return
+			}
 		}
 	}
 	t.mu.Lock()
@@ -303,6 +406,8 @@ func (a *Agent) haltEnd(ctx context.Context, t *task, res waitResult) {
 	noSignal := t.stoppedForHalt
 	t.mu.Unlock()
 	switch {
+	case t.isFenced():
+		a.done(ctx, t, job.StatusFailed, codeOf(res), "halted")
 	case noSignal:
 		a.done(ctx, t, job.StatusHalted, &res.code, "stopped at once (allowHaltWithoutSignal)")
 	case res.err == nil && res.code == 123:
@@ -312,11 +417,12 @@ func (a *Agent) haltEnd(ctx context.Context, t *task, res waitResult) {
 	}
 }
 
-// update reports a state change, retrying on network errors; a conflict means the master has
-// the job in another state (usually cancelled) and is returned.
+// update reports a state change, retrying on network errors (a retry of a change the master
+// made already is answered as a success). A *protocol.Conflict tells the state the master
+// holds instead; errFenced that the slave gave up reporting it.
 func (a *Agent) update(ctx context.Context, t *task, from, to job.Status, reason string, res *job.StateResources) error {
-	err := a.retry(ctx, "update", func(ctx context.Context) error {
-		return a.master.Update(ctx, protocol.StateUpdate{JobUUID: t.id, From: from, To: to, Reason: reason, Resources: res})
+	err := a.retryUntil(ctx, t.fenced, "update", func(ctx context.Context) error {
+		return a.master.Update(ctx, protocol.StateUpdate{JobUUID: t.id, Attempt: t.attempt, From: from, To: to, Reason: reason, Resources: res})
 	})
 	if err == nil {
 		t.setStatus(to)
@@ -324,29 +430,70 @@ func (a *Agent) update(ctx context.Context, t *task, from, to job.Status, reason
 	return err
 }
 
-// done reports the end of a job from the state the slave last set.
+// done reports the end of a job: the container has exited, so the master frees what it held.
+// When the master holds the job in another live state of this attempt (a report of the slave
+// lost on the way), the end is reported from that state; when the master ended it already (or
+// gave it to another attempt) there is nothing to report, and the conflict itself tells the
+// master the container exited. A fenced job ends FAILED and is restarted as after a lost
+// worker, whatever it was asked.
 func (a *Agent) done(ctx context.Context, t *task, to job.Status, exitCode *int, reason string) {
-	from := t.status()
-	err := a.retry(ctx, "done", func(ctx context.Context) error {
-		return a.master.Done(ctx, protocol.Completion{JobUUID: t.id, From: from, To: to, ExitCode: exitCode, Reason: reason, Usage: t.finalUsage()})
-	})
-	if err != nil {
+	t.mu.Lock()
+	from, fenced := t.st, t.fenceReason
+	t.mu.Unlock()
+	if fenced != "" {
+		to, reason = job.StatusFailed, fenced+": "+reason
+	}
+	for range 3 {
+		d := protocol.Completion{JobUUID: t.id, Attempt: t.attempt, From: from, To: to, ExitCode: exitCode, Reason: reason,
+			Usage: t.finalUsage(), Fenced: fenced != ""}
+		err := a.retry(ctx, "done", func(ctx context.Context) error { return a.master.Done(ctx, d) })
+		var c *protocol.Conflict
+		switch {
+		case err == nil:
+			t.setStatus(to)
+			return
+		case errors.As(err, &c) && !c.Gone(t.attempt) && c.Status != from:
+			if ok, _ := job.CanTransition(c.Status, to, job.ActorSlave); ok {
+				from = c.Status
+				continue
+			}
+			if ok, _ := job.CanTransition(c.Status, job.StatusFailed, job.ActorSlave); ok {
+				from, to = c.Status, job.StatusFailed
+				continue
+			}
+		}
 		a.log.Info("job end not recorded", "job", t.id, "to", to, "err", err)
 		return
 	}
-	t.setStatus(to)
 }
 
-func (a *Agent) stopAndRemove(ctx context.Context, t *task) {
+// removeContainer stops (when asked) and removes the task's container, retrying until the
+// engine confirms it gone or the slave stops (false: the container may still be there).
+func (a *Agent) removeContainer(ctx context.Context, t *task, stop bool) bool {
 	id := t.container()
 	if id == "" {
-		return
+		return true
 	}
-	if err := a.rt.Cancel(ctx, id); err != nil {
-		a.log.Warn("stop container", "job", t.id, "err", err)
-	}
-	if err := a.rt.Remove(ctx, id); err != nil {
-		a.log.Warn("remove container", "job", t.id, "err", err)
+	b := a.backoff(time.Second)
+	for {
+		err := error(nil)
+		if stop {
+			err = a.rt.Cancel(ctx, id)
+			if errors.Is(err, container.ErrNotFound) {
+				return true
+			}
+		}
+		if err == nil {
+			if err = a.rt.Remove(ctx, id); err == nil {
+				return true
+			}
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		wait := b.NextBackOff()
+		a.log.Warn("removing the container failed, retrying", "job", t.id, "container", shortID(id), "err", err, "retry_in", wait.Round(time.Millisecond))
+		sleep(ctx, wait)
 	}
 }
 
@@ -358,8 +505,13 @@ func (a *Agent) shipLog(ctx context.Context, t *task, from protocol.LogState) er
 	if err != nil {
 		return fmt.Errorf("read container log: %w", err)
 	}
-	if from.Size > 0 {
-		if _, err := io.CopyN(io.Discard, rc, from.Size); err != nil && !errors.Is(err, io.EOF) {
+	t.mu.Lock()
+	base := t.logBase
+	t.mu.Unlock()
+	// What the master has of this container's output: its log beyond what earlier attempts
+	// wrote.
+	if skip := from.Size - base; skip > 0 {
+		if _, err := io.CopyN(io.Discard, rc, skip); err != nil && !errors.Is(err, io.EOF) {
 			_ = rc.Close()
 			return fmt.Errorf("skip the log the master has: %w", err)
 		}
@@ -370,8 +522,12 @@ func (a *Agent) shipLog(ctx context.Context, t *task, from protocol.LogState) er
 		if len(data) == 0 {
 			return nil
 		}
-		chunk := protocol.LogChunk{JobUUID: t.id, Seq: seq, Data: data}
+		chunk := protocol.LogChunk{JobUUID: t.id, Attempt: t.attempt, Seq: seq, Data: data}
 		err := a.retry(ctx, "log", func(ctx context.Context) error { return a.master.Log(ctx, chunk) })
+		var c *protocol.Conflict
+		if errors.As(err, &c) {
+			return fmt.Errorf("the master takes no more log of this attempt: %w", err)
+		}
 		if err != nil && !errors.Is(err, protocol.ErrConflict) {
 			return err
 		}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -24,6 +23,8 @@ type JobRecord struct {
 	ProjectID   int64
 	ProjectName string
 	ProjectGID  int
+	// Attempt counts the job's placements; the slave calls of the current one name it.
+	Attempt int
 }
 
 // jobRow is one row of the jobs query with its user and project joined in.
@@ -48,6 +49,7 @@ type jobRow struct {
 	AssignedClusterID     sql.NullInt64  `db:"assigned_cluster_id"`
 	AssignedSlaveName     sql.NullString `db:"assigned_slave_name"`
 	AssignedInstanceID    sql.NullString `db:"assigned_instance_id"`
+	Attempt               int            `db:"attempt"`
 	Scheduling            []byte         `db:"scheduling"`
 	Resources             []byte         `db:"resources"`
 	FinalUsage            []byte         `db:"final_usage"`
@@ -59,7 +61,7 @@ const jobSelect = `SELECT j.uuid, j.name, j.description, j.deployment_environmen
     j.user_id, u.urn AS user_urn, u.name AS user_name, j.user_email,
     j.project_id, p.urn AS project_urn, p.name AS project_name, p.gid AS project_gid,
     j.status, j.event_times, j.restart_initial_uuid, j.restart_count,
-    j.assigned_cluster_id, j.assigned_slave_name, j.assigned_instance_id,
+    j.assigned_cluster_id, j.assigned_slave_name, j.assigned_instance_id, j.attempt,
     j.scheduling, j.resources, j.final_usage, j.created_at, j.updated_at
 FROM jobs j JOIN users u ON u.id = j.user_id JOIN projects p ON p.id = j.project_id`
 
@@ -91,7 +93,7 @@ func (s *Store) record(r *jobRow) (*JobRecord, error) {
 	if r.RestartInitialUUID.Valid {
 		j.RestartInfo = &job.RestartInfo{InitialJobUUID: r.RestartInitialUUID.String, RestartCount: r.RestartCount}
 	}
-	return &JobRecord{Job: j, UserID: r.UserID, UserName: r.UserName, ProjectID: r.ProjectID, ProjectName: r.ProjectName, ProjectGID: r.ProjectGID}, nil
+	return &JobRecord{Job: j, UserID: r.UserID, UserName: r.UserName, ProjectID: r.ProjectID, ProjectName: r.ProjectName, ProjectGID: r.ProjectGID, Attempt: r.Attempt}, nil
 }
 
 // maxDecoded bounds the jobs a decodeCache keeps (a few kB each).
@@ -168,8 +170,9 @@ func (c *decodeCache) decode(r *jobRow) (*job.Job, error) {
 	return j, nil
 }
 
-// insertJob stores a job and its first event in one statement: a submission is one round trip
-// and one commit, not four (BEGIN, the job, the event, COMMIT).
+// insertJob stores a job and its first event in one statement, and wakes the scheduler leader
+// on whichever master it runs: a submission is one round trip and one commit, not four (BEGIN,
+// the job, the event, COMMIT).
 const insertJob = `WITH j AS (
     INSERT INTO jobs (uuid, name, description, deployment_environment, request, user_id, user_email,
         project_id, status, event_times, interactive, restartable, cluster_id, gpus, cpus, cpu_memory_gb,
@@ -181,7 +184,7 @@ const insertJob = `WITH j AS (
     INSERT INTO job_events (job_uuid, kind, to_status, actor, message)
     SELECT uuid, '` + EventStatus + `', status, 'owner', $21 FROM j
 )
-SELECT created_at FROM j`
+SELECT created_at FROM j, (SELECT pg_notify('` + ChannelScheduler + `', '')) n`
 
 // CreateJob stores a new job (already validated by job.Parse) in state j.State.Status, with its
 // first event, atomically. It fills j.State.Created and the event time.
@@ -410,48 +413,6 @@ func statusStrings(ss []job.Status) []string {
 	}
 	return out
 }
-
-const transitionJob = `WITH old AS (SELECT uuid, status FROM jobs WHERE uuid = $1 FOR UPDATE)
-UPDATE jobs j SET status = $2, event_times = j.event_times || jsonb_build_object($2::text, now()), updated_at = now()
-FROM old WHERE j.uuid = old.uuid AND old.status = ANY($3)
-RETURNING old.status`
-
-// TransitionJob moves a job to state `to` if, and only if, it is now in one of `from`; the
-// change and its event are written in one transaction. When the job is in another state it
-// returns ErrStateConflict wrapped with the state found (see StateConflict).
-func (s *Store) TransitionJob(ctx context.Context, uuid string, from []job.Status, to job.Status, ev Event) (job.Status, error) {
-	var old string
-	err := s.WithTx(ctx, func(tx *Store) error {
-		err := tx.q.GetContext(ctx, &old, transitionJob, uuid, string(to), pq.Array(statusStrings(from)))
-		if errors.Is(err, sql.ErrNoRows) {
-			var now string
-			if err := tx.q.GetContext(ctx, &now, `SELECT status FROM jobs WHERE uuid = $1`, uuid); err != nil {
-				return mapErr(err, "transition job "+uuid)
-			}
-			return &StateConflict{JobUUID: uuid, Current: job.Status(now), Wanted: to}
-		}
-		if err != nil {
-			return mapErr(err, "transition job "+uuid)
-		}
-		ev.JobUUID, ev.Kind, ev.FromStatus, ev.ToStatus = uuid, EventStatus, old, string(to)
-		return tx.AddJobEvent(ctx, ev)
-	})
-	return job.Status(old), err
-}
-
-// StateConflict is the error of a conditional state change that found another state.
-type StateConflict struct {
-	JobUUID string
-	Current job.Status
-	Wanted  job.Status
-}
-
-func (e *StateConflict) Error() string {
-	return fmt.Sprintf("job %s is %s, cannot become %s", e.JobUUID, e.Current, e.Wanted)
-}
-
-// Unwrap makes errors.Is(err, ErrStateConflict) true.
-func (e *StateConflict) Unwrap() error { return ErrStateConflict }
 
 // DeleteJobRow removes a job with its events and logs for good (admin `real=true`).
 func (s *Store) DeleteJobRow(ctx context.Context, uuid string) error {

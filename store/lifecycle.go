@@ -2,70 +2,247 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/lib/pq"
 
 	"github.com/opengpulab/gpulab/job"
 )
 
-// JobEnd describes how a job ends.
-type JobEnd struct {
-	From     []job.Status
-	To       job.Status // FINISHED, FAILED, HALTED or CANCELLED
-	Event    Event
+// Leases bound the in-between states of a job (SPEC 13): when one passes (database clock), the
+// scheduler's housekeeping gives the job its defined outcome (see Expired and the protocol
+// package's timeline). A lease is set when the job enters the state and cleared when it leaves.
+type Leases struct {
+	// Assigned: a slave takes the job (ASSIGNED → STARTING); else it is queued again.
+	Assigned time.Duration
+	// Starting is renewed by every heartbeat that lists the job as starting (an image pull
+	// may take long while it makes progress), up to StartDeadline after STARTING.
+	Starting      time.Duration
+	StartDeadline time.Duration
+	// MustHalt: the slave begins the halt (MUSTHALT → HALTING).
+	MustHalt time.Duration
+	// Halting: the halt ends (SIGUSR1, 15 s for exit 123, else a kill, then the report).
+	Halting time.Duration
+}
+
+// DefaultLeases are generous against a loaded slave and short against a lost one.
+var DefaultLeases = Leases{Assigned: 2 * time.Minute, Starting: 3 * time.Minute, StartDeadline: time.Hour,
+	MustHalt: 2 * time.Minute, Halting: 2 * time.Minute}
+
+// SetLeases sets the leases of state changes made through this store (DefaultLeases unless
+// set). Call it before the store is shared.
+func (s *Store) SetLeases(l Leases) { s.leases = l }
+
+// Leases are the leases of this store's state changes.
+func (s *Store) Leases() Leases { return s.leases }
+
+// liveStatuses are the states in which a job is on a slave (job.RunningStatuses), as SQL text:
+// queries meant to use jobs_slave_live_idx must name them literally, as its predicate does.
+const liveStatuses = `('ASSIGNED', 'STARTING', 'RUNNING', 'MUSTHALT', 'HALTING')`
+
+// Change is a conditional state change of a job, with what goes with it.
+type Change struct {
+	// From are the states the job may be in; To the state it moves to.
+	From  []job.Status
+	To    job.Status
+	Event Event
+	// Attempt, when set, makes the change apply only to that attempt of the job (the one a
+	// slave was given): a slave that lost track can never move a job placed again since.
+	Attempt *int
+	// Released says the slave confirms that the job's container no longer runs (it exited or
+	// was never made). Otherwise a job leaving a slave's STARTING … HALTING for an end or the
+	// queue keeps what it holds there (job_releases) until the slave confirms it.
+	Released bool
+	// Resources, when set, replace the job's state.resources (the ports a container really got).
+	Resources *job.StateResources
+	// ExitCode and Usage are recorded with an end.
 	ExitCode *int
 	Usage    json.RawMessage
-	// Restart asks for the restart job of a restartable job (after a halt, or a lost worker).
+	// Restart asks for the restart job of a restartable job that ends (SPEC 4).
 	Restart bool
 }
 
-// EndJob ends a job conditionally, records its exit code and usage, and, when asked and the
-// job is restartable, creates its restart job (SPEC 4), all in one transaction. It returns
-// the restart job's UUID ("" when none).
-func (s *Store) EndJob(ctx context.Context, id string, e JobEnd) (string, error) {
-	var restartID string
-	err := s.WithTx(ctx, func(tx *Store) error {
-		if _, err := tx.TransitionJob(ctx, id, e.From, e.To, e.Event); err != nil {
+// Attempt is a helper for Change.Attempt.
+func Attempt(n int) *int { return &n }
+
+const changeJob = `WITH old AS (
+    SELECT uuid, status, attempt, assigned_slave_name, resources FROM jobs WHERE uuid = $1 FOR UPDATE
+), upd AS (
+    UPDATE jobs j SET status = $2, event_times = j.event_times || jsonb_build_object($2::text, now()), updated_at = now(),
+        lease_expires_at = CASE $2::text
+            WHEN 'ASSIGNED' THEN now() + make_interval(secs => $5)
+            WHEN 'STARTING' THEN now() + make_interval(secs => $6)
+            WHEN 'MUSTHALT' THEN now() + make_interval(secs => $7)
+            WHEN 'HALTING' THEN now() + make_interval(secs => $8) END,
+        missing_since = NULL,
+        assigned_slave_name = CASE WHEN $2::text = 'QUEUED' THEN NULL ELSE j.assigned_slave_name END,
+        assigned_instance_id = CASE WHEN $2::text = 'QUEUED' THEN NULL ELSE j.assigned_instance_id END,
+        assigned_cluster_id = CASE WHEN $2::text = 'QUEUED' THEN NULL ELSE j.assigned_cluster_id END,
+        resources = CASE WHEN $2::text = 'QUEUED' THEN NULL ELSE j.resources END
+    FROM old WHERE j.uuid = old.uuid AND old.status = ANY($3) AND ($4::int < 0 OR old.attempt = $4)
+    RETURNING old.status, old.attempt, old.assigned_slave_name, old.resources
+), held AS (
+    INSERT INTO job_releases (job_uuid, attempt, slave_name, resources, reason)
+    SELECT $1, attempt, assigned_slave_name, resources, $10 FROM upd
+    WHERE NOT $9 AND status IN ('STARTING', 'RUNNING', 'MUSTHALT', 'HALTING')
+      AND $2::text NOT IN ('STARTING', 'RUNNING', 'MUSTHALT', 'HALTING')
+      AND assigned_slave_name IS NOT NULL AND resources IS NOT NULL
+    ON CONFLICT DO NOTHING
+)
+SELECT status, attempt FROM upd`
+
+// ChangeJob makes a conditional state change: the job moves only if it is in one of c.From (and
+// in c.Attempt, when given); the change, its event, the exit code and usage, what the job keeps
+// holding on its slave and, when asked, the restart job are written in one transaction. A job
+// in another state gives a *StateConflict (errors.Is ErrStateConflict) naming the state found.
+// It returns the state left and the restart job's uuid ("" when none).
+func (s *Store) ChangeJob(ctx context.Context, id string, c Change) (old job.Status, restartID string, err error) {
+	attempt := -1
+	if c.Attempt != nil {
+		attempt = *c.Attempt
+	}
+	err = s.WithTx(ctx, func(tx *Store) error {
+		var row struct {
+			Status  string `db:"status"`
+			Attempt int    `db:"attempt"`
+		}
+		l := tx.leases
+		err := tx.q.GetContext(ctx, &row, changeJob, id, string(c.To), pq.Array(statusStrings(c.From)), attempt,
+			l.Assigned.Seconds(), l.Starting.Seconds(), l.MustHalt.Seconds(), l.Halting.Seconds(), c.Released, c.Event.Message)
+		if errors.Is(err, sql.ErrNoRows) {
+			return tx.conflict(ctx, id, c.To)
+		}
+		if err != nil {
+			return mapErr(err, "change job "+id)
+		}
+		old = job.Status(row.Status)
+		ev := c.Event
+		ev.JobUUID, ev.Kind, ev.FromStatus, ev.ToStatus = id, EventStatus, row.Status, string(c.To)
+		if err := tx.AddJobEvent(ctx, ev); err != nil {
 			return err
 		}
-		if e.ExitCode != nil {
-			if _, err := tx.q.ExecContext(ctx, `UPDATE jobs SET resources = jsonb_set(COALESCE(resources, '{}'::jsonb), '{exitCode}', to_jsonb($2::int))
-WHERE uuid = $1`, id, *e.ExitCode); err != nil {
-				return mapErr(err, "set exit code of job "+id)
-			}
-		}
-		if len(e.Usage) > 0 {
-			if err := tx.SetFinalUsage(ctx, id, e.Usage); err != nil {
+		if c.Resources != nil {
+			if err := tx.UpdateJobResources(ctx, id, c.Resources); err != nil {
 				return err
 			}
 		}
-		if !e.Restart {
-			return nil
+		if c.ExitCode != nil {
+			if _, err := tx.q.ExecContext(ctx, `UPDATE jobs SET resources = jsonb_set(COALESCE(resources, '{}'::jsonb), '{exitCode}', to_jsonb($2::int))
+WHERE uuid = $1`, id, *c.ExitCode); err != nil {
+				return mapErr(err, "set exit code of job "+id)
+			}
 		}
-		rec, err := tx.GetJob(ctx, id)
-		if err != nil {
+		if len(c.Usage) > 0 {
+			if err := tx.SetFinalUsage(ctx, id, c.Usage); err != nil {
+				return err
+			}
+		}
+		if c.Restart && c.To.Ended() {
+			restartID, err = tx.restart(ctx, id, c.To)
 			return err
 		}
-		if !rec.Job.Request.Scheduling.Restartable {
-			return nil
-		}
-		ran := time.Duration(0)
-		if started, ok := rec.Job.State.EventTimes[job.StatusRunning]; ok {
-			ran = rec.Job.State.EventTimes[e.To].Sub(started)
-		}
-		next, err := job.RestartOf(rec.Job, uuid.NewString(), ran)
-		if err != nil {
-			return tx.AddJobEvent(ctx, Event{JobUUID: id, Kind: EventInfo, Actor: "master", Message: "not restarted: " + err.Error()})
-		}
-		if err := tx.CreateJob(ctx, next, rec.UserID, rec.ProjectID,
-			fmt.Sprintf("restart %d of job %s (after %s)", next.RestartInfo.RestartCount, id, e.To)); err != nil {
-			return err
-		}
-		restartID = next.UUID
-		return tx.AddJobEvent(ctx, Event{JobUUID: id, Kind: EventInfo, Actor: "master", Message: "restarted as job " + next.UUID})
+		return nil
 	})
-	return restartID, err
+	return old, restartID, err
+}
+
+// TransitionJob is ChangeJob for a plain state change: the job moves to `to` if, and only if,
+// it is now in one of `from`. It returns the state left.
+func (s *Store) TransitionJob(ctx context.Context, uuid string, from []job.Status, to job.Status, ev Event) (job.Status, error) {
+	old, _, err := s.ChangeJob(ctx, uuid, Change{From: from, To: to, Event: ev})
+	return old, err
+}
+
+// conflict builds the error of a conditional change that found the job elsewhere.
+func (s *Store) conflict(ctx context.Context, id string, wanted job.Status) error {
+	var now struct {
+		Status  string `db:"status"`
+		Attempt int    `db:"attempt"`
+	}
+	if err := s.q.GetContext(ctx, &now, `SELECT status, attempt FROM jobs WHERE uuid = $1`, id); err != nil {
+		return mapErr(err, "change job "+id)
+	}
+	return &StateConflict{JobUUID: id, Current: job.Status(now.Status), Attempt: now.Attempt, Wanted: wanted}
+}
+
+// restart creates the restart job of a restartable job that ended (SPEC 4): same request,
+// maxDuration reduced by the time it ran, restartInfo counting up.
+func (s *Store) restart(ctx context.Context, id string, ended job.Status) (string, error) {
+	rec, err := s.GetJob(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if !rec.Job.Request.Scheduling.Restartable {
+		return "", nil
+	}
+	ran := time.Duration(0)
+	if started, ok := rec.Job.State.EventTimes[job.StatusRunning]; ok {
+		ran = rec.Job.State.EventTimes[ended].Sub(started)
+	}
+	next, err := job.RestartOf(rec.Job, uuid.NewString(), ran)
+	if err != nil {
+		return "", s.AddJobEvent(ctx, Event{JobUUID: id, Kind: EventInfo, Actor: "master", Message: "not restarted: " + err.Error()})
+	}
+	if err := s.CreateJob(ctx, next, rec.UserID, rec.ProjectID,
+		fmt.Sprintf("restart %d of job %s (after %s)", next.RestartInfo.RestartCount, id, ended)); err != nil {
+		return "", err
+	}
+	return next.UUID, s.AddJobEvent(ctx, Event{JobUUID: id, Kind: EventInfo, Actor: "master", Message: "restarted as job " + next.UUID})
+}
+
+// StateConflict is the error of a conditional state change that found the job in another state,
+// or given to another attempt.
+type StateConflict struct {
+	JobUUID string
+	Current job.Status
+	// Attempt is the job's current attempt: a slave acting for another one lost the job.
+	Attempt int
+	Wanted  job.Status
+}
+
+func (e *StateConflict) Error() string {
+	return fmt.Sprintf("job %s is %s, cannot become %s", e.JobUUID, e.Current, e.Wanted)
+}
+
+// Unwrap makes errors.Is(err, ErrStateConflict) true.
+func (e *StateConflict) Unwrap() error { return ErrStateConflict }
+
+// Release is what an ended job still holds on a slave until the slave confirms its container
+// gone.
+type Release struct {
+	JobUUID   string          `db:"job_uuid"`
+	Attempt   int             `db:"attempt"`
+	SlaveName string          `db:"slave_name"`
+	Resources json.RawMessage `db:"resources"`
+	Reason    string          `db:"reason"`
+	Since     time.Time       `db:"since"`
+}
+
+// ListReleases lists what ended jobs still hold, on one slave ("" for all), oldest first.
+func (s *Store) ListReleases(ctx context.Context, slave string) ([]Release, error) {
+	var out []Release
+	err := s.q.SelectContext(ctx, &out, `SELECT job_uuid::text AS job_uuid, attempt, slave_name, resources, reason, since FROM job_releases
+WHERE $1 = '' OR slave_name = $1 ORDER BY since, job_uuid`, slave)
+	return out, mapErr(err, "list releases")
+}
+
+// ConfirmReleases frees what the given jobs held on a slave, which confirmed their containers
+// gone, with an event on each job; it returns the jobs freed.
+func (s *Store) ConfirmReleases(ctx context.Context, slave string, jobUUIDs []string, why string) ([]string, error) {
+	if len(jobUUIDs) == 0 {
+		return nil, nil
+	}
+	var freed []string
+	err := s.q.SelectContext(ctx, &freed, `WITH gone AS (
+    DELETE FROM job_releases WHERE slave_name = $1 AND job_uuid::text = ANY($2) RETURNING job_uuid
+), ev AS (
+    INSERT INTO job_events (job_uuid, kind, actor, message) SELECT DISTINCT job_uuid, 'info', 'slave ' || $1, $3 FROM gone
+)
+SELECT DISTINCT job_uuid::text FROM gone`, slave, pq.Array(jobUUIDs), why)
+	return freed, mapErr(err, "confirm releases on slave "+slave)
 }

@@ -32,7 +32,7 @@ func TestEndJobRestartsHaltedRestartableJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	code := 123
-	restartID, err := st.EndJob(ctx, j.UUID, store.JobEnd{From: []job.Status{job.StatusRunning}, To: job.StatusHalted, ExitCode: &code, Restart: true})
+	_, restartID, err := st.ChangeJob(ctx, j.UUID, store.Change{From: []job.Status{job.StatusRunning}, To: job.StatusHalted, ExitCode: &code, Restart: true, Released: true})
 	if err != nil || restartID == "" {
 		t.Fatalf("EndJob: %q %v", restartID, err)
 	}

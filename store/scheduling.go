@@ -2,79 +2,131 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
-
-	"github.com/lib/pq"
 
 	"github.com/opengpulab/gpulab/job"
 )
 
-// leaderLockKey is the advisory lock held by the master that runs the scheduler.
-const leaderLockKey = 0x67707573636864 // "gpuschd"
+// ErrNotLeader means this master does not (or no longer) hold the scheduler lease: what it was
+// about to write as the leader was not written.
+var ErrNotLeader = errors.New("not the scheduler leader")
 
-// Leader is the held scheduler lock; it lasts as long as its connection.
-type Leader struct {
-	conn interface {
-		PingContext(ctx context.Context) error
-		Close() error
-	}
+// Leadership is a held scheduler lease (table scheduler_leader). Several masters may share
+// one database; one at a time leads. A lease rather than a session advisory lock: a lock lives
+// as long as its connection, and a leader that is frozen (SIGSTOP, a VM paused) or cut off
+// keeps its connection, and so the lock, for as long as the kernel keeps the socket. A lease
+// on the database's clock simply runs out, and the epoch fences the old leader's writes.
+type Leadership struct {
+	Epoch  int64     `db:"epoch"`
+	Holder string    `db:"holder"`
+	Since  time.Time `db:"since"` // database clock
 }
 
-// TryLeader takes the scheduler lock if no other master holds it. Several masters may share
-// one database; exactly one schedules at a time, and another takes over when its connection
-// dies.
-func (s *Store) TryLeader(ctx context.Context) (*Leader, bool, error) {
-	conn, err := s.db.Connx(ctx)
+// AcquireLeadership takes the scheduler lease for ttl if no master holds an unexpired one, and
+// returns it with a new epoch; ok is false when another master leads.
+func (s *Store) AcquireLeadership(ctx context.Context, holder string, ttl time.Duration) (Leadership, bool, error) {
+	var l Leadership
+	err := s.q.GetContext(ctx, &l, `UPDATE scheduler_leader SET epoch = epoch + 1, holder = $1, since = now(),
+    expires_at = now() + make_interval(secs => $2)
+WHERE id = 1 AND expires_at <= now() RETURNING epoch, holder, since`, holder, ttl.Seconds())
+	if errors.Is(err, sql.ErrNoRows) {
+		return l, false, nil
+	}
+	return l, err == nil, mapErr(err, "acquire the scheduler lease")
+}
+
+// RenewLeadership extends a held lease by ttl from now; ErrNotLeader when it expired or was
+// taken meanwhile.
+func (s *Store) RenewLeadership(ctx context.Context, l Leadership, ttl time.Duration) error {
+	res, err := s.q.ExecContext(ctx, `UPDATE scheduler_leader SET expires_at = now() + make_interval(secs => $2)
+WHERE id = 1 AND epoch = $1 AND expires_at > now()`, l.Epoch, ttl.Seconds())
 	if err != nil {
-		return nil, false, fmt.Errorf("scheduler lock: %w", err)
+		return mapErr(err, "renew the scheduler lease")
 	}
-	var ok bool
-	if err := conn.GetContext(ctx, &ok, `SELECT pg_try_advisory_lock($1)`, leaderLockKey); err != nil {
-		_ = conn.Close()
-		return nil, false, fmt.Errorf("scheduler lock: %w", err)
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("renew the scheduler lease (epoch %d): %w", l.Epoch, ErrNotLeader)
 	}
-	if !ok {
-		_ = conn.Close()
-		return nil, false, nil
-	}
-	return &Leader{conn: conn}, true, nil
+	return nil
 }
 
-// Alive reports whether the lock's connection (and so the lock) still holds.
-func (l *Leader) Alive(ctx context.Context) bool { return l.conn.PingContext(ctx) == nil }
-
-// Release gives the lock up.
-func (l *Leader) Release() error { return l.conn.Close() }
-
-// LostJob is a job on a slave that has been offline longer than the job grace.
-type LostJob struct {
-	UUID      string `db:"uuid"`
-	Status    string `db:"status"`
-	SlaveName string `db:"assigned_slave_name"`
+// ResignLeadership ends a held lease at once, so another master takes over without waiting.
+func (s *Store) ResignLeadership(ctx context.Context, l Leadership) error {
+	_, err := s.q.ExecContext(ctx, `UPDATE scheduler_leader SET expires_at = '-infinity' WHERE id = 1 AND epoch = $1`, l.Epoch)
+	return mapErr(err, "resign the scheduler lease")
 }
 
-// ListLostJobs lists jobs holding a slave that went offline before `offlineBefore`.
-func (s *Store) ListLostJobs(ctx context.Context, offlineBefore time.Time) ([]LostJob, error) {
-	var out []LostJob
-	err := s.q.SelectContext(ctx, &out, `SELECT j.uuid::text AS uuid, j.status, j.assigned_slave_name FROM jobs j
+// AsLeader runs fn in one transaction that first proves the leadership: it reads the lease row
+// FOR SHARE, so no other master can take the lease before this transaction ends, and refuses
+// (ErrNotLeader, nothing written) when the lease expired or another epoch holds it.
+func (s *Store) AsLeader(ctx context.Context, l Leadership, fn func(tx *Store) error) error {
+	return s.WithTx(ctx, func(tx *Store) error {
+		var ok bool
+		err := tx.q.GetContext(ctx, &ok, `SELECT TRUE FROM scheduler_leader WHERE id = 1 AND epoch = $1 AND expires_at > now() FOR SHARE`, l.Epoch)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("act as scheduler (epoch %d): %w", l.Epoch, ErrNotLeader)
+		}
+		if err != nil {
+			return mapErr(err, "prove the scheduler lease")
+		}
+		return fn(tx)
+	})
+}
+
+// Now is the database's clock, the one every timeout is measured on.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	err := s.q.GetContext(ctx, &now, `SELECT now()`)
+	return now, mapErr(err, "read the database clock")
+}
+
+// LiveJob is a job on a slave, with what the lifecycle needs to decide about it.
+type LiveJob struct {
+	UUID      string     `db:"uuid"`
+	Status    job.Status `db:"status"`
+	Attempt   int        `db:"attempt"`
+	SlaveName string     `db:"assigned_slave_name"`
+}
+
+// ListLostJobs lists the jobs on slaves that have been offline longer than `after`: their
+// slaves stopped them by then (self-fencing), so they may run elsewhere.
+func (s *Store) ListLostJobs(ctx context.Context, after time.Duration) ([]LiveJob, error) {
+	var out []LiveJob
+	err := s.q.SelectContext(ctx, &out, `SELECT j.uuid::text AS uuid, j.status, j.attempt, j.assigned_slave_name FROM jobs j
 JOIN slaves s ON s.name = j.assigned_slave_name
-WHERE j.status = ANY($1) AND NOT s.online AND s.offline_since < $2`, pq.Array(statusStrings(job.RunningStatuses)), offlineBefore)
+WHERE j.status IN `+liveStatuses+` AND NOT s.online AND s.offline_since < now() - make_interval(secs => $1)
+ORDER BY j.created_at`, after.Seconds())
 	return out, mapErr(err, "list lost jobs")
+}
+
+// ListExpiredLeases lists the jobs whose lease ran out: ASSIGNED ones wherever they are, the
+// others on slaves that are online (a silent slave's jobs are left to ListLostJobs, which waits
+// until the slave has stopped them).
+func (s *Store) ListExpiredLeases(ctx context.Context) ([]LiveJob, error) {
+	var out []LiveJob
+	err := s.q.SelectContext(ctx, &out, `SELECT j.uuid::text AS uuid, j.status, j.attempt, j.assigned_slave_name FROM jobs j
+JOIN slaves s ON s.name = j.assigned_slave_name
+WHERE j.lease_expires_at < now() AND j.status IN `+liveStatuses+` AND (j.status = 'ASSIGNED' OR s.online)
+ORDER BY j.lease_expires_at`)
+	return out, mapErr(err, "list expired leases")
 }
 
 // ExpiredJob is a running job past its maxDuration.
 type ExpiredJob struct {
-	UUID   string `db:"uuid"`
-	Status string `db:"status"`
-	MaxS   int64  `db:"max_duration_s"`
+	UUID      string `db:"uuid"`
+	Status    string `db:"status"`
+	Attempt   int    `db:"attempt"`
+	SlaveName string `db:"assigned_slave_name"`
+	MaxS      int64  `db:"max_duration_s"`
 }
 
 // ListExpiredJobs lists jobs that have run (since RUNNING) longer than their maxDuration.
-func (s *Store) ListExpiredJobs(ctx context.Context, now time.Time) ([]ExpiredJob, error) {
+func (s *Store) ListExpiredJobs(ctx context.Context) ([]ExpiredJob, error) {
 	var out []ExpiredJob
-	err := s.q.SelectContext(ctx, &out, `SELECT uuid::text AS uuid, status, max_duration_s FROM jobs
+	err := s.q.SelectContext(ctx, &out, `SELECT uuid::text AS uuid, status, attempt, COALESCE(assigned_slave_name, '') AS assigned_slave_name, max_duration_s FROM jobs
 WHERE status IN ('RUNNING', 'MUSTHALT', 'HALTING') AND event_times ? 'RUNNING'
-AND (event_times->>'RUNNING')::timestamptz + make_interval(secs => max_duration_s) < $1`, now)
+AND (event_times->>'RUNNING')::timestamptz + make_interval(secs => max_duration_s) < now()`)
 	return out, mapErr(err, "list expired jobs")
 }

@@ -28,10 +28,13 @@ type Slave struct {
 	LastHeartbeat sql.NullTime    `db:"last_heartbeat"`
 	OfflineSince  sql.NullTime    `db:"offline_since"`
 	RegisteredAt  time.Time       `db:"registered_at"`
+	// CapacityGPUs are the most GPUs the slave has registered with (a protocol.GPU list): a
+	// request is impossible only against them, not against a momentary inventory.
+	CapacityGPUs json.RawMessage `db:"capacity_gpus"`
 }
 
 const slaveColumns = `id, name, instance_id, cluster_id, host, dns_name, version, inventory, usage, accepting_jobs,
-online, last_heartbeat, offline_since, registered_at`
+online, last_heartbeat, offline_since, registered_at, capacity_gpus`
 
 // ListSlaves lists slaves by cluster and name.
 func (s *Store) ListSlaves(ctx context.Context) ([]Slave, error) {
@@ -82,13 +85,18 @@ type SlaveRegistration struct {
 
 // RegisterSlave records a slave's (new) instance and inventory and marks it online. The
 // cluster comes from the slave's certificate (its join token), never from the slave's word.
+// The slave's capacity grows with its inventory and never shrinks by itself: a GPU missing for
+// a while is not a GPU the cluster no longer has.
 func (s *Store) RegisterSlave(ctx context.Context, r SlaveRegistration) (Slave, error) {
 	var sl Slave
-	err := s.q.GetContext(ctx, &sl, `INSERT INTO slaves (name, instance_id, cluster_id, host, dns_name, version, inventory, online, last_heartbeat)
-VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, now())
+	err := s.q.GetContext(ctx, &sl, `INSERT INTO slaves (name, instance_id, cluster_id, host, dns_name, version, inventory, online, last_heartbeat, capacity_gpus)
+VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, now(),
+    CASE WHEN jsonb_typeof($7::jsonb->'gpus') = 'array' THEN $7::jsonb->'gpus' ELSE '[]'::jsonb END)
 ON CONFLICT (name) DO UPDATE SET instance_id = EXCLUDED.instance_id, cluster_id = EXCLUDED.cluster_id, host = EXCLUDED.host,
     dns_name = EXCLUDED.dns_name, version = EXCLUDED.version, inventory = EXCLUDED.inventory, online = TRUE,
-    last_heartbeat = now(), offline_since = NULL
+    last_heartbeat = now(), offline_since = NULL,
+    capacity_gpus = CASE WHEN jsonb_array_length(EXCLUDED.capacity_gpus) >= jsonb_array_length(slaves.capacity_gpus)
+        THEN EXCLUDED.capacity_gpus ELSE slaves.capacity_gpus END
 RETURNING `+slaveColumns, r.Name, r.InstanceID, r.ClusterID, r.Host, r.DNSName, r.Version, r.Inventory)
 	return sl, mapErr(err, "register slave "+r.Name)
 }
@@ -112,45 +120,87 @@ func (s *Store) SetSlaveAccepting(ctx context.Context, name string, accepting bo
 	return affectedOne(res, err, "drain slave "+name)
 }
 
-// MarkSlavesOffline marks online slaves without a heartbeat since `before` offline and returns
-// their names.
-func (s *Store) MarkSlavesOffline(ctx context.Context, before time.Time) ([]string, error) {
+// MarkSlavesOffline marks online slaves silent for longer than grace (database clock) offline
+// and returns their names. Nothing is marked before the leader has itself led for grace
+// (leaderSince, database clock): after a database outage or a change of leader, every slave's
+// last heartbeat is old for reasons that are not the slave's.
+func (s *Store) MarkSlavesOffline(ctx context.Context, grace time.Duration, leaderSince time.Time) ([]string, error) {
 	var names []string
 	err := s.q.SelectContext(ctx, &names, `UPDATE slaves SET online = FALSE, offline_since = now()
-WHERE online AND (last_heartbeat IS NULL OR last_heartbeat < $1) RETURNING name`, before)
+WHERE online AND (last_heartbeat IS NULL OR last_heartbeat < now() - make_interval(secs => $1))
+  AND $2::timestamptz < now() - make_interval(secs => $1) RETURNING name`, grace.Seconds(), leaderSince)
 	return names, mapErr(err, "mark slaves offline")
 }
 
-// SlaveJob is a job the master has on a slave.
+// SlaveJob is a job the master has on a slave, as the slave protocol needs it.
 type SlaveJob struct {
-	UUID   string `db:"uuid"`
-	Status string `db:"status"`
+	UUID    string     `db:"uuid"`
+	Status  job.Status `db:"status"`
+	Attempt int        `db:"attempt"`
+	// Missing is set when the slave's heartbeats have not listed the job for longer than the
+	// grace given to ListSlaveJobs; MissingSince when they stopped listing it.
+	MissingSince sql.NullTime `db:"missing_since"`
+	Missing      bool         `db:"missing"`
 }
 
-// ListSlaveJobs lists the jobs on a slave that still hold it (ASSIGNED … HALTING), and those
-// that ended within `endedWithin` (so a slave back from an outage learns to remove them).
-func (s *Store) ListSlaveJobs(ctx context.Context, slaveName string, endedWithin time.Duration) ([]SlaveJob, error) {
+// ListSlaveJobs lists the jobs on a slave (ASSIGNED … HALTING), oldest first, through the
+// slave's live-job index: a heartbeat or a long poll reads only them, never the slave's past.
+func (s *Store) ListSlaveJobs(ctx context.Context, slaveName string, missingGrace time.Duration) ([]SlaveJob, error) {
 	var out []SlaveJob
-	err := s.q.SelectContext(ctx, &out, `SELECT uuid::text AS uuid, status FROM jobs WHERE assigned_slave_name = $1
-AND (status = ANY($2) OR updated_at > now() - make_interval(secs => $3)) ORDER BY created_at`,
-		slaveName, pq.Array(statusStrings(job.RunningStatuses)), endedWithin.Seconds())
+	err := s.q.SelectContext(ctx, &out, `SELECT uuid::text AS uuid, status, attempt, missing_since,
+    COALESCE(missing_since < now() - make_interval(secs => $2), FALSE) AS missing
+FROM jobs WHERE assigned_slave_name = $1 AND status IN `+liveStatuses+` ORDER BY created_at, uuid`, slaveName, missingGrace.Seconds())
 	return out, mapErr(err, "list jobs of slave "+slaveName)
 }
 
-// JobStatuses returns the current state of the given jobs (missing ones are left out).
-func (s *Store) JobStatuses(ctx context.Context, uuids []string) (map[string]job.Status, error) {
-	out := map[string]job.Status{}
+// JobStatuses returns the current state and attempt of the given jobs (missing ones are left
+// out).
+func (s *Store) JobStatuses(ctx context.Context, uuids []string) (map[string]SlaveJob, error) {
+	out := map[string]SlaveJob{}
 	if len(uuids) == 0 {
 		return out, nil
 	}
 	var rows []SlaveJob
-	if err := s.q.SelectContext(ctx, &rows, `SELECT uuid::text AS uuid, status FROM jobs WHERE uuid::text = ANY($1)`, pq.Array(uuids)); err != nil {
+	if err := s.q.SelectContext(ctx, &rows, `SELECT uuid::text AS uuid, status, attempt FROM jobs WHERE uuid = ANY($1::uuid[])`, pq.Array(uuids)); err != nil {
 		return nil, mapErr(err, "job states")
 	}
 	for _, r := range rows {
-		out[r.UUID] = job.Status(r.Status)
+		out[r.UUID] = r
 	}
 	return out, nil
+}
+
+// MarkMissing notes that the slave's heartbeat did not list these jobs (missing_since, kept from
+// the first time), and clears the mark of the jobs it listed again.
+func (s *Store) MarkMissing(ctx context.Context, slave string, missing, listed []string) error {
+	if len(missing) > 0 {
+		if _, err := s.q.ExecContext(ctx, `UPDATE jobs SET missing_since = now() WHERE uuid = ANY($1::uuid[]) AND assigned_slave_name = $2
+AND status IN `+liveStatuses+` AND missing_since IS NULL`, pq.Array(missing), slave); err != nil {
+			return mapErr(err, "mark jobs missing on slave "+slave)
+		}
+	}
+	if len(listed) > 0 {
+		if _, err := s.q.ExecContext(ctx, `UPDATE jobs SET missing_since = NULL WHERE uuid = ANY($1::uuid[]) AND missing_since IS NOT NULL`,
+			pq.Array(listed)); err != nil {
+			return mapErr(err, "clear missing marks on slave "+slave)
+		}
+	}
+	return nil
+}
+
+// RenewStartLeases extends the STARTING lease of jobs a slave reports as still starting (an
+// image pull in progress), never past the start deadline. Leases with more than half their
+// time left are not written again.
+func (s *Store) RenewStartLeases(ctx context.Context, slave string, uuids []string) error {
+	if len(uuids) == 0 {
+		return nil
+	}
+	l := s.leases
+	_, err := s.q.ExecContext(ctx, `UPDATE jobs SET lease_expires_at = LEAST(now() + make_interval(secs => $3),
+    (event_times->>'STARTING')::timestamptz + make_interval(secs => $4))
+WHERE uuid = ANY($1::uuid[]) AND assigned_slave_name = $2 AND status = 'STARTING'
+  AND lease_expires_at < now() + make_interval(secs => $3 / 2)`, pq.Array(uuids), slave, l.Starting.Seconds(), l.StartDeadline.Seconds())
+	return mapErr(err, "renew start leases on slave "+slave)
 }
 
 // Placement is where the scheduler put a job.
@@ -179,6 +229,7 @@ const assignJobs = `WITH input AS (
 		AS t(uuid, slave, instance, cluster, resources, tally, message)
 ), assigned AS (
 	UPDATE jobs j SET status = 'ASSIGNED', event_times = j.event_times || jsonb_build_object('ASSIGNED', now()), updated_at = now(),
+		attempt = j.attempt + 1, lease_expires_at = now() + make_interval(secs => $8), missing_since = NULL,
 		assigned_slave_name = i.slave, assigned_instance_id = i.instance, assigned_cluster_id = i.cluster, resources = i.resources,
 		scheduling = (j.scheduling - 'queuedExplanations' - 'estimatedStart') || jsonb_build_object('tallyIncrement', i.tally)
 	FROM input i WHERE j.uuid = i.uuid AND j.status = 'QUEUED'
@@ -207,7 +258,7 @@ func (s *Store) AssignJobs(ctx context.Context, as []Assignment) ([]string, erro
 	}
 	var done []string
 	err := s.q.SelectContext(ctx, &done, assignJobs, pq.Array(uuids), pq.Array(slaves), pq.Array(instances), pq.Array(clusters),
-		pq.Array(resources), pq.Array(tallies), pq.Array(messages))
+		pq.Array(resources), pq.Array(tallies), pq.Array(messages), s.leases.Assigned.Seconds())
 	return done, mapErr(err, fmt.Sprintf("assign %d jobs", n))
 }
 
@@ -221,10 +272,19 @@ func (s *Store) UpdateJobResources(ctx context.Context, uuid string, r *job.Stat
 	return affectedOne(res, err, "update resources of job "+uuid)
 }
 
-// SetJobUsage keeps the latest usage sample of a running job.
-func (s *Store) SetJobUsage(ctx context.Context, uuid string, usage json.RawMessage) error {
-	_, err := s.q.ExecContext(ctx, `UPDATE jobs SET usage = $2 WHERE uuid = $1`, uuid, usage)
-	return mapErr(err, "set usage of job "+uuid)
+// SetJobsUsage keeps the latest usage sample of each of a slave's running jobs, in one
+// statement per heartbeat (not one per job).
+func (s *Store) SetJobsUsage(ctx context.Context, slave string, usage map[string]json.RawMessage) error {
+	if len(usage) == 0 {
+		return nil
+	}
+	ids, samples := make([]string, 0, len(usage)), make([]string, 0, len(usage))
+	for id, u := range usage {
+		ids, samples = append(ids, id), append(samples, string(u))
+	}
+	_, err := s.q.ExecContext(ctx, `UPDATE jobs j SET usage = u.sample FROM unnest($1::uuid[], $2::jsonb[]) AS u(id, sample)
+WHERE j.uuid = u.id AND j.assigned_slave_name = $3 AND j.status IN `+liveStatuses, pq.Array(ids), pq.Array(samples), slave)
+	return mapErr(err, "set usage of jobs on slave "+slave)
 }
 
 // SetFinalUsage stores a job's final usage statistics.
@@ -308,21 +368,42 @@ type Held struct {
 	Interactive  bool           `db:"interactive"`
 	Bucket       string         `db:"bucket"` // maxSimultaneousJobs.bucketName, "" when none
 	Reservations pq.StringArray `db:"reservation_ids"`
+	// Releasing marks what an ended (or requeued) job still holds until its slave confirms the
+	// container gone (job_releases): taken, but no longer the job's to count or halt.
+	Releasing bool `db:"releasing"`
 }
 
-const listHeld = `SELECT uuid::text AS uuid, user_id, project_id, status, COALESCE(assigned_slave_name, '') AS slave,
-	CASE WHEN jsonb_typeof(resources->'gpuIds') = 'array' THEN ARRAY(SELECT jsonb_array_elements_text(resources->'gpuIds')::bigint) ELSE '{}' END AS gpu_ids,
-	CASE WHEN jsonb_typeof(resources->'cpuIds') = 'array' THEN ARRAY(SELECT jsonb_array_elements_text(resources->'cpuIds')::bigint) ELSE '{}' END AS cpu_ids,
-	COALESCE((resources->>'cpuMemoryGb')::int, 0) AS memory_gb,
+// heldResources are the columns of Held read from a resources document r.
+const heldResources = `CASE WHEN jsonb_typeof(r->'gpuIds') = 'array' THEN ARRAY(SELECT jsonb_array_elements_text(r->'gpuIds')::bigint) ELSE '{}' END AS gpu_ids,
+	CASE WHEN jsonb_typeof(r->'cpuIds') = 'array' THEN ARRAY(SELECT jsonb_array_elements_text(r->'cpuIds')::bigint) ELSE '{}' END AS cpu_ids,
+	COALESCE((r->>'cpuMemoryGb')::int, 0) AS memory_gb`
+
+const listHeld = `SELECT * FROM (
+SELECT uuid::text AS uuid, user_id, project_id, status, COALESCE(assigned_slave_name, '') AS slave, ` + heldResources + `,
 	(event_times->>'RUNNING')::timestamptz AS running_at,
 	min_duration_s, max_duration_s, restartable, interactive,
 	COALESCE(request#>>'{scheduling,maxSimultaneousJobs,bucketName}', '') AS bucket,
-	reservation_ids
-FROM jobs WHERE status = ANY($1) AND resources IS NOT NULL ORDER BY created_at, uuid`
+	reservation_ids, FALSE AS releasing, created_at
+FROM jobs, LATERAL (SELECT resources AS r) x WHERE status IN ` + liveStatuses + ` AND resources IS NOT NULL
+UNION ALL
+SELECT rl.job_uuid::text, j.user_id, j.project_id, j.status, rl.slave_name, ` + heldResources + `,
+	NULL, 0, 0, FALSE, FALSE, '', '{}', TRUE, rl.since
+FROM job_releases rl JOIN jobs j ON j.uuid = rl.job_uuid, LATERAL (SELECT rl.resources AS r) x
+) held ORDER BY created_at, uuid`
 
-// ListHeld lists what the jobs in the given states hold (those with resources), oldest first.
-func (s *Store) ListHeld(ctx context.Context, statuses []job.Status) ([]Held, error) {
-	var out []Held
-	err := s.q.SelectContext(ctx, &out, listHeld, pq.Array(statusStrings(statuses)))
-	return out, mapErr(err, "list held resources")
+// ListHeld lists what is taken on the slaves, oldest first: what the jobs on a slave (ASSIGNED
+// … HALTING) hold, and what ended jobs hold until their slave confirms their containers gone.
+func (s *Store) ListHeld(ctx context.Context) ([]Held, error) {
+	var rows []struct {
+		Held
+		CreatedAt time.Time `db:"created_at"`
+	}
+	if err := s.q.SelectContext(ctx, &rows, listHeld); err != nil {
+		return nil, mapErr(err, "list held resources")
+	}
+	out := make([]Held, len(rows))
+	for i := range rows {
+		out[i] = rows[i].Held
+	}
+	return out, nil
 }

@@ -49,6 +49,8 @@ type Store struct {
 	tx      *sqlx.Tx // inside WithTx
 	q       querier
 	decoded *decodeCache
+	leases  Leases
+	url     string // for LISTEN connections
 }
 
 // maxConns bounds the pool. Idle connections are kept as long as there are open ones: a new
@@ -70,7 +72,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
-	return &Store{db: db, q: &prepared{querier: db, cache: newStmtCache(db)}, decoded: newDecodeCache()}, nil
+	return &Store{db: db, q: &prepared{querier: db, cache: newStmtCache(db)}, decoded: newDecodeCache(), leases: DefaultLeases, url: url}, nil
 }
 
 // Close closes the pool.
@@ -89,7 +91,7 @@ func (s *Store) WithTx(ctx context.Context, fn func(tx *Store) error) error {
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
-	if err := fn(&Store{db: s.db, tx: tx, q: &prepared{querier: tx, tx: tx, cache: s.q.(*prepared).cache}, decoded: s.decoded}); err != nil {
+	if err := fn(&Store{db: s.db, tx: tx, q: &prepared{querier: tx, tx: tx, cache: s.q.(*prepared).cache}, decoded: s.decoded, leases: s.leases, url: s.url}); err != nil {
 		_ = tx.Rollback()
 		return err
 	}

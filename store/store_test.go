@@ -465,7 +465,7 @@ func TestListHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := st.ListHeld(ctx, job.RunningStatuses)
+	held, err := st.ListHeld(ctx)
 	if err != nil || len(held) != 1 {
 		t.Fatalf("held %+v %v", held, err)
 	}
@@ -480,7 +480,7 @@ func TestListHeld(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	held, err = st.ListHeld(ctx, job.RunningStatuses)
+	held, err = st.ListHeld(ctx)
 	if err != nil || len(held) != 1 || !held[0].RunningAt.Valid || time.Since(held[0].RunningAt.Time) > time.Minute {
 		t.Fatalf("running job held: %+v %v", held, err)
 	}
@@ -529,7 +529,7 @@ func TestSlaveHeartbeatReportsComingBack(t *testing.T) {
 	if back, err := st.SlaveHeartbeat(ctx, "node1", "i1", []byte(`[]`)); err != nil || back {
 		t.Fatalf("heartbeat of an online slave: came back %v, %v", back, err)
 	}
-	if names, err := st.MarkSlavesOffline(ctx, time.Now().Add(time.Minute)); err != nil || len(names) != 1 {
+	if names, err := st.MarkSlavesOffline(ctx, -time.Minute, time.Time{}); err != nil || len(names) != 1 {
 		t.Fatalf("mark offline: %v %v", names, err)
 	}
 	if back, err := st.SlaveHeartbeat(ctx, "node1", "i1", []byte(`[]`)); err != nil || !back {

@@ -41,6 +41,11 @@ type config struct {
 	HeartbeatInterval  time.Duration
 	HeartbeatGrace     time.Duration
 	JobGrace           time.Duration
+	FenceMargin        time.Duration
+	AssignLease        time.Duration
+	StartLease         time.Duration
+	StartDeadline      time.Duration
+	HaltLease          time.Duration
 	SchedulerInterval  time.Duration
 	MemoryReserveGb    int
 	MaxRunningUser     int
@@ -66,7 +71,12 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.BoolVar(&c.NoMigrate, "no-migrate", getenv("GPULAB_NO_MIGRATE") == "1", "do not migrate the schema at start; refuse to start on an older one (env GPULAB_NO_MIGRATE=1)")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", envDuration(getenv, "GPULAB_HEARTBEAT_INTERVAL", 5*time.Second), "how often slaves heartbeat (env GPULAB_HEARTBEAT_INTERVAL)")
 	fs.DurationVar(&c.HeartbeatGrace, "heartbeat-grace", envDuration(getenv, "GPULAB_HEARTBEAT_GRACE", 30*time.Second), "a slave silent this long is offline (env GPULAB_HEARTBEAT_GRACE)")
-	fs.DurationVar(&c.JobGrace, "job-grace", envDuration(getenv, "GPULAB_JOB_GRACE", 5*time.Minute), "jobs of a slave offline this long fail with `worker lost` (env GPULAB_JOB_GRACE)")
+	fs.DurationVar(&c.JobGrace, "job-grace", envDuration(getenv, "GPULAB_JOB_GRACE", 5*time.Minute), "a slave that reaches no master this long stops its jobs; after this plus --fence-margin offline, they fail with `worker lost` (env GPULAB_JOB_GRACE)")
+	fs.DurationVar(&c.FenceMargin, "fence-margin", envDuration(getenv, "GPULAB_FENCE_MARGIN", 45*time.Second), "time a cut-off slave has to stop its jobs before they may start elsewhere (env GPULAB_FENCE_MARGIN)")
+	fs.DurationVar(&c.AssignLease, "assign-lease", envDuration(getenv, "GPULAB_ASSIGN_LEASE", store.DefaultLeases.Assigned), "an assigned job not taken by its slave this long is queued again (env GPULAB_ASSIGN_LEASE)")
+	fs.DurationVar(&c.StartLease, "start-lease", envDuration(getenv, "GPULAB_START_LEASE", store.DefaultLeases.Starting), "a starting job its slave stops reporting this long fails (env GPULAB_START_LEASE)")
+	fs.DurationVar(&c.StartDeadline, "start-deadline", envDuration(getenv, "GPULAB_START_DEADLINE", store.DefaultLeases.StartDeadline), "the longest a job may take to start, image pull included (env GPULAB_START_DEADLINE)")
+	fs.DurationVar(&c.HaltLease, "halt-lease", envDuration(getenv, "GPULAB_HALT_LEASE", store.DefaultLeases.Halting), "a halt not begun, or not ended, this long fails the job (env GPULAB_HALT_LEASE)")
 	fs.DurationVar(&c.SchedulerInterval, "scheduler-interval", envDuration(getenv, "GPULAB_SCHEDULER_INTERVAL", 5*time.Second), "longest time between scheduler passes (env GPULAB_SCHEDULER_INTERVAL)")
 	fs.IntVar(&c.MemoryReserveGb, "memory-reserve-gb", 1, "memory kept free on every slave for its system")
 	fs.DurationVar(&c.TallyHalfLife, "tally-half-life", envDuration(getenv, "GPULAB_TALLY_HALF_LIFE", 7*24*time.Hour), "usage tally half-life (env GPULAB_TALLY_HALF_LIFE)")
@@ -153,6 +163,11 @@ func envOr(getenv func(string) string, key, def string) string {
 		return v
 	}
 	return def
+}
+
+// leases are the store's leases from the flags.
+func (c *config) leases() store.Leases {
+	return store.Leases{Assigned: c.AssignLease, Starting: c.StartLease, StartDeadline: c.StartDeadline, MustHalt: c.HaltLease, Halting: c.HaltLease}
 }
 
 func (c *config) openStore(ctx context.Context) (*store.Store, error) {

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"path/filepath"
+	"time"
 
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/scheduler"
@@ -67,6 +69,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err := st.CheckSchema(ctx); err != nil {
 		return err
 	}
+	st.SetLeases(c.leases())
 	ca, created, err := c.loadCA()
 	if err != nil {
 		return err
@@ -91,22 +94,46 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
 	h := handlers.New(st, handlers.Config{Authority: c.Authority, Version: version, LatestClientVersion: latestClientVersion,
-		JobOptions: opts, CA: ca, HeartbeatInterval: c.HeartbeatInterval, TallyHalfLife: c.TallyHalfLife}, log, wake, work)
+		JobOptions: opts, CA: ca, HeartbeatInterval: c.HeartbeatInterval, TallyHalfLife: c.TallyHalfLife, FenceAfter: c.JobGrace}, log, wake, work)
 	srv := web.New(wcfg, st, h, log)
 	loop := scheduler.NewLoop(st, scheduler.LoopConfig{Interval: c.SchedulerInterval, HeartbeatGrace: c.HeartbeatGrace,
-		JobGrace: c.JobGrace, MemoryReserveGb: c.MemoryReserveGb,
+		JobGrace: c.JobGrace, FenceMargin: c.FenceMargin, MemoryReserveGb: c.MemoryReserveGb,
 		Limits: &scheduler.Limits{PerUser: c.MaxRunningUser, PerProject: c.MaxRunningProject}, TallyHalfLife: c.TallyHalfLife}, log, wake, work)
 	go func() {
 		if err := loop.Run(ctx); err != nil {
 			log.Error("scheduler stopped", "err", err)
 		}
 	}()
+	// What other masters change (submits, job ends, assignments) wakes this one's scheduler
+	// and slaves' long polls.
+	go listen(ctx, st, log, wake, work)
 	l, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
 	log.Info("master listening", "url", "https://"+displayAddr(l.Addr()), "ca", absPath(c.DataDir)+"/ca.pem", "authority", c.Authority)
 	return srv.Serve(ctx, l)
+}
+
+// listen passes the other masters' notifications to this master's signals, listening again
+// after a failure until ctx ends.
+func listen(ctx context.Context, st *store.Store, log *slog.Logger, wake, work *scheduler.Signal) {
+	for ctx.Err() == nil {
+		err := st.Listen(ctx, log, wake.Wake, func(names []string) {
+			if names == nil {
+				work.Wake()
+				return
+			}
+			work.WakeKeys(names...)
+		})
+		if err != nil {
+			log.Warn("database notifications", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+		}
+	}
 }
 
 func displayAddr(a net.Addr) string {

@@ -50,8 +50,13 @@ type Options struct {
 	// Scheduler runs the scheduler loop (with short intervals) besides the API.
 	Scheduler bool
 	// Loop overrides the loop's timings (defaults: pass every 200 ms, slave offline after 3 s,
-	// its jobs lost after 3 s more).
+	// its jobs given up 6 s (its slave's fence time) plus a 1 s margin later).
 	Loop scheduler.LoopConfig
+	// Leases overrides the store's leases (default store.DefaultLeases).
+	Leases *store.Leases
+	// MissingGrace is how long a heartbeat may leave out a job before it is taken as gone
+	// (default: the handlers' default).
+	MissingGrace time.Duration
 	// HeartbeatInterval is what slaves are told (default 500 ms).
 	HeartbeatInterval time.Duration
 	// OIDC turns the portal login on against a given provider. Its RedirectURL may be left
@@ -99,6 +104,9 @@ func Start(t testing.TB, opts Options) *Master {
 		cancel()
 		t.Fatalf("migrate: %v", err)
 	}
+	if opts.Leases != nil {
+		st.SetLeases(*opts.Leases)
+	}
 	dir := t.TempDir()
 	ca, _, err := pki.LoadOrCreateCA(filepath.Join(dir, "ca"), "GPULab test CA")
 	if err != nil {
@@ -113,24 +121,39 @@ func Start(t testing.TB, opts Options) *Master {
 	if opts.HeartbeatInterval == 0 {
 		opts.HeartbeatInterval = 500 * time.Millisecond
 	}
+	lc := opts.Loop
+	if lc.Interval == 0 {
+		lc.Interval = 200 * time.Millisecond
+	}
+	if lc.HeartbeatGrace == 0 {
+		lc.HeartbeatGrace = 3 * time.Second
+	}
+	if lc.JobGrace == 0 {
+		lc.JobGrace = 6 * time.Second
+	}
+	if lc.FenceMargin == 0 {
+		lc.FenceMargin = time.Second
+	}
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
 	h := handlers.New(st, handlers.Config{Authority: Authority, Version: "test", LatestClientVersion: "4.0.0", JobOptions: jobOpts,
-		CA: ca, HeartbeatInterval: opts.HeartbeatInterval, MaxLongPoll: 5 * time.Second}, log, wake, work)
+		CA: ca, HeartbeatInterval: opts.HeartbeatInterval, MaxLongPoll: 5 * time.Second, FenceAfter: lc.JobGrace,
+		MissingGrace: opts.MissingGrace}, log, wake, work)
 	wcfg := web.Config{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}, Admins: opts.Admins, Authority: Authority,
 		OIDC: oidcCfg, SessionKeys: opts.SessionKeys}
 	srv := web.New(wcfg, st, h, log)
 	loopDone := make(chan struct{})
+	listenDone := make(chan struct{})
+	go func() {
+		defer close(listenDone)
+		_ = st.Listen(ctx, log, wake.Wake, func(names []string) {
+			if names == nil {
+				work.Wake()
+				return
+			}
+			work.WakeKeys(names...)
+		})
+	}()
 	if opts.Scheduler {
-		lc := opts.Loop
-		if lc.Interval == 0 {
-			lc.Interval = 200 * time.Millisecond
-		}
-		if lc.HeartbeatGrace == 0 {
-			lc.HeartbeatGrace = 3 * time.Second
-		}
-		if lc.JobGrace == 0 {
-			lc.JobGrace = 3 * time.Second
-		}
 		loop := scheduler.NewLoop(st, lc, log, wake, work)
 		go func() { defer close(loopDone); _ = loop.Run(ctx) }()
 	} else {
@@ -149,6 +172,7 @@ func Start(t testing.TB, opts Options) *Master {
 			t.Errorf("master did not stop within 15 s")
 		}
 		<-loopDone
+		<-listenDone
 		_ = st.Close()
 	})
 	m := &Master{t: t, URL: url, CA: ca, Store: st, Dir: dir, CAFile: filepath.Join(dir, "ca", "ca.pem"), IdP: idp}

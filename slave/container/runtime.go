@@ -508,16 +508,19 @@ func (r *Runtime) Remove(ctx context.Context, containerID string) error {
 type Container struct {
 	ID      string
 	JobUUID string
+	// Attempt and LogBase are the labels LabelAttempt and LabelLogBase (0 when absent).
+	Attempt int
+	LogBase int64
 	Running bool
-	// ExitCode is meaningful once the container has run and stopped (State "exited").
-	ExitCode int
 	// State is Docker's word: "created" (never started: a start cut short), "running",
 	// "paused", "exited", "dead".
 	State string
 }
 
-// List finds this slave's job containers, running or not, by their labels: after a restart
-// this is how the slave learns which jobs it still runs and which ended while it was away.
+// List finds this slave's job containers, running or not, by their labels, in one engine call
+// (the slave lists them at every start and then periodically, also while the engine is slow):
+// after a restart this is how the slave learns which jobs it still runs and which ended while
+// it was away.
 func (r *Runtime) List(ctx context.Context) ([]Container, error) {
 	if r.cfg.SlaveName == "" {
 		return nil, errors.New("list containers: the slave has no name")
@@ -532,17 +535,9 @@ func (r *Runtime) List(ctx context.Context) ([]Container, error) {
 	}
 	out := make([]Container, 0, len(list))
 	for _, s := range list {
-		info, err := r.d.ContainerInspect(ctx, s.ID)
-		if cerrdefs.IsNotFound(err) {
-			continue // removed since the list
-		}
-		if err != nil {
-			return nil, wrap("inspect container", s.ID, err)
-		}
-		c := Container{ID: s.ID, JobUUID: s.Labels[LabelJob], State: s.State}
-		if info.State != nil {
-			c.Running, c.ExitCode, c.State = info.State.Running, info.State.ExitCode, info.State.Status
-		}
+		c := Container{ID: s.ID, JobUUID: s.Labels[LabelJob], State: s.State, Running: s.State == "running" || s.State == "paused"}
+		c.Attempt, _ = strconv.Atoi(s.Labels[LabelAttempt])
+		c.LogBase, _ = strconv.ParseInt(s.Labels[LabelLogBase], 10, 64)
 		out = append(out, c)
 	}
 	return out, nil

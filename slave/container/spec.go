@@ -27,6 +27,13 @@ const (
 	LabelJob     = "gpulab.job"
 	LabelSlave   = "gpulab.slave"
 	LabelProject = "gpulab.project"
+	// LabelAttempt is the job's attempt the container runs for (protocol.Assignment.Attempt):
+	// a container of an earlier attempt is never taken for the current one.
+	LabelAttempt = "gpulab.attempt"
+	// LabelLogBase is how much of the job's log the master had when the container started (an
+	// earlier attempt's output): after a slave restart, the master's log size minus it is how
+	// much of this container's output the master has.
+	LabelLogBase = "gpulab.log-base"
 )
 
 // NamePrefix starts every job container's name, "gpulab-<job uuid>": the engine then refuses a
@@ -144,6 +151,8 @@ func Spec(a protocol.Assignment, cfg Config, mounts []storage.Mount) (*container
 			LabelJob:     j.UUID,
 			LabelSlave:   cfg.SlaveName,
 			LabelProject: a.Project,
+			LabelAttempt: strconv.Itoa(a.Attempt),
+			LabelLogBase: strconv.FormatInt(a.Log.Size, 10),
 		},
 		// Cancel is SIGTERM then SIGKILL after the grace, also when an operator runs
 		// `docker stop`, and whatever STOPSIGNAL the image declares (engines before API 1.42

@@ -41,6 +41,8 @@ func specAssignment() protocol.Assignment {
 				},
 			},
 		},
+		Attempt:    3,
+		Log:        protocol.LogState{NextSeq: 2, Size: 4096},
 		CPUIDs:     []int{2, 3},
 		MemoryGb:   2,
 		UserName:   "wvdemeer",
@@ -208,7 +210,7 @@ func TestSpecResources(t *testing.T) {
 	if cc.StopSignal != "SIGTERM" || cc.StopTimeout == nil || *cc.StopTimeout != 2 {
 		t.Errorf("StopSignal %q StopTimeout %v, want SIGTERM and 2 (1.5 s rounded up)", cc.StopSignal, cc.StopTimeout)
 	}
-	wantLabels := map[string]string{LabelJob: specJob, LabelSlave: "n085-02", LabelProject: "ilabt-dev"}
+	wantLabels := map[string]string{LabelJob: specJob, LabelSlave: "n085-02", LabelProject: "ilabt-dev", LabelAttempt: "3", LabelLogBase: "4096"}
 	if !reflect.DeepEqual(cc.Labels, wantLabels) {
 		t.Errorf("Labels = %v", cc.Labels)
 	}
