@@ -167,7 +167,11 @@ func (h *Handlers) checkReservations(r *http.Request, c *Caller, project store.P
 		if err != nil {
 			return err
 		}
-		if !res.End.After(time.Now()) {
+		now, err := h.store.Now(r.Context())
+		if err != nil {
+			return err
+		}
+		if !res.End.After(now) {
 			return fieldError(field, "reservation %s ended at %s", id, res.End.UTC().Format(time.RFC3339))
 		}
 		if !slices.Contains(res.UserIDs, c.User.ID) && !slices.Contains(res.ProjectIDs, project.ID) {
@@ -320,7 +324,7 @@ func (h *Handlers) jobFilter(r *http.Request, c *Caller) (store.JobFilter, int, 
 		return f, 0, err
 	}
 	if maxHours > 0 {
-		f.CreatedAfter = time.Now().Add(-time.Duration(maxHours) * time.Hour)
+		f.CreatedWithin = time.Duration(maxHours) * time.Hour
 	}
 	maxCount, err := intParam(r, "max_count", 1)
 	if err != nil {

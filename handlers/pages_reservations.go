@@ -23,7 +23,10 @@ func (h *Handlers) ReservationsPage(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	now, err := h.store.Now(r.Context())
+	if err != nil {
+		return err
+	}
 	all, err := h.store.ListReservations(r.Context(), now)
 	if err != nil {
 		return err

@@ -82,7 +82,11 @@ func (h *Handlers) ListReservations(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return err
 	}
-	all, err := h.store.ListReservations(r.Context(), time.Now())
+	now, err := h.store.Now(r.Context())
+	if err != nil {
+		return err
+	}
+	all, err := h.store.ListReservations(r.Context(), now)
 	if err != nil {
 		return err
 	}
@@ -133,6 +137,10 @@ func (h *Handlers) createReservation(r *http.Request, c *Caller, req reservation
 		return store.Reservation{}, errorf(http.StatusForbidden, "only admins create reservations")
 	}
 	ctx := r.Context()
+	now, err := h.store.Now(ctx)
+	if err != nil {
+		return store.Reservation{}, err
+	}
 	res := store.Reservation{ID: uuid.NewString(), Name: req.Name, SlaveNames: req.SlaveNames, GPUs: req.GPUs, Start: req.Start, End: req.End, CreatedBy: c.User.ID}
 	switch {
 	case req.ClusterID == 0 && len(req.SlaveNames) == 0:
@@ -141,7 +149,7 @@ func (h *Handlers) createReservation(r *http.Request, c *Caller, req reservation
 		return res, fieldError("gpus", "must be 0 (whole slaves) or more, not %d", req.GPUs)
 	case req.Start.IsZero() || req.End.IsZero() || !req.End.After(req.Start):
 		return res, fieldError("end", "must be after start")
-	case !req.End.After(time.Now()):
+	case !req.End.After(now):
 		return res, fieldError("end", "is in the past")
 	case len(req.Users) == 0 && len(req.Projects) == 0:
 		return res, fieldError("users", "a reservation needs holders: users or projects")

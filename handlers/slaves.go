@@ -178,7 +178,11 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 // It returns the master's view of the jobs on the slave and the stop orders for what the slave
 // holds and must not.
 func (h *Handlers) reconcile(ctx context.Context, slave string, held []protocol.RunningJob, gone string) ([]protocol.JobState, []protocol.StopOrder, error) {
-	live, releases, stops, err := h.slaveView(ctx, slave, held)
+	live, stops, err := h.slaveView(ctx, slave, held)
+	if err != nil {
+		return nil, nil, err
+	}
+	releases, err := h.store.ListReleases(ctx, slave)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -255,22 +259,17 @@ func (h *Handlers) lostOnSlave(ctx context.Context, slave string, j store.SlaveJ
 	return nil
 }
 
-// slaveView reads the jobs the master has on a slave and what ended jobs still hold there, and
-// computes the stop orders for what the slave holds and must not: jobs the master ended, gave
+// slaveView reads the jobs the master has on a slave and computes the stop orders for what the slave holds and must not: jobs the master ended, gave
 // to another attempt or another slave, or does not know, and jobs that must halt. It writes
 // nothing (a long poll runs it every few seconds).
-func (h *Handlers) slaveView(ctx context.Context, slave string, held []protocol.RunningJob) ([]store.SlaveJob, []store.Release, []protocol.StopOrder, error) {
+func (h *Handlers) slaveView(ctx context.Context, slave string, held []protocol.RunningJob) ([]store.SlaveJob, []protocol.StopOrder, error) {
 	live, err := h.store.ListSlaveJobs(ctx, slave, h.cfg.MissingGrace)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	stops := []protocol.StopOrder{}
 	if len(held) == 0 {
-		return live, nil, stops, nil
-	}
-	releases, err := h.store.ListReleases(ctx, slave)
-	if err != nil {
-		return nil, nil, nil, err
+		return live, stops, nil
 	}
 	onSlave := make(map[string]store.SlaveJob, len(live))
 	for _, j := range live {
@@ -284,7 +283,7 @@ func (h *Handlers) slaveView(ctx context.Context, slave string, held []protocol.
 	}
 	others, err := h.store.JobStatuses(ctx, unknown)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	for _, hj := range held {
 		j, ok := onSlave[hj.JobUUID]
@@ -307,7 +306,7 @@ func (h *Handlers) slaveView(ctx context.Context, slave string, held []protocol.
 			stops = append(stops, protocol.StopOrder{JobUUID: hj.JobUUID, Mode: protocol.StopCancel, Reason: reason})
 		}
 	}
-	return live, releases, stops, nil
+	return live, stops, nil
 }
 
 func heldSet(held []protocol.RunningJob) map[string]protocol.RunningJob {
@@ -366,7 +365,7 @@ func (h *Handlers) SlaveNext(w http.ResponseWriter, r *http.Request) error {
 // pendingWork computes the work for a slave now.
 func (h *Handlers) pendingWork(ctx context.Context, slave string, req protocol.NextRequest) (protocol.Work, error) {
 	work := protocol.Work{Assignments: []protocol.Assignment{}}
-	live, _, stops, err := h.slaveView(ctx, slave, req.Jobs)
+	live, stops, err := h.slaveView(ctx, slave, req.Jobs)
 	if err != nil {
 		return work, err
 	}

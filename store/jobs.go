@@ -267,7 +267,8 @@ type JobFilter struct {
 	AssignedSlaveName string
 	Interactive       *bool
 	ReservationID     string
-	CreatedAfter      time.Time
+	// CreatedWithin keeps the jobs submitted this long ago or less (database clock).
+	CreatedWithin time.Duration
 	// Visible restricts to what a non-admin may list: own jobs, jobs of his projects and, when
 	// OthersRunning is set, everybody's running jobs (which the caller sanitizes).
 	Visible *Visibility
@@ -348,8 +349,8 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]*JobRecord, error)
 	if f.ReservationID != "" {
 		where = append(where, "j.reservation_ids @> "+arg(pq.Array([]string{f.ReservationID})))
 	}
-	if !f.CreatedAfter.IsZero() {
-		where = append(where, "j.created_at >= "+arg(f.CreatedAfter))
+	if f.CreatedWithin > 0 {
+		where = append(where, "j.created_at >= now() - make_interval(secs => "+arg(f.CreatedWithin.Seconds())+")")
 	}
 	if v := f.Visible; v != nil && !ownJobsOnly(f) {
 		cond := "j.user_id = " + arg(v.UserID)

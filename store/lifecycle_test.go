@@ -2,8 +2,13 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
+	"errors"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/opengpulab/gpulab/internal/testenv"
 
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/store"
@@ -47,5 +52,281 @@ func TestEndJobRestartsHaltedRestartableJob(t *testing.T) {
 	old, _ := st.GetJob(ctx, j.UUID)
 	if old.Job.State.Resources == nil || old.Job.State.Resources.ExitCode == nil || *old.Job.State.Resources.ExitCode != 123 {
 		t.Fatalf("exit code not kept: %+v", old.Job.State.Resources)
+	}
+}
+
+// placeOn assigns a queued job to slave node1 with one GPU and moves it to `to` as the slave
+// would; it returns the job's attempt.
+func placeOn(t *testing.T, st *store.Store, id string, gpu int, to job.Status) int {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := st.AssignJobs(ctx, []store.Assignment{{JobUUID: id, Placement: store.Placement{SlaveName: "node1", SlaveInstanceID: "i1", ClusterID: 1,
+		Resources: job.StateResources{SlaveName: "node1", GPUIDs: []int{gpu}, CPUIDs: []int{gpu}, CPUMemoryGb: 1}}}}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := st.GetJob(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := []job.Status{job.StatusAssigned, job.StatusStarting, job.StatusRunning, job.StatusMustHalt, job.StatusHalting}
+	for i := 1; i < len(path) && path[i-1] != to; i++ {
+		if _, _, err := st.ChangeJob(ctx, id, store.Change{From: []job.Status{path[i-1]}, To: path[i], Attempt: store.Attempt(rec.Attempt)}); err != nil {
+			t.Fatalf("%s → %s: %v", path[i-1], path[i], err)
+		}
+	}
+	return rec.Attempt
+}
+
+func heldBy(t *testing.T, st *store.Store) map[string]store.Held {
+	t.Helper()
+	held, err := st.ListHeld(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]store.Held{}
+	for _, h := range held {
+		if _, dup := out[h.UUID]; dup {
+			t.Fatalf("job %s held twice: %+v", h.UUID, held)
+		}
+		out[h.UUID] = h
+	}
+	return out
+}
+
+// What a job the master ends holds on its slave stays taken until the slave confirms the
+// container gone; a slave's own end (the container exited) frees it at once; a job that never
+// got past ASSIGNED holds nothing after it leaves.
+func TestResourcesHeldUntilReleased(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	cancelled, finished, assigned := createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusQueued)
+	placeOn(t, st, cancelled.UUID, 0, job.StatusRunning)
+	a := placeOn(t, st, finished.UUID, 1, job.StatusRunning)
+	placeOn(t, st, assigned.UUID, 2, job.StatusAssigned)
+
+	for _, id := range []string{cancelled.UUID, assigned.UUID} {
+		if _, err := st.TransitionJob(ctx, id, job.SourcesOf(job.StatusCancelled, job.ActorOwner), job.StatusCancelled, store.Event{Message: "cancelled by alice"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := st.ChangeJob(ctx, finished.UUID, store.Change{From: []job.Status{job.StatusRunning}, To: job.StatusFinished,
+		Attempt: store.Attempt(a), Released: true}); err != nil {
+		t.Fatal(err)
+	}
+	held := heldBy(t, st)
+	if h, ok := held[cancelled.UUID]; !ok || !h.Releasing || !slices.Equal([]int64(h.GPUIDs), []int64{0}) || h.SlaveName != "node1" {
+		t.Fatalf("a cancelled running job does not hold its GPU until released: %+v", held)
+	}
+	if _, ok := held[finished.UUID]; ok {
+		t.Fatalf("a job its slave ended still holds resources: %+v", held)
+	}
+	if _, ok := held[assigned.UUID]; ok {
+		t.Fatalf("a cancelled job that never started holds resources: %+v", held)
+	}
+	rl, err := st.ListReleases(ctx, "node1")
+	if err != nil || len(rl) != 1 || rl[0].Reason != "cancelled by alice" {
+		t.Fatalf("releases: %+v %v", rl, err)
+	}
+	freed, err := st.ConfirmReleases(ctx, "node1", []string{cancelled.UUID, finished.UUID}, "slave node1 confirmed the container gone")
+	if err != nil || !slices.Equal(freed, []string{cancelled.UUID}) {
+		t.Fatalf("confirm: %v %v", freed, err)
+	}
+	if held := heldBy(t, st); len(held) != 0 {
+		t.Fatalf("held after the release: %+v", held)
+	}
+	evs, _ := st.ListJobEvents(ctx, cancelled.UUID)
+	if last := evs[len(evs)-1]; last.Message != "slave node1 confirmed the container gone" {
+		t.Fatalf("no event for the release: %+v", evs)
+	}
+}
+
+// A slave's change names its attempt: once the job was placed again, the old attempt's calls
+// are conflicts that tell the current state and attempt.
+func TestChangeIsFencedByAttempt(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	j := createJob(t, st, u, p, job.StatusQueued)
+	first := placeOn(t, st, j.UUID, 0, job.StatusAssigned)
+	// The lease ran out: queued again, and placed again.
+	if _, _, err := st.ChangeJob(ctx, j.UUID, store.Change{From: []job.Status{job.StatusAssigned}, To: job.StatusQueued,
+		Attempt: store.Attempt(first), Released: true}); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := st.GetJob(ctx, j.UUID)
+	if rec.Job.State.Scheduling.AssignedSlaveName != "" || rec.Job.State.Resources != nil {
+		t.Fatalf("a requeued job keeps its placement: %+v", rec.Job.State)
+	}
+	second := placeOn(t, st, j.UUID, 1, job.StatusAssigned)
+	if second != first+1 {
+		t.Fatalf("attempts %d then %d", first, second)
+	}
+	_, _, err := st.ChangeJob(ctx, j.UUID, store.Change{From: []job.Status{job.StatusAssigned}, To: job.StatusStarting, Attempt: store.Attempt(first)})
+	var sc *store.StateConflict
+	if !errors.As(err, &sc) || sc.Current != job.StatusAssigned || sc.Attempt != second {
+		t.Fatalf("the first attempt's start: %v, want a conflict naming attempt %d", err, second)
+	}
+	if _, _, err := st.ChangeJob(ctx, j.UUID, store.Change{From: []job.Status{job.StatusAssigned}, To: job.StatusStarting, Attempt: store.Attempt(second)}); err != nil {
+		t.Fatalf("the current attempt's start: %v", err)
+	}
+}
+
+// Leases are set when a job enters an in-between state and read on the database's clock.
+func TestExpiredLeasesAndLostJobs(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.JoinSlave(ctx, "node1", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node1", InstanceID: "i1", ClusterID: 1, Inventory: []byte(`{"gpus": []}`)}); err != nil {
+		t.Fatal(err)
+	}
+	u, p := fixture(t, st, "alice", "vision")
+	assigned, running := createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusQueued)
+	placeOn(t, st, assigned.UUID, 0, job.StatusAssigned)
+	placeOn(t, st, running.UUID, 1, job.StatusRunning)
+	if exp, err := st.ListExpiredLeases(ctx); err != nil || len(exp) != 0 {
+		t.Fatalf("fresh leases expired: %+v %v", exp, err)
+	}
+	var lease sql.NullTime
+	if err := st.DB().QueryRowContext(ctx, `SELECT lease_expires_at FROM jobs WHERE uuid = $1`, running.UUID).Scan(&lease); err != nil || lease.Valid {
+		t.Fatalf("a RUNNING job has a lease: %v %v", lease, err)
+	}
+	if _, err := st.DB().ExecContext(ctx, `UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE uuid = $1`, assigned.UUID); err != nil {
+		t.Fatal(err)
+	}
+	exp, err := st.ListExpiredLeases(ctx)
+	if err != nil || len(exp) != 1 || exp[0].UUID != assigned.UUID || exp[0].Status != job.StatusAssigned || exp[0].SlaveName != "node1" {
+		t.Fatalf("expired leases: %+v %v", exp, err)
+	}
+	// A slave offline long enough: its jobs are lost; not before.
+	if lost, err := st.ListLostJobs(ctx, time.Minute); err != nil || len(lost) != 0 {
+		t.Fatalf("jobs of an online slave lost: %+v %v", lost, err)
+	}
+	if _, err := st.DB().ExecContext(ctx, `UPDATE slaves SET online = FALSE, offline_since = now() - interval '2 minutes'`); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := st.ListLostJobs(ctx, time.Minute)
+	if err != nil || len(lost) != 2 {
+		t.Fatalf("lost jobs: %+v %v", lost, err)
+	}
+	// Only ASSIGNED leases run out on an offline slave: its other jobs wait for the lost path.
+	if _, err := st.DB().ExecContext(ctx, `UPDATE jobs SET lease_expires_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	if exp, err := st.ListExpiredLeases(ctx); err != nil || len(exp) != 1 || exp[0].UUID != assigned.UUID {
+		t.Fatalf("expired leases on an offline slave: %+v %v", exp, err)
+	}
+}
+
+// One master leads at a time; a leader whose lease ran out can no longer act as one, even in
+// a transaction it began before, and another takes over.
+func TestLeadershipIsALeaseProvenInTransactions(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	ctx := context.Background()
+	open := func() *store.Store {
+		st, err := store.Open(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	a, b := open(), open()
+	if _, err := a.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	la, ok, err := a.AcquireLeadership(ctx, "a", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("a: %v %v", ok, err)
+	}
+	if _, ok, err := b.AcquireLeadership(ctx, "b", time.Minute); err != nil || ok {
+		t.Fatalf("b took a held lease: %v %v", ok, err)
+	}
+	ran := false
+	if err := a.AsLeader(ctx, la, func(tx *store.Store) error { ran = true; return nil }); err != nil || !ran {
+		t.Fatalf("the leader cannot act: %v", err)
+	}
+	if err := a.RenewLeadership(ctx, la, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// a is frozen past its lease; b takes over.
+	if _, err := a.DB().ExecContext(ctx, `UPDATE scheduler_leader SET expires_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	lb, ok, err := b.AcquireLeadership(ctx, "b", time.Minute)
+	if err != nil || !ok || lb.Epoch != la.Epoch+1 {
+		t.Fatalf("b after a's lease ran out: %+v %v %v", lb, ok, err)
+	}
+	ran = false
+	if err := a.AsLeader(ctx, la, func(tx *store.Store) error { ran = true; return nil }); !errors.Is(err, store.ErrNotLeader) || ran {
+		t.Fatalf("the old leader acted: ran %v, %v", ran, err)
+	}
+	if err := a.RenewLeadership(ctx, la, time.Minute); !errors.Is(err, store.ErrNotLeader) {
+		t.Fatalf("the old leader renewed: %v", err)
+	}
+	// While a transaction of the leader is open, nobody can end or take its lease: the lease
+	// cannot run out under a plan being applied.
+	inTx, release := make(chan struct{}), make(chan struct{})
+	done, expired := make(chan error, 1), make(chan error, 1)
+	go func() {
+		done <- b.AsLeader(ctx, lb, func(tx *store.Store) error { close(inTx); <-release; return nil })
+	}()
+	<-inTx
+	go func() {
+		_, err := a.DB().ExecContext(ctx, `UPDATE scheduler_leader SET expires_at = now() - interval '1 second'`)
+		expired <- err
+	}()
+	select {
+	case err := <-expired:
+		t.Fatalf("the lease changed under an open leader transaction (%v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-expired; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.DB().ExecContext(ctx, `UPDATE scheduler_leader SET expires_at = now() + interval '1 minute'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ResignLeadership(ctx, lb); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok, err := a.AcquireLeadership(ctx, "a", time.Minute); err != nil || !ok || l.Epoch != lb.Epoch+1 {
+		t.Fatalf("after b resigned: %+v %v %v", l, ok, err)
+	}
+}
+
+// After the leader took over (or the database came back), no slave is marked offline before
+// the leader itself has led for the grace: every heartbeat is old then for reasons that are
+// not the slaves'.
+func TestMarkSlavesOfflineWaitsForTheLeader(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node1", InstanceID: "i1", ClusterID: 1, Inventory: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DB().ExecContext(ctx, `UPDATE slaves SET last_heartbeat = now() - interval '10 minutes'`); err != nil {
+		t.Fatal(err)
+	}
+	now, err := st.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names, err := st.MarkSlavesOffline(ctx, time.Minute, now); err != nil || len(names) != 0 {
+		t.Fatalf("a new leader marked slaves offline: %v %v", names, err)
+	}
+	if names, err := st.MarkSlavesOffline(ctx, time.Minute, now.Add(-2*time.Minute)); err != nil || !slices.Equal(names, []string{"node1"}) {
+		t.Fatalf("a leader of 2 minutes: %v %v", names, err)
 	}
 }

@@ -4,6 +4,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -48,9 +49,16 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvWith(t, testmaster.Options{})
+}
+
+// newEnvWith is newEnv with a master of the given options (the scheduler always runs).
+func newEnvWith(t *testing.T, opts testmaster.Options) *env {
+	t.Helper()
 	docker := testenv.Docker(t)
 	image := testenv.BusyboxImage(t)
-	m := testmaster.Start(t, testmaster.Options{Scheduler: true})
+	opts.Scheduler = true
+	m := testmaster.Start(t, opts)
 	e := &env{t: t, m: m, image: image, docker: docker, projects: t.TempDir(), scratch: t.TempDir()}
 	e.alice = m.AddUser("alice", false, "", "vision")
 	return e
@@ -81,6 +89,15 @@ type slaveOpts struct {
 	docker   *client.Client
 	// deviceRequests hands fake GPUs over as real ones (on the stub-hook engine).
 	deviceRequests bool
+	// master, when set, is the URL the slave talks to (a proxy in front of the master);
+	// wrap, when set, wraps the slave's protocol client (to inject faults).
+	master string
+	wrap   func(protocol.Master) protocol.Master
+	// config tunes the agent (PollWait defaults to 2 s).
+	config slave.Config
+	// cpus is the CPUs the slave offers (default 4; jobs are pinned to their ids, so a test
+	// running more jobs at once than the machine has CPUs must offer no more than it has).
+	cpus int
 }
 
 // startSlave runs a slave agent in-process against the master, with the real container runtime.
@@ -95,9 +112,17 @@ func (e *env) startSlave(o slaveOpts) *slaveRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc, err := protocol.NewClient(e.m.URL, caPEM, &cert)
+	url := e.m.URL
+	if o.master != "" {
+		url = o.master
+	}
+	pc, err := protocol.NewClient(url, caPEM, &cert)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var mc protocol.Master = pc
+	if o.wrap != nil {
+		mc = o.wrap(pc)
 	}
 	smap, err := storage.ParseMap([]string{"/project=" + filepath.Join(e.projects, "{project}")})
 	if err != nil {
@@ -112,14 +137,17 @@ func (e *env) startSlave(o slaveOpts) *slaveRun {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	inv := protocol.Inventory{Name: o.name, InstanceID: hex.EncodeToString(b), ClusterID: o.cluster, Host: "127.0.0.1", DNSName: "127.0.0.1",
-		Version: "test", PID: os.Getpid(), CPUs: 4, MemoryMiB: 8192, GPUs: gi.GPUs, CudaVersion: gi.CudaVersion, GPUStatus: gi.Status,
+		Version: "test", PID: os.Getpid(), CPUs: cmp.Or(o.cpus, 4), MemoryMiB: 8192, GPUs: gi.GPUs, CudaVersion: gi.CudaVersion, GPUStatus: gi.Status,
 		StorageRoots: smap.Roots()}
 	log := slog.New(slog.NewTextHandler(testWriter{t, o.name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	rt := slavecontainer.New(o.docker, slavecontainer.Config{Storage: smap, ScratchRoot: e.scratch, SlaveName: o.name, SlaveHost: "127.0.0.1",
 		SlaveDNSName: "127.0.0.1", SlaveInstanceID: inv.InstanceID, SlavePID: inv.PID, Version: "test", FakeGPUDeviceRequests: o.deviceRequests}, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	run := &slaveRun{name: o.name, cancel: cancel, stopped: make(chan struct{})}
-	agent := slave.New(mc, rt, gpu.NewSampler(nil, gi.GPUs), inv, slave.Config{PollWait: 2 * time.Second}, log)
+	if o.config.PollWait == 0 {
+		o.config.PollWait = 2 * time.Second
+	}
+	agent := slave.New(mc, rt, gpu.NewSampler(nil, gi.GPUs), inv, o.config, log)
 	go func() {
 		defer close(run.stopped)
 		if err := agent.Run(ctx); err != nil {

@@ -1,0 +1,380 @@
+package web_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opengpulab/gpulab/internal/testmaster"
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/protocol"
+	"github.com/opengpulab/gpulab/store"
+)
+
+// The master's side of the slave protocol, called as a slave calls it, with the scheduler off
+// so each test places its jobs itself: retries of what happened succeed, conflicts tell the
+// state the master holds, and master and slave reconcile what each holds.
+
+type protoWorld struct {
+	m     *testmaster.Master
+	alice *testmaster.User
+	slave *protocol.Client
+	name  string
+}
+
+func newProtoWorld(t *testing.T) *protoWorld {
+	t.Helper()
+	m := testmaster.Start(t, testmaster.Options{MissingGrace: time.Second})
+	w := &protoWorld{m: m, alice: m.AddUser("alice", false, "", "vision"), name: "proto1"}
+	w.slave = w.slaveClient(t, w.name)
+	if _, err := w.slave.Register(context.Background(), protocol.Inventory{InstanceID: "i1", CPUs: 8, MemoryMiB: 16384,
+		GPUs: []protocol.GPU{{Index: 0, UUID: "GPU-a", Model: "Fake V100"}, {Index: 1, UUID: "GPU-b", Model: "Fake V100"}}}); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func (w *protoWorld) slaveClient(t *testing.T, name string) *protocol.Client {
+	t.Helper()
+	cert := w.m.SlaveCert(name, 1)
+	caPEM, err := os.ReadFile(w.m.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := protocol.NewClient(w.m.URL, caPEM, &cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// job submits a job as alice and places it on slave name with GPU gpu; it returns the uuid and
+// the attempt.
+func (w *protoWorld) job(t *testing.T, name string, gpu int, restartable bool) (string, int) {
+	t.Helper()
+	sched := ""
+	if restartable {
+		sched = `, "scheduling": {"restartable": true}`
+	}
+	status, data, _ := w.m.Do(w.alice, "POST", v31+"/jobs", strings.NewReader(`{"name": "p", "request": {"resources": {"cpus": 1, "gpus": 1, "cpuMemoryGb": 1},
+	  "docker": {"image": "busybox"}`+sched+`}}`))
+	if status != 201 {
+		t.Fatalf("submit: %d %s", status, data)
+	}
+	id := strings.TrimSpace(string(data))
+	ctx := context.Background()
+	if _, err := w.m.Store.AssignJobs(ctx, []store.Assignment{{JobUUID: id, Placement: store.Placement{SlaveName: name, SlaveInstanceID: "i1", ClusterID: 1,
+		Resources: job.StateResources{SlaveName: name, GPUIDs: []int{gpu}, CPUIDs: []int{gpu}, CPUMemoryGb: 1}}}}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := w.m.Store.GetJob(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id, rec.Attempt
+}
+
+// advance moves a job along ASSIGNED → … → to as its slave does.
+func (w *protoWorld) advance(t *testing.T, c *protocol.Client, id string, attempt int, to job.Status) {
+	t.Helper()
+	path := []job.Status{job.StatusAssigned, job.StatusStarting, job.StatusRunning}
+	for i := 1; i < len(path) && path[i-1] != to; i++ {
+		if err := c.Update(context.Background(), protocol.StateUpdate{JobUUID: id, Attempt: attempt, From: path[i-1], To: path[i]}); err != nil {
+			t.Fatalf("%s → %s: %v", path[i-1], path[i], err)
+		}
+	}
+}
+
+func (w *protoWorld) status(t *testing.T, id string) job.Status {
+	t.Helper()
+	rec, err := w.m.Store.GetJob(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec.Job.State.Status
+}
+
+func (w *protoWorld) events(t *testing.T, id string) []store.Event {
+	t.Helper()
+	evs, err := w.m.Store.ListJobEvents(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+func countStatusEvents(evs []store.Event, to job.Status) int {
+	n := 0
+	for _, e := range evs {
+		if e.Kind == store.EventStatus && e.ToStatus == string(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// A slave that repeats a call whose reply it lost gets a success, and nothing happens twice.
+func TestSlaveCallsAreIdempotent(t *testing.T) {
+	w := newProtoWorld(t)
+	ctx := context.Background()
+	id, attempt := w.job(t, w.name, 0, false)
+	for range 2 {
+		if err := w.slave.Update(ctx, protocol.StateUpdate{JobUUID: id, Attempt: attempt, From: job.StatusAssigned, To: job.StatusStarting}); err != nil {
+			t.Fatalf("ASSIGNED → STARTING (again): %v", err)
+		}
+	}
+	res := &job.StateResources{SlaveName: w.name, GPUIDs: []int{0}, PortMappings: []job.PortMapping{{ContainerPort: 80, HostPort: 32001, HostIP: "0.0.0.0"}}}
+	for range 2 {
+		if err := w.slave.Update(ctx, protocol.StateUpdate{JobUUID: id, Attempt: attempt, From: job.StatusStarting, To: job.StatusRunning, Resources: res}); err != nil {
+			t.Fatalf("STARTING → RUNNING (again): %v", err)
+		}
+	}
+	for seq := range 2 {
+		for range 2 {
+			err := w.slave.Log(ctx, protocol.LogChunk{JobUUID: id, Attempt: attempt, Seq: seq, Data: []byte("line\n")})
+			if err != nil && !errors.Is(err, protocol.ErrConflict) {
+				t.Fatalf("log chunk %d: %v", seq, err)
+			}
+		}
+	}
+	code := 0
+	for range 2 {
+		if err := w.slave.Done(ctx, protocol.Completion{JobUUID: id, Attempt: attempt, From: job.StatusRunning, To: job.StatusFinished, ExitCode: &code}); err != nil {
+			t.Fatalf("done (again): %v", err)
+		}
+	}
+	evs := w.events(t, id)
+	for _, st := range []job.Status{job.StatusStarting, job.StatusRunning, job.StatusFinished} {
+		if n := countStatusEvents(evs, st); n != 1 {
+			t.Errorf("%d %s events, want 1: %+v", n, st, evs)
+		}
+	}
+	rec, _ := w.m.Store.GetJob(ctx, id)
+	if rec.Job.State.Status != job.StatusFinished || len(rec.Job.State.Resources.PortMappings) != 1 {
+		t.Fatalf("job %s %+v", rec.Job.State.Status, rec.Job.State.Resources)
+	}
+	if _, size, _ := w.m.Store.JobLogState(ctx, id); size != 10 {
+		t.Fatalf("log of %d bytes, want 10 (two chunks, each stored once)", size)
+	}
+}
+
+// A real conflict answers the state the master holds; a job the master ended tells the slave
+// to let it go, and the slave's report that the container exited frees what it held. A slave
+// never learns the state of another slave's job.
+func TestSlaveConflictsTellTheState(t *testing.T) {
+	w := newProtoWorld(t)
+	ctx := context.Background()
+	id, attempt := w.job(t, w.name, 0, false)
+	w.advance(t, w.slave, id, attempt, job.StatusRunning)
+	if status, data, _ := w.m.Do(w.alice, "PUT", v31+"/jobs/"+id+"/state/status", strings.NewReader("CANCELLED")); status != 200 {
+		t.Fatalf("cancel: %d %s", status, data)
+	}
+	if held, _ := w.m.Store.ListHeld(ctx); len(held) != 1 || !held[0].Releasing {
+		t.Fatalf("a cancelled job's GPU is free before its container is gone: %+v", held)
+	}
+	code := 143
+	err := w.slave.Done(ctx, protocol.Completion{JobUUID: id, Attempt: attempt, From: job.StatusRunning, To: job.StatusFailed, ExitCode: &code})
+	var c *protocol.Conflict
+	if !errors.As(err, &c) || c.Status != job.StatusCancelled || c.Attempt != attempt || !c.Gone(attempt) {
+		t.Fatalf("done of a cancelled job: %v, want a conflict naming CANCELLED", err)
+	}
+	if held, _ := w.m.Store.ListHeld(ctx); len(held) != 0 {
+		t.Fatalf("the container exited but the job still holds: %+v", held)
+	}
+
+	// An attempt the master gave up.
+	id2, attempt2 := w.job(t, w.name, 1, false)
+	err = w.slave.Update(ctx, protocol.StateUpdate{JobUUID: id2, Attempt: attempt2 - 1, From: job.StatusAssigned, To: job.StatusStarting})
+	if !errors.As(err, &c) || c.Attempt != attempt2 || !c.Gone(attempt2-1) {
+		t.Fatalf("an old attempt's start: %v", err)
+	}
+	if err := w.slave.Log(ctx, protocol.LogChunk{JobUUID: id2, Attempt: attempt2 - 1, Data: []byte("x")}); !errors.As(err, &c) {
+		t.Fatalf("an old attempt's log: %v", err)
+	}
+	if st := w.status(t, id2); st != job.StatusAssigned {
+		t.Fatalf("an old attempt moved the job to %s", st)
+	}
+
+	// Another slave's job, and no job at all: gone, and nothing told.
+	other := w.slaveClient(t, "proto2")
+	if _, err := other.Register(ctx, protocol.Inventory{InstanceID: "j1", CPUs: 1, MemoryMiB: 1024}); err != nil {
+		t.Fatal(err)
+	}
+	err = other.Update(ctx, protocol.StateUpdate{JobUUID: id2, Attempt: attempt2, From: job.StatusAssigned, To: job.StatusStarting})
+	if !errors.As(err, &c) || c.Status != "" || !c.Gone(attempt2) {
+		t.Fatalf("another slave's job: %v (%+v)", err, c)
+	}
+	err = w.slave.Update(ctx, protocol.StateUpdate{JobUUID: "00000000-0000-4000-8000-000000000000", Attempt: 1, From: job.StatusAssigned, To: job.StatusStarting})
+	if !errors.As(err, &c) || c.Status != "" {
+		t.Fatalf("an unknown job: %v", err)
+	}
+	err = w.slave.Update(ctx, protocol.StateUpdate{JobUUID: "../../x", Attempt: 1, From: job.StatusAssigned, To: job.StatusStarting})
+	var se *protocol.StatusError
+	if !errors.As(err, &se) || se.Status != 400 || !strings.Contains(se.Message, "jobUuid") {
+		t.Fatalf("a job uuid that is not one: %v", err)
+	}
+}
+
+// The heartbeat reconciles: jobs the slave stopped listing are requeued (never ran) or failed
+// (ran, restartable ones restarted) after the missing grace; what ended jobs held is freed once
+// the slave no longer lists them; the slave is told to stop what it must not hold.
+func TestHeartbeatReconciles(t *testing.T) {
+	w := newProtoWorld(t)
+	ctx := context.Background()
+	running, a1 := w.job(t, w.name, 0, true)
+	w.advance(t, w.slave, running, a1, job.StatusRunning)
+	starting, a2 := w.job(t, w.name, 1, false)
+	w.advance(t, w.slave, starting, a2, job.StatusStarting)
+	queued, _ := w.job(t, w.name, 1, false) // ASSIGNED, not taken yet: the assignment lease covers it
+	ended, a4 := w.job(t, w.name, 0, false)
+	w.advance(t, w.slave, ended, a4, job.StatusRunning)
+	if _, err := w.m.Store.TransitionJob(ctx, ended, []job.Status{job.StatusRunning}, job.StatusCancelled, store.Event{Message: "test"}); err != nil {
+		t.Fatal(err)
+	}
+
+	hb := func(jobs ...protocol.RunningJob) protocol.HeartbeatReply {
+		t.Helper()
+		reply, err := w.slave.Heartbeat(ctx, protocol.Heartbeat{InstanceID: "i1", Jobs: jobs, Accepting: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reply
+	}
+	// The slave still holds the cancelled job's container and a container of a job unknown to
+	// the master: both are to stop; the cancelled job keeps its GPU.
+	reply := hb(protocol.RunningJob{JobUUID: ended, Attempt: a4, ContainerID: "c4"},
+		protocol.RunningJob{JobUUID: "00000000-0000-4000-8000-000000000001", Attempt: 1, ContainerID: "c5"})
+	stops := map[string]string{}
+	for _, s := range reply.Stops {
+		stops[s.JobUUID] = string(s.Mode) + ": " + s.Reason
+	}
+	if !strings.HasPrefix(stops[ended], "cancel: job is CANCELLED") || !strings.Contains(stops["00000000-0000-4000-8000-000000000001"], "no such job") {
+		t.Fatalf("stop orders: %v", stops)
+	}
+	if held := heldJobs(t, w.m.Store); !slices.Contains(held, ended) {
+		t.Fatalf("the cancelled job's GPU was freed while its container is listed: %v", held)
+	}
+	var view []string
+	for _, j := range reply.Jobs {
+		view = append(view, j.JobUUID+"="+string(j.Status))
+	}
+	slices.Sort(view)
+	want := []string{queued + "=ASSIGNED", running + "=RUNNING", starting + "=STARTING"}
+	slices.Sort(want)
+	if !slices.Equal(view, want) {
+		t.Fatalf("master's view %v, want %v", view, want)
+	}
+	// Missing for less than the grace: nothing happens yet.
+	if st := w.status(t, running); st != job.StatusRunning {
+		t.Fatalf("a job missing from one heartbeat is %s", st)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for w.status(t, running) == job.StatusRunning || w.status(t, starting) == job.StatusStarting {
+		if time.Now().After(deadline) {
+			t.Fatalf("jobs missing from the heartbeats for longer than the grace are still %s and %s", w.status(t, running), w.status(t, starting))
+		}
+		time.Sleep(200 * time.Millisecond)
+		hb()
+	}
+	if st := w.status(t, running); st != job.StatusFailed {
+		t.Fatalf("a running job whose container is gone: %s, want FAILED", st)
+	}
+	if st := w.status(t, starting); st != job.StatusQueued {
+		t.Fatalf("a starting job without a container: %s, want QUEUED", st)
+	}
+	if st := w.status(t, queued); st != job.StatusAssigned {
+		t.Fatalf("an assignment not yet taken: %s, want ASSIGNED", st)
+	}
+	if evs := w.events(t, running); !strings.Contains(evs[len(evs)-1].Message+evs[len(evs)-2].Message, "container is gone") {
+		t.Fatalf("no reason for the failure: %+v", evs)
+	}
+	recs, _ := w.m.Store.ListJobs(ctx, store.JobFilter{Statuses: []job.Status{job.StatusQueued}})
+	restarted := false
+	for _, r := range recs {
+		restarted = restarted || (r.Job.RestartInfo != nil && r.Job.RestartInfo.InitialJobUUID == running)
+	}
+	if !restarted {
+		t.Fatalf("the restartable job was not restarted")
+	}
+	if held := heldJobs(t, w.m.Store); len(held) != 1 || held[0] != queued {
+		t.Fatalf("jobs the slave no longer holds still hold resources: %v", held)
+	}
+}
+
+func heldJobs(t *testing.T, st *store.Store) []string {
+	t.Helper()
+	held, err := st.ListHeld(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, h := range held {
+		out = append(out, h.UUID)
+	}
+	return out
+}
+
+// A slave that registers lists every container it found: the jobs it has no container of are
+// given their outcome at once, the others are in the master's view.
+func TestRegisterReconcilesAtOnce(t *testing.T) {
+	w := newProtoWorld(t)
+	ctx := context.Background()
+	kept, a1 := w.job(t, w.name, 0, false)
+	w.advance(t, w.slave, kept, a1, job.StatusRunning)
+	gone, a2 := w.job(t, w.name, 1, false)
+	w.advance(t, w.slave, gone, a2, job.StatusRunning)
+	reg, err := w.slave.Register(ctx, protocol.Inventory{InstanceID: "i2", CPUs: 8, MemoryMiB: 16384,
+		Containers: []protocol.RunningJob{{JobUUID: kept, Attempt: a1, ContainerID: "c1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reg.Jobs) != 1 || reg.Jobs[0].JobUUID != kept || reg.Jobs[0].Attempt != a1 || reg.FenceAfter <= 0 {
+		t.Fatalf("registration: %+v", reg)
+	}
+	if st := w.status(t, gone); st != job.StatusFailed {
+		t.Fatalf("a job without a container after the slave restarted: %s", st)
+	}
+	if st := w.status(t, kept); st != job.StatusRunning {
+		t.Fatalf("a job whose container survived: %s", st)
+	}
+}
+
+// A heartbeat that lists a job as starting renews its start lease (an image pull in progress),
+// but never past the start deadline.
+func TestStartLeaseRenewedByHeartbeat(t *testing.T) {
+	w := newProtoWorld(t)
+	ctx := context.Background()
+	id, attempt := w.job(t, w.name, 0, false)
+	w.advance(t, w.slave, id, attempt, job.StatusStarting)
+	lease := func() time.Duration {
+		var left float64
+		if err := w.m.Store.DB().QueryRowContext(ctx, `SELECT EXTRACT(EPOCH FROM lease_expires_at - now()) FROM jobs WHERE uuid = $1`, id).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(left * float64(time.Second))
+	}
+	if _, err := w.m.Store.DB().ExecContext(ctx, `UPDATE jobs SET lease_expires_at = now() + interval '5 seconds' WHERE uuid = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.slave.Heartbeat(ctx, protocol.Heartbeat{InstanceID: "i1", Jobs: []protocol.RunningJob{{JobUUID: id, Attempt: attempt, Status: job.StatusStarting}}}); err != nil {
+		t.Fatal(err)
+	}
+	if left := lease(); left < time.Minute {
+		t.Fatalf("start lease after a heartbeat listing the job as starting: %s left", left)
+	}
+	// Started an hour ago: the deadline caps the renewal.
+	if _, err := w.m.Store.DB().ExecContext(ctx, `UPDATE jobs SET lease_expires_at = now() + interval '5 seconds',
+		event_times = jsonb_set(event_times, '{STARTING}', to_jsonb(now() - interval '59 minutes 50 seconds')) WHERE uuid = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.slave.Heartbeat(ctx, protocol.Heartbeat{InstanceID: "i1", Jobs: []protocol.RunningJob{{JobUUID: id, Attempt: attempt, Status: job.StatusStarting}}}); err != nil {
+		t.Fatal(err)
+	}
+	if left := lease(); left > 15*time.Second {
+		t.Fatalf("start lease renewed past the start deadline: %s left", left)
+	}
+}
