@@ -203,7 +203,9 @@ func (h *Handlers) reconcile(ctx context.Context, slave string, held []protocol.
 		hj, ok := holds[j.UUID]
 		switch {
 		case ok && hj.Attempt == j.Attempt:
-			listed = append(listed, j.UUID)
+			if j.MissingSince.Valid {
+				listed = append(listed, j.UUID) // listed again: no longer missing
+			}
 			if j.Status == job.StatusStarting && hj.Status != "" {
 				starting = append(starting, j.UUID)
 			}

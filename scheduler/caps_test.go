@@ -45,6 +45,14 @@ func TestCapsAndBuckets(t *testing.T) {
 			want:    map[string]string{"a": "big", "b": "WAIT the owner has 2 running jobs", "other": "big"},
 		},
 		{
+			name:   "what an ended job holds until its container is gone is taken, but counts against no cap",
+			limits: Limits{PerUser: 1},
+			running: []Placed{{JobUUID: "ended", SlaveName: "big", GPUIndices: []int{0, 1, 2, 3, 4, 5, 6}, CPUIDs: []int{0}, MemoryGb: 1,
+				UserID: 1, ProjectID: 1, Bucket: "sweep", Releasing: true, Halting: true}},
+			queued: []Job{mkJob("a", 1, 1, 1, bucket("sweep", 1)), mkJob("b", 1, 1, 1, owner(2, 2))},
+			want:   map[string]string{"a": "big gpus=[7]", "b": "WAIT needs 1 GPU, none free"},
+		},
+		{
 			name:   "per-project cap",
 			limits: Limits{PerProject: 1},
 			queued: []Job{mkJob("a", 1, 1, 1, owner(1, 9)), mkJob("b", 1, 1, 1, owner(2, 9)), mkJob("c", 1, 1, 1, owner(3, 8))},

@@ -40,6 +40,9 @@ func offline() slaveOpt               { return func(s *Slave) { s.Online = false
 func draining() slaveOpt              { return func(s *Slave) { s.Accepting = false } }
 func gpus(g ...protocol.GPU) slaveOpt { return func(s *Slave) { s.GPUs = g } }
 
+// hadGPUs sets the slave's capacity: the GPUs it had at most (some dropped out since).
+func hadGPUs(g ...protocol.GPU) slaveOpt { return func(s *Slave) { s.CapacityGPUs = g } }
+
 // mkSlave is an online, accepting slave in cluster 1 with CUDA 12, 32 CPUs, 256 GB and no GPUs
 // unless told otherwise.
 func mkSlave(name string, opts ...slaveOpt) Slave {

@@ -252,6 +252,19 @@ func TestPlan(t *testing.T) {
 			},
 		},
 
+		// A GPU that dropped out of a slave's inventory (an Xid error) makes jobs needing it
+		// wait, not fail: a request is impossible only against what the slave has had.
+		{
+			name:   "a GPU missing for a while makes jobs wait",
+			slaves: []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 7)...), hadGPUs(gpuList(v100, 32, 0, 8)...))},
+			queued: []Job{mkJob("whole", 8, 1, 1), mkJob("more", 9, 1, 1), mkJob("now", 8, 1, 1, interactive())},
+			want: map[string]string{
+				"whole": "WAIT slave gpu1 has 7 of its 8 GPUs now: waiting for them to come back",
+				"more":  "FAIL no slave has 9 GPUs (the most is 7 on gpu1)",
+				"now":   "FAIL interactive job cannot start now: slave gpu1 has 7 of its 8 GPUs now: waiting for them to come back",
+			},
+		},
+
 		// Requests no slave could ever satisfy fail; an empty scope waits.
 		{
 			name: "impossible requests fail",
