@@ -36,6 +36,8 @@ type Master struct {
 	URL, APIBase string
 	CA           *pki.CA
 	Store        *store.Store
+	// DatabaseURL is the master's own test database (see DatabaseOutage).
+	DatabaseURL string
 	// Dir holds CA and certificate files for tools that read files (the CLI, curl).
 	Dir    string
 	CAFile string
@@ -90,7 +92,8 @@ func Start(t testing.TB, opts Options) *Master {
 		oidcCfg = web.OIDCConfig{Issuer: idp.Issuer, ClientID: idp.ClientID, ClientSecret: idp.ClientSecret, RedirectURL: url + web.CallbackPath}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := store.Open(ctx, testenv.PostgresURL(t))
+	dbURL := testenv.PostgresURL(t)
+	st, err := store.Open(ctx, dbURL)
 	if err != nil {
 		cancel()
 		t.Fatalf("open store: %v", err)
@@ -151,9 +154,16 @@ func Start(t testing.TB, opts Options) *Master {
 		<-loopDone
 		_ = st.Close()
 	})
-	m := &Master{t: t, URL: url, CA: ca, Store: st, Dir: dir, CAFile: filepath.Join(dir, "ca", "ca.pem"), IdP: idp}
+	m := &Master{t: t, URL: url, CA: ca, Store: st, DatabaseURL: dbURL, Dir: dir, CAFile: filepath.Join(dir, "ca", "ca.pem"), IdP: idp}
 	m.APIBase = m.URL + "/api/gpulab/v3.1"
 	return m
+}
+
+// DatabaseOutage cuts the master off from its database, as if Postgres had stopped, until the
+// returned function (or the test's cleanup) ends the outage. The master keeps running.
+func (m *Master) DatabaseOutage() (heal func()) {
+	m.t.Helper()
+	return testenv.DatabaseOutage(m.t, m.DatabaseURL)
 }
 
 // testWriter sends the master's log to the test log.
