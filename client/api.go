@@ -232,6 +232,7 @@ func (c *Client) DebugRaw(ctx context.Context, id string) (json.RawMessage, erro
 func (c *Client) Convert(ctx context.Context, body []byte) ([]byte, error) {
 	resp, err := c.do(ctx, request{
 		method: http.MethodPost, path: "convert", body: body, contentType: "application/json",
+		replayable: true, // a conversion stores nothing
 	})
 	if err != nil {
 		return nil, fmt.Errorf("convert job: %w", err)

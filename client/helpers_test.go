@@ -76,6 +76,8 @@ func (p *testPKI) config(srv *httptest.Server) Config {
 		CertName: "alice.pem",
 		ServerCA: p.ca.CertPEM,
 		Timeout:  5 * time.Second,
+		// Retries are tested on their own (retry_test.go); elsewhere a failure must come fast.
+		RetryMaxTime: 300 * time.Millisecond,
 	}
 }
 
