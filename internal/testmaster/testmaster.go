@@ -159,6 +159,20 @@ func Start(t testing.TB, opts Options) *Master {
 	return m
 }
 
+// ForceJobStatus moves a job to a status whatever the transition rules say, as the scheduler
+// and a slave would move it together (tests without either).
+func (m *Master) ForceJobStatus(id string, to job.Status) {
+	m.t.Helper()
+	ctx := context.Background()
+	rec, err := m.Store.GetJob(ctx, id)
+	if err != nil {
+		m.t.Fatalf("force job %s to %s: %v", id, to, err)
+	}
+	if _, err := m.Store.TransitionJob(ctx, id, []job.Status{rec.Job.State.Status}, to, store.Event{Actor: "test", Message: "forced by the test"}); err != nil {
+		m.t.Fatalf("force job %s to %s: %v", id, to, err)
+	}
+}
+
 // DatabaseOutage cuts the master off from its database, as if Postgres had stopped, until the
 // returned function (or the test's cleanup) ends the outage. The master keeps running.
 func (m *Master) DatabaseOutage() (heal func()) {
