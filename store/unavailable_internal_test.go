@@ -13,12 +13,13 @@ import (
 	"testing"
 
 	"github.com/lib/pq"
+	"github.com/lib/pq/pqerror"
 )
 
 // TestUnavailableClassification is the table of what counts as "the database cannot be
 // reached": types and SQLSTATE codes, never message text.
 func TestUnavailableClassification(t *testing.T) {
-	pqErr := func(code string) error { return &pq.Error{Severity: "ERROR", Code: pq.ErrorCode(code), Message: "x"} }
+	pqErr := func(code string) error { return &pq.Error{Severity: "ERROR", Code: pqerror.Code(code), Message: "x"} }
 	dial := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 	tests := []struct {
 		name string
