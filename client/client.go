@@ -233,6 +233,10 @@ type request struct {
 	okStatus []int
 	// replayable marks a POST that may be repeated safely (a conversion changes nothing).
 	replayable bool
+	// repeated, when set, is told whether the request was sent again after an attempt that
+	// the master may have carried out (its answer lost, or a proxy's 502 or 504): a state
+	// change then meets its own effect, which the caller may recognise.
+	repeated *bool
 }
 
 // idempotent reports whether the request may be sent again after an unknown outcome.
@@ -273,11 +277,19 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 			if sent && !r.idempotent() {
 				return nil, fmt.Errorf("%w (%w)", err, ErrOutcomeUnknown)
 			}
+			if sent && r.repeated != nil {
+				*r.repeated = true
+			}
 		case isGatewayStatus(resp.status):
 			err = fmt.Errorf("%s %s: %w", r.method, target, decodeAPIError(resp.status, resp.body))
-			if !r.idempotent() && resp.status != http.StatusServiceUnavailable {
+			if resp.status != http.StatusServiceUnavailable {
 				// A proxy's 502 or 504 says nothing of whether a master got the request.
-				return nil, fmt.Errorf("%w (%w)", err, ErrOutcomeUnknown)
+				if !r.idempotent() {
+					return nil, fmt.Errorf("%w (%w)", err, ErrOutcomeUnknown)
+				}
+				if r.repeated != nil {
+					*r.repeated = true
+				}
 			}
 			retryAfter = parseRetryAfter(resp.header.Get("Retry-After"), time.Now())
 		default:

@@ -216,6 +216,25 @@ func TestRetriesThroughAFront(t *testing.T) {
 			t.Errorf("the front saw %d PUT and %d DELETE, want 3 of each", p, d)
 		}
 	})
+	t.Run("a state change repeated after its answer was lost", func(t *testing.T) {
+		id, err := c.SubmitJob(ctx, []byte(demoJob), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.set(failFirst("PUT", 1, frontAction{drop: true}))
+		// The first PUT holds the job; the second meets a job already ONHOLD (409), which
+		// is the first one's doing.
+		if err := c.SetStatus(ctx, id, "ONHOLD"); err != nil {
+			t.Errorf("SetStatus with its first answer lost: %v", err)
+		}
+		if n := f.count("PUT", "/state/status"); n != 2 {
+			t.Errorf("the front saw %d PUTs, want 2", n)
+		}
+		f.set(func(*http.Request, int) frontAction { return pass })
+		if err := c.SetStatus(ctx, id, "ONHOLD"); StatusCode(err) != http.StatusConflict {
+			t.Errorf("holding a held job without any retry: err = %v, want the 409", err)
+		}
+	})
 	t.Run("submit after 503s is stored once", func(t *testing.T) {
 		f.set(failFirst("POST", 2, frontAction{status: http.StatusServiceUnavailable}))
 		before := w.jobs(t)
