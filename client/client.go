@@ -47,7 +47,8 @@ type Config struct {
 	// Timeout bounds each request; 0 means 30 seconds.
 	Timeout time.Duration
 	// RetryMaxTime bounds the time one call spends retrying (see Client): 0 means
-	// DefaultRetryMaxTime, a negative value turns retries off.
+	// DefaultRetryMaxTime, a negative value turns retries off (the other masters of BaseURL
+	// are still tried once).
 	RetryMaxTime time.Duration
 	// UserAgent is sent with each request; empty means "gpulab-client".
 	UserAgent string
@@ -299,16 +300,17 @@ func (c *Client) do(ctx context.Context, r request) (*response, error) {
 			}
 			return resp, nil
 		}
-		if c.retryMax <= 0 {
-			return nil, err
-		}
-		// Try the next master at once; wait only when every master failed since the last wait.
+		// Try the next master at once (even with retries off: that is no retry of the same
+		// master); wait only when every master failed since the last wait.
 		next := (i + 1) % n
 		c.cur.CompareAndSwap(i, next)
 		failedInRound++
 		if failedInRound < n {
 			c.debugf("... %v; trying %s\n", oneLine(err), c.bases[next])
 			continue
+		}
+		if c.retryMax <= 0 {
+			return nil, err
 		}
 		failedInRound = 0
 		left := c.retryMax - bo.GetElapsedTime()

@@ -357,6 +357,11 @@ func TestSecondMasterWhenTheFirstRefuses(t *testing.T) {
 	if strings.Contains(debug.String(), down) {
 		t.Errorf("the next call tried the master that refused again:\n%s", debug.String())
 	}
+	// Moving on to another master is no retry: it happens with retries off too.
+	noRetry := w.client(t, down+", "+w.m.APIBase, -1, nil)
+	if _, err := noRetry.GetJob(ctx, id); err != nil {
+		t.Errorf("GetJob with retries off: %v", err)
+	}
 }
 
 // A master that refuses connections for a while (restarting) is waited for: GETs and a submit
