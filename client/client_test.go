@@ -455,7 +455,9 @@ func TestRetriesByMethodAndStatus(t *testing.T) {
 		mu.Lock()
 		calls, failWith = map[string]int{}, status
 		mu.Unlock()
-		c := newTestClient(t, p.config(srv))
+		cfg := p.config(srv)
+		cfg.RetryMaxTime = 30 * time.Second // waits are 1 ms here; a loaded machine is slow to connect
+		c := newTestClient(t, cfg)
 		if _, err := c.Version(context.Background()); err != nil {
 			t.Errorf("Version after two %ds: %v", status, err)
 		}
