@@ -121,27 +121,49 @@ func (c *Client) GetJobRaw(ctx context.Context, id string) (json.RawMessage, err
 }
 
 // SetStatus asks for a state change: CANCELLED, MUSTHALT (halt), ONHOLD (hold) or QUEUED
-// (release). The master answers 409 when the job's state does not allow it.
+// (release). The master answers 409 when the job's state does not allow it. When an attempt
+// whose answer was lost had to be repeated, a 409 may be the first attempt's own doing: if
+// the job is then in the state asked for (or, for a halt, on its way out), that is success.
 func (c *Client) SetStatus(ctx context.Context, id string, status job.Status) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
+	var repeated bool
 	_, err := c.do(ctx, request{
 		method: http.MethodPut, path: jobPath(id, "state/status"),
-		body: []byte(status), contentType: "text/plain",
+		body: []byte(status), contentType: "text/plain", repeated: &repeated,
 	})
+	if err != nil && repeated && StatusCode(err) == http.StatusConflict {
+		if j, gerr := c.GetJob(ctx, id); gerr == nil && reached(j.State.Status, status) {
+			return nil
+		}
+		err = fmt.Errorf("%w (an earlier attempt, whose answer was lost, may have changed the job)", err)
+	}
 	if err != nil {
 		return fmt.Errorf("set job %s to %s: %w", id, status, err)
 	}
 	return nil
 }
 
-// DeleteJob deletes a job (marks it DELETED, or removes it with opts.Real).
+// reached reports whether a job in state now shows that a change to want took place.
+func reached(now, want job.Status) bool {
+	if now == want {
+		return true
+	}
+	return want == job.StatusMustHalt && (now == job.StatusHalting || now == job.StatusHalted)
+}
+
+// DeleteJob deletes a job (marks it DELETED, or removes it with opts.Real). Marking is
+// idempotent; a removal repeated after a lost answer finds the job gone, which is success.
 func (c *Client) DeleteJob(ctx context.Context, id string, opts DeleteOptions) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
-	_, err := c.do(ctx, request{method: http.MethodDelete, path: jobPath(id, ""), query: opts.query()})
+	var repeated bool
+	_, err := c.do(ctx, request{method: http.MethodDelete, path: jobPath(id, ""), query: opts.query(), repeated: &repeated})
+	if err != nil && repeated && opts.Real && StatusCode(err) == http.StatusNotFound {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("delete job %s: %w", id, err)
 	}
@@ -232,6 +254,7 @@ func (c *Client) DebugRaw(ctx context.Context, id string) (json.RawMessage, erro
 func (c *Client) Convert(ctx context.Context, body []byte) ([]byte, error) {
 	resp, err := c.do(ctx, request{
 		method: http.MethodPost, path: "convert", body: body, contentType: "application/json",
+		replayable: true, // a conversion stores nothing
 	})
 	if err != nil {
 		return nil, fmt.Errorf("convert job: %w", err)

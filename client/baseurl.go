@@ -58,3 +58,32 @@ func NormalizeBaseURL(raw string) (*url.URL, error) {
 	u.Path = p
 	return u, nil
 }
+
+// ParseBaseURLs reads a list of API bases separated by commas (several masters sharing one
+// database), normalising each as NormalizeBaseURL does and dropping repeats. An empty list
+// means DefaultBaseURL; a single URL is the common case and works exactly as before.
+func ParseBaseURLs(raw string) ([]*url.URL, error) {
+	var out []*url.URL
+	seen := map[string]bool{}
+	for _, part := range strings.Split(raw, ",") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		u, err := NormalizeBaseURL(part)
+		if err != nil {
+			return nil, err
+		}
+		if !seen[u.String()] {
+			seen[u.String()] = true
+			out = append(out, u)
+		}
+	}
+	if len(out) == 0 {
+		u, err := NormalizeBaseURL("")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}

@@ -429,32 +429,55 @@ func TestLog(t *testing.T) {
 	}
 }
 
-func TestRetriesIdempotentRequests(t *testing.T) {
+// Idempotent requests are retried on 502, 503 and 504; a submit only on 503 (the master
+// stored nothing), never on a proxy's 502 or 504 (it may have reached a master).
+func TestRetriesByMethodAndStatus(t *testing.T) {
 	p := newTestPKI(t, "")
 	var mu sync.Mutex
 	calls := map[string]int{}
+	var failWith int
 	srv := p.startTLS(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		calls[r.Method]++
-		n := calls[r.Method]
+		n, status := calls[r.Method], failWith
 		mu.Unlock()
 		if n < 3 {
-			w.WriteHeader(http.StatusServiceUnavailable)
+			w.WriteHeader(status)
+			return
+		}
+		if r.Method == http.MethodPost {
+			_, _ = io.WriteString(w, "0b4c3a8e-1111-2222-3333-444455556666")
 			return
 		}
 		_, _ = io.WriteString(w, `{"version": "1"}`)
 	}))
-	c := newTestClient(t, p.config(srv))
-	if _, err := c.Version(context.Background()); err != nil {
-		t.Fatalf("Version after two 503s: %v", err)
-	}
-	if _, err := c.SubmitJob(context.Background(), []byte(`{}`), false); StatusCode(err) != http.StatusServiceUnavailable {
-		t.Errorf("SubmitJob error = %v, want the 503 (POST is never retried)", err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if calls["GET"] != 3 || calls["POST"] != 1 {
-		t.Errorf("calls = %v, want 3 GET and 1 POST", calls)
+	for _, status := range []int{http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout} {
+		mu.Lock()
+		calls, failWith = map[string]int{}, status
+		mu.Unlock()
+		cfg := p.config(srv)
+		cfg.RetryMaxTime = 30 * time.Second // waits are 1 ms here; a loaded machine is slow to connect
+		c := newTestClient(t, cfg)
+		if _, err := c.Version(context.Background()); err != nil {
+			t.Errorf("Version after two %ds: %v", status, err)
+		}
+		_, err := c.SubmitJob(context.Background(), []byte(`{}`), false)
+		wantPOSTs := 3
+		if status == http.StatusServiceUnavailable {
+			if err != nil {
+				t.Errorf("SubmitJob after two 503s: %v", err)
+			}
+		} else {
+			wantPOSTs = 1
+			if StatusCode(err) != status || !errors.Is(err, ErrOutcomeUnknown) {
+				t.Errorf("SubmitJob error = %v, want the %d and ErrOutcomeUnknown (not retried)", err, status)
+			}
+		}
+		mu.Lock()
+		if calls["GET"] != 3 || calls["POST"] != wantPOSTs {
+			t.Errorf("%d: calls = %v, want 3 GET and %d POST", status, calls, wantPOSTs)
+		}
+		mu.Unlock()
 	}
 }
 

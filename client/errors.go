@@ -30,7 +30,34 @@ var (
 	ErrCertificateRejected = errors.New("the master rejected the client certificate")
 	// ErrUnreachable means no connection could be made to the master at all.
 	ErrUnreachable = errors.New("cannot reach the master")
+	// ErrConnectionLost means the connection broke, or the master did not answer in time,
+	// after the request may have been sent.
+	ErrConnectionLost = errors.New("lost the connection to the master")
+	// ErrOutcomeUnknown marks a request that is not safe to repeat (a submit) whose answer was
+	// lost: the master may have carried it out. It is not retried; the caller should look
+	// before trying again.
+	ErrOutcomeUnknown = errors.New("the master may have carried it out all the same")
+
+	// errNotTLS is a server answering in plain HTTP: a wrong URL, not an outage.
+	errNotTLS = errors.New("the server does not speak TLS (is it an http:// URL?)")
 )
+
+// Temporary reports whether err is a failure that may pass by itself: the master could not
+// be reached or the connection was lost (ErrUnreachable, ErrConnectionLost, but not a URL
+// that names a plain-HTTP server), or it answered 502, 503 or 504 (a proxy without a master
+// behind it, or a master whose database is down). The client retries such failures itself
+// within Config.RetryMaxTime; callers that wait longer (gpulab-cli wait) keep going through
+// them.
+func Temporary(err error) bool {
+	switch StatusCode(err) {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	if errors.Is(err, errNotTLS) {
+		return false
+	}
+	return errors.Is(err, ErrUnreachable) || errors.Is(err, ErrConnectionLost)
+}
 
 // APIError is an error answer of the API. The master reports every problem of a request at
 // once, each with the path of the field at fault, so it keeps them all.
@@ -168,7 +195,7 @@ func wrapTransportError(method, target string, err error) error {
 	case errors.As(err, &opErr) && opErr.Op == "remote error" && isClientCertAlert(alertCode(opErr.Err)):
 		return fmt.Errorf("%s %s: %w (%w)", method, target, ErrCertificateRejected, opErr.Err)
 	case errors.As(err, &recordError):
-		return fmt.Errorf("%s %s: %w: the server does not speak TLS (is it an http:// URL?)", method, target, ErrUnreachable)
+		return fmt.Errorf("%s %s: %w: %w", method, target, ErrUnreachable, errNotTLS)
 	case errors.As(err, &dnsErr):
 		return fmt.Errorf("%s %s: %w: %w", method, target, ErrUnreachable, dnsErr)
 	case errors.Is(err, syscall.ECONNREFUSED):
@@ -176,7 +203,8 @@ func wrapTransportError(method, target string, err error) error {
 	case errors.As(err, &opErr) && opErr.Op == "dial":
 		return fmt.Errorf("%s %s: %w: %w", method, target, ErrUnreachable, opErr)
 	}
-	return fmt.Errorf("%s %s: %w", method, target, err)
+	// The connection was reset or closed before the answer, or the answer did not come in time.
+	return fmt.Errorf("%s %s: %w: %w", method, target, ErrConnectionLost, err)
 }
 
 // isClientCertAlert reports whether a TLS alert from the server is its verdict on our client

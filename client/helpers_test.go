@@ -86,5 +86,9 @@ func newTestClient(t *testing.T, cfg Config) *Client {
 		t.Fatalf("new client: %v", err)
 	}
 	c.retryWait = time.Millisecond
+	if cfg.RetryMaxTime == 0 {
+		// Retries are tested on their own (retry_test.go); elsewhere a failure must come fast.
+		c.retryMax = 300 * time.Millisecond
+	}
 	return c
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -176,9 +177,19 @@ func (h *Handlers) Wrap(fn Func) http.HandlerFunc {
 	}
 }
 
+// RetryAfter is what a 503 asks clients to wait before they try again (the Retry-After
+// header), when the database cannot be reached: long enough not to hammer a master whose
+// Postgres restarts, short enough that a script notices the end of a short outage at once.
+const RetryAfter = 5 * time.Second
+
+// MsgUnavailable is the error message of a 503 for a database that cannot be reached.
+const MsgUnavailable = "database unavailable, retry later"
+
 // WriteError maps an error to its status code and JSON body, once for every handler:
-// validation → 400 with field paths, not found → 404, conflicts → 409, anything else → 500
-// (logged, never shown: it may hold internals).
+// validation → 400 with field paths, not found → 404, conflicts → 409, a database that cannot
+// be reached → 503 with Retry-After (logged as a warning: the request was fine, and the
+// operator learns of the outage from the database's own alarms), anything else → 500 (logged,
+// never shown: it may hold internals).
 func (h *Handlers) WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	body := errorBody{}
 	status := http.StatusInternalServerError
@@ -205,6 +216,10 @@ func (h *Handlers) WriteError(w http.ResponseWriter, r *http.Request, err error)
 		status, body.Error = http.StatusConflict, "ambiguous job id: it is the prefix of several jobs, give more characters"
 	case errors.Is(err, store.ErrConflict):
 		status, body.Error = http.StatusConflict, "already exists"
+	case errors.Is(err, store.ErrUnavailable):
+		h.log.WarnContext(r.Context(), "database unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
+		status, body.Error = http.StatusServiceUnavailable, MsgUnavailable
 	default:
 		h.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		body.Error = "internal error"

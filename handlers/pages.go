@@ -41,23 +41,43 @@ func (h *Handlers) Page(fn Func) Func {
 			h.WriteError(w, r, err)
 			return nil
 		}
-		ev := h.errorView(r, err)
-		if isHTMX(r) {
-			// htmx swaps error answers too (see the htmx-config meta tag): show the message in
-			// #flash instead of the target the request meant to replace.
-			w.Header().Set("HX-Retarget", "#flash")
-			w.Header().Set("HX-Reswap", "innerHTML")
-			return h.render(w, r, ev.Status, views.ErrorFlash(ev))
-		}
-		return h.render(w, r, ev.Status, views.ErrorPage(h.chrome(r, ""), ev))
+		h.WriteErrorPage(w, r, err)
+		return nil
 	}
 }
 
-// errorView maps an error exactly as the API does (WriteError is the one mapping), and reads
-// back the status, message and field problems it chose.
-func (h *Handlers) errorView(r *http.Request, err error) views.ErrorView {
+// WriteErrorPage shows an error to a browser, mapped exactly as WriteError maps it for the
+// API: the portal's error page, or for htmx the message in #flash. Middleware that fails
+// before a page handler runs (authentication reading the user while the database is down)
+// uses it for page requests, so the browser shows a readable page with the right status.
+func (h *Handlers) WriteErrorPage(w http.ResponseWriter, r *http.Request, err error) {
+	ev := h.errorView(w, r, err)
+	var rerr error
+	if isHTMX(r) {
+		// htmx swaps error answers too (see the htmx-config meta tag): show the message in
+		// #flash instead of the target the request meant to replace.
+		w.Header().Set("HX-Retarget", "#flash")
+		w.Header().Set("HX-Reswap", "innerHTML")
+		rerr = h.render(w, r, ev.Status, views.ErrorFlash(ev))
+	} else {
+		rerr = h.render(w, r, ev.Status, views.ErrorPage(h.chrome(r, ""), ev))
+	}
+	if rerr != nil {
+		w.Header().Del("HX-Retarget")
+		w.Header().Del("HX-Reswap")
+		h.WriteError(w, r, rerr)
+	}
+}
+
+// errorView maps an error exactly as the API does (WriteError is the one mapping), reads back
+// the status, message and field problems it chose, and passes on the headers a client acts on
+// (Retry-After).
+func (h *Handlers) errorView(w http.ResponseWriter, r *http.Request, err error) views.ErrorView {
 	cw := newCapture()
 	h.WriteError(cw, r, err)
+	if ra := cw.header.Get("Retry-After"); ra != "" {
+		w.Header().Set("Retry-After", ra)
+	}
 	var body errorBody
 	_ = json.Unmarshal(cw.body.Bytes(), &body)
 	return views.ErrorView{Status: cw.status, Message: body.Error, Details: body.Details}

@@ -199,7 +199,7 @@ func (h *Handlers) NewJobForm(w http.ResponseWriter, r *http.Request) error {
 	v.Hold = pf.Get("hold") == "true"
 	v.CloneOf = pf.Get("clone")
 	fail := func(err error) error {
-		ev := h.errorView(r, err)
+		ev := h.errorView(w, r, err)
 		v.setProblems(ev)
 		return h.render(w, r, ev.Status, views.JobFormPage(v.JobFormView))
 	}

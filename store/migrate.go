@@ -77,11 +77,11 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 	}
 	conn, err := s.db.Connx(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("migrate: %w", err)
+		return nil, mapErr(err, "migrate")
 	}
 	defer func() { _ = conn.Close() }()
 	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, migrationLockKey); err != nil {
-		return nil, fmt.Errorf("migrate: take lock: %w", err)
+		return nil, mapErr(err, "migrate: take lock")
 	}
 	defer func() {
 		_, _ = conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, migrationLockKey)
@@ -122,14 +122,14 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
 	var exists bool
 	if err := s.q.GetContext(ctx, &exists, `SELECT to_regclass('schema_migrations') IS NOT NULL`); err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
+		return 0, mapErr(err, "read schema version")
 	}
 	if !exists {
 		return 0, nil
 	}
 	var v int
 	if err := s.q.GetContext(ctx, &v, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`); err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
+		return 0, mapErr(err, "read schema version")
 	}
 	return v, nil
 }

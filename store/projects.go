@@ -94,7 +94,7 @@ func affectedOne(res sql.Result, err error, what string) error {
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return mapErr(err, what)
 	}
 	if n == 0 {
 		return fmt.Errorf("%s: %w", what, ErrNotFound)

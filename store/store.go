@@ -34,6 +34,10 @@ var (
 	ErrSchemaOutdated = errors.New("database schema is older than this master")
 	// ErrSchemaTooNew means the database was migrated by a newer master.
 	ErrSchemaTooNew = errors.New("database schema is newer than this master")
+	// ErrUnavailable means the database could not be reached or the connection to it was lost
+	// (see unavailable). It passes: callers answer "try again later". Nothing was written,
+	// unless the connection broke during a COMMIT, which Postgres may have completed.
+	ErrUnavailable = errors.New("database unavailable")
 )
 
 // querier is what both *sqlx.DB and *sqlx.Tx offer; Store methods run on either.
@@ -61,16 +65,17 @@ const maxConns = 20
 
 // Open connects to Postgres at url and checks the connection.
 func Open(ctx context.Context, url string) (*Store, error) {
-	db, err := sqlx.Open("postgres", url)
+	pc, err := pq.NewConnector(url)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
+	db := sqlx.NewDb(sql.OpenDB(connector{pc}), "postgres")
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("connect to database: %w", err)
+		return nil, mapErr(err, "connect to database")
 	}
 	return &Store{db: db, q: &prepared{querier: db, cache: newStmtCache(db)}, decoded: newDecodeCache(), leases: DefaultLeases, url: url}, nil
 }
@@ -81,6 +86,11 @@ func (s *Store) Close() error { return s.db.Close() }
 // DB exposes the pool for health checks.
 func (s *Store) DB() *sql.DB { return s.db.DB }
 
+// Ping checks that the database answers; ErrUnavailable when it does not.
+func (s *Store) Ping(ctx context.Context) error {
+	return mapErr(s.db.PingContext(ctx), "ping database")
+}
+
 // WithTx runs fn in one transaction: committed if fn returns nil, rolled back otherwise. The
 // Store given to fn runs every method inside the transaction.
 func (s *Store) WithTx(ctx context.Context, fn func(tx *Store) error) error {
@@ -89,25 +99,33 @@ func (s *Store) WithTx(ctx context.Context, fn func(tx *Store) error) error {
 	}
 	tx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("begin transaction: %w", err)
+		return mapErr(err, "begin transaction")
 	}
 	if err := fn(&Store{db: s.db, tx: tx, q: &prepared{querier: tx, tx: tx, cache: s.q.(*prepared).cache}, decoded: s.decoded, leases: s.leases, url: s.url}); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit transaction: %w", err)
+		return mapErr(err, "commit transaction")
 	}
 	return nil
 }
 
-// mapErr turns driver errors into the package's sentinels, keeping the cause.
+// mapErr turns driver errors into the package's sentinels, keeping the cause: no row →
+// ErrNotFound, a unique violation → ErrConflict, a database that cannot be reached →
+// ErrUnavailable (see unavailable). An error mapped already goes through unchanged.
 func mapErr(err error, what string) error {
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%s: %w", what, ErrNotFound)
+	}
+	if errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	if unavailable(err) {
+		return fmt.Errorf("%s: %w: %w", what, ErrUnavailable, err)
 	}
 	var pqErr *pq.Error
 	if errors.As(err, &pqErr) && pqErr.Code == "23505" {
@@ -160,7 +178,7 @@ func (c *stmtCache) prepare(ctx context.Context, query string) *sqlx.Stmt {
 	delete(c.pending, query)
 	if err != nil {
 		var pqErr *pq.Error
-		if errors.As(err, &pqErr) { // refused by Postgres, not a lost connection
+		if errors.As(err, &pqErr) && !unavailable(err) { // refused by Postgres, not a lost connection
 			c.failed[query] = true
 		}
 		return nil

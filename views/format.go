@@ -244,6 +244,8 @@ func errorText(status int) string {
 		return "Not found"
 	case 409:
 		return "Conflict"
+	case 503:
+		return "Temporarily unavailable"
 	}
 	if status >= 500 {
 		return "Something went wrong"

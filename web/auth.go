@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/pki"
+	"github.com/opengpulab/gpulab/static"
 	"github.com/opengpulab/gpulab/store"
 )
 
@@ -16,13 +18,20 @@ import (
 // request with neither goes on without a caller; handlers that need one answer 401 (JSON,
 // never a redirect, so scripts see what happened), page routes redirect to the login
 // (requireLogin). A session request also carries its CSRF token in the context, for the
-// portal's forms.
+// portal's forms. Reading the user needs the database: when it cannot be reached the request
+// ends here with 503 and Retry-After (a page for a browser), as a handler's would.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, static.Prefix) {
+			// The stylesheet and htmx are the same for everybody, and the error page of a
+			// database outage needs them too.
+			next.ServeHTTP(w, r)
+			return
+		}
 		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
 			ctx, err := s.sessionContext(r)
 			if err != nil {
-				s.h.WriteError(w, r, err)
+				s.writeError(w, r, err)
 				return
 			}
 			next.ServeHTTP(w, r.WithContext(ctx))
@@ -30,7 +39,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		caller, err := s.callerFromCert(r)
 		if err != nil {
-			s.h.WriteError(w, r, err)
+			s.writeError(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(handlers.WithCaller(r.Context(), caller)))

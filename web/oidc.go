@@ -194,7 +194,7 @@ func (s *Server) callback(w http.ResponseWriter, r *http.Request) {
 		_ = s.sessions.save(w, r, sess)
 		var le *loginError
 		if !errors.As(err, &le) {
-			s.h.WriteError(w, r, err)
+			s.writeError(w, r, err) // the database, when it cannot store the user: 503
 			return
 		}
 		s.log.Warn("portal login refused", "reason", le.msg, "err", le.err, "remote", r.RemoteAddr)

@@ -100,8 +100,6 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/api/", s.h.Wrap(func(w http.ResponseWriter, r *http.Request) error {
 		return &handlers.Error{Status: http.StatusNotFound, Message: "no API endpoint " + r.Method + " " + r.URL.Path}
 	}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET /readyz", s.ready)
 	mux.HandleFunc("GET "+LoginPath, s.login)
 	mux.HandleFunc("GET "+CallbackPath, s.callback)
 	mux.HandleFunc("POST "+LogoutPath, s.logout)
@@ -113,5 +111,11 @@ func (s *Server) routes() http.Handler {
 		}
 		mux.Handle(rt.Method+" "+rt.Path, hd)
 	}
-	return s.recoverer(s.logRequests(s.authenticate(s.csrfProtect(mux))))
+	// The health checks answer before authentication: a probe that carries a session cookie
+	// must not need the database to learn that the process lives.
+	root := http.NewServeMux()
+	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	root.HandleFunc("GET /readyz", s.ready)
+	root.Handle("/", s.authenticate(s.csrfProtect(mux)))
+	return s.recoverer(s.logRequests(root))
 }

@@ -13,6 +13,8 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/opengpulab/gpulab/handlers"
@@ -127,14 +129,30 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.Serve(ctx, l)
 }
 
+// ready is /readyz: 200 when the database answers, else 503 (with Retry-After), so a load
+// balancer sends requests to a master that can serve them. /healthz only says that the process
+// lives: a master whose database is down stays up and recovers by itself.
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if err := s.store.DB().PingContext(ctx); err != nil {
+	if err := s.store.Ping(ctx); err != nil {
+		s.log.WarnContext(ctx, "not ready", "err", err)
+		w.Header().Set("Retry-After", strconv.Itoa(int(handlers.RetryAfter/time.Second)))
 		http.Error(w, "database unreachable", http.StatusServiceUnavailable)
 		return
 	}
 	_, _ = w.Write([]byte("ready\n"))
+}
+
+// writeError answers a request that failed before its handler ran (authentication, the login
+// callback): the portal's error page, or its #flash message for htmx, when a browser asks for
+// a page; the API's JSON error otherwise. Both map the error as WriteError does.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if !strings.HasPrefix(r.URL.Path, "/api/") && (r.Header.Get("HX-Request") == "true" || wantsHTML(r)) {
+		s.h.WriteErrorPage(w, r, err)
+		return
+	}
+	s.h.WriteError(w, r, err)
 }
 
 // statusRecorder remembers the status a handler wrote, for the request log.

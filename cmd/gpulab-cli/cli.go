@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,7 +52,8 @@ type app struct {
 	loc *time.Location
 	// waitPoll and logPoll are how often `wait` and `log -f` ask the master again.
 	waitPoll, logPoll time.Duration
-	// maxPollErrors is how many failed polls in a row a wait tolerates (a master restart).
+	// maxPollErrors is how many failed polls in a row a wait tolerates when the failure is not
+	// one that passes by itself (client.Temporary: those never end a wait).
 	maxPollErrors int
 
 	g globalOptions
@@ -69,8 +71,10 @@ type globalOptions struct {
 	password   string
 	masterURL  string
 	serverCert string
-	debug      bool
-	version    bool
+	// retryMaxTime bounds the retries of one API call ("" means the client's default).
+	retryMaxTime string
+	debug        bool
+	version      bool
 }
 
 // command is one subcommand.
@@ -190,10 +194,11 @@ func newApp(ctx context.Context, env func(string) string, stdin io.Reader, stdou
 // main parses the global options, runs the command and maps its error to an exit code.
 func (a *app) main(args []string) int {
 	a.g = globalOptions{
-		cert:       a.env("GPULAB_CERT"),
-		password:   a.env("GPULAB_PASSWORD"),
-		masterURL:  firstNonEmpty(a.env("GPULAB_API_BASE"), a.env("GPULAB_CUSTOM_MASTER_URL")),
-		serverCert: a.env("GPULAB_SERVER_CERT"),
+		cert:         a.env("GPULAB_CERT"),
+		password:     a.env("GPULAB_PASSWORD"),
+		masterURL:    firstNonEmpty(a.env("GPULAB_API_BASE"), a.env("GPULAB_CUSTOM_MASTER_URL")),
+		serverCert:   a.env("GPULAB_SERVER_CERT"),
+		retryMaxTime: a.env("GPULAB_RETRY_MAX_TIME"),
 	}
 	fs := newFlagSet("gpulab-cli", "gpulab-cli [global options] COMMAND [options] [arguments]", "")
 	a.registerGlobals(fs)
@@ -271,8 +276,12 @@ func (a *app) hint(err error) string {
 		return "Hint: this master does not accept your certificate; download your login PEM from its portal (profile page)."
 	case errors.Is(err, client.ErrPasswordRequired):
 		return "Hint: give the password with -p/--password (or GPULAB_PASSWORD)."
+	case errors.Is(err, client.ErrOutcomeUnknown):
+		return "Hint: the master may have stored the job all the same: look with 'gpulab-cli jobs' before you submit it again."
 	case errors.Is(err, client.ErrUnreachable):
 		return fmt.Sprintf("Hint: check the master's address (--custom-master-url or GPULAB_API_BASE; now %s).", a.baseURLForHint())
+	case client.Temporary(err):
+		return "Hint: the master is busy or restarting; --retry-max-time (GPULAB_RETRY_MAX_TIME) sets how long to keep trying."
 	}
 	switch client.StatusCode(err) {
 	case http.StatusUnauthorized:
@@ -282,11 +291,15 @@ func (a *app) hint(err error) string {
 }
 
 func (a *app) baseURLForHint() string {
-	u, err := client.NormalizeBaseURL(a.g.masterURL)
+	us, err := client.ParseBaseURLs(a.g.masterURL)
 	if err != nil {
 		return a.g.masterURL
 	}
-	return u.String()
+	s := make([]string, len(us))
+	for i, u := range us {
+		s[i] = u.String()
+	}
+	return strings.Join(s, ", ")
 }
 
 // registerGlobals adds the global options to a flag set. Each command's flag set gets them too,
@@ -294,9 +307,10 @@ func (a *app) baseURLForHint() string {
 func (a *app) registerGlobals(fs *flagSet) {
 	fs.String(&a.g.cert, "cert", "PEM", "your login PEM: certificate and private key, from the portal's\nprofile page [$GPULAB_CERT]")
 	fs.String(&a.g.password, "p,password", "PASSWORD", "password of the PEM's private key, if it is encrypted\n[$GPULAB_PASSWORD]; asked for when needed on a terminal")
-	fs.String(&a.g.masterURL, "custom-master-url", "URL", "the master's API base, e.g. https://gpulab.example.org/api/gpulab/v3.1\n(https://host:port or imec's https://host/api also work)\n[$GPULAB_API_BASE] (default "+client.DefaultBaseURL+")")
+	fs.String(&a.g.masterURL, "custom-master-url", "URL", "the master's API base, e.g. https://gpulab.example.org/api/gpulab/v3.1\n(https://host:port or imec's https://host/api also work); several masters\nseparated by commas: the next is used when one cannot be reached\n[$GPULAB_API_BASE] (default "+client.DefaultBaseURL+")")
 	fs.String(&a.g.serverCert, "servercert", "PEM", "CA certificate to trust for the master, for a master with its own CA\n[$GPULAB_SERVER_CERT]")
-	fs.Bool(&a.g.debug, "debug", "print each API request and answer on stderr")
+	fs.String(&a.g.retryMaxTime, "retry-max-time", "DURATION", "how long one API call keeps retrying while the master cannot be\nreached or answers 502/503/504, e.g. 90s or 5m (seconds without unit;\n0: no retries) [$GPULAB_RETRY_MAX_TIME] (default 1m)")
+	fs.Bool(&a.g.debug, "debug", "print each API request and answer, and each retry, on stderr")
 }
 
 // parseCommand parses a command's arguments, accepting the global options among them.
@@ -370,10 +384,15 @@ func (a *app) client(needCert bool) (*client.Client, error) {
 	if a.cl != nil {
 		return a.cl, nil
 	}
+	retryMax, err := parseRetryMaxTime(a.g.retryMaxTime)
+	if err != nil {
+		return nil, err
+	}
 	cfg := client.Config{
-		BaseURL:   a.g.masterURL,
-		Password:  a.g.password,
-		UserAgent: "gpulab-cli/" + clientVersion(),
+		BaseURL:      a.g.masterURL,
+		Password:     a.g.password,
+		UserAgent:    "gpulab-cli/" + clientVersion(),
+		RetryMaxTime: retryMax,
 	}
 	if a.g.debug {
 		cfg.Debug = a.stderr.w
@@ -436,6 +455,31 @@ func (a *app) identity() (client.Identity, error) {
 		return client.Identity{}, fmt.Errorf("certificate %s holds no user URN (URI SubjectAltName)", a.g.cert)
 	}
 	return id, nil
+}
+
+// parseRetryMaxTime reads --retry-max-time: a Go duration ("90s", "5m") or, as curl's option
+// of the same name takes it, a number of seconds. "" is the client's default; 0 turns retries
+// off.
+func parseRetryMaxTime(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		secs, serr := strconv.ParseFloat(s, 64)
+		if serr != nil {
+			return 0, usagef("--retry-max-time %q: want a duration such as 90s or 5m, or seconds", s)
+		}
+		d = time.Duration(secs * float64(time.Second))
+	}
+	switch {
+	case d < 0:
+		return 0, usagef("--retry-max-time %q: must not be negative", s)
+	case d == 0:
+		return -1, nil // no retries
+	}
+	return d, nil
 }
 
 func expandHome(path string, env func(string) string) string {

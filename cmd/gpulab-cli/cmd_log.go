@@ -1,6 +1,9 @@
 package main
 
 import (
+	"strings"
+	"time"
+
 	"github.com/opengpulab/gpulab/client"
 )
 
@@ -28,11 +31,19 @@ func (a *app) cmdLog(args []string) error {
 // is left.
 func (a *app) printLog(cl *client.Client, id string, follow bool) error {
 	var offset int64
+	link := contact{a: a}
 	for {
 		data, next, err := cl.Log(a.ctx, id, offset)
+		if err != nil && follow && a.ctx.Err() == nil && link.lost(err) {
+			if err := a.sleep(a.logPoll); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
+		link.ok()
 		a.stdout.write(data)
 		if a.stdout.err != nil {
 			return nil // reported by main
@@ -48,9 +59,16 @@ func (a *app) printLog(cl *client.Client, id string, follow bool) error {
 			continue // there may be more right away
 		}
 		j, err := cl.GetJob(a.ctx, id)
+		if err != nil && a.ctx.Err() == nil && link.lost(err) {
+			if err := a.sleep(a.logPoll); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
+		link.ok()
 		if j.State.Status.Ended() {
 			// The slave ships the last output before it reports the end; one more read gets it.
 			data, _, err := cl.Log(a.ctx, id, offset)
@@ -144,4 +162,34 @@ func (a *app) cmdVersion(args []string) error {
 	a.stdout.printf("Master version: %s (%s)\n", dash(v.Version), cl.BaseURL())
 	a.stdout.printf("Latest client version: %s\n", dash(v.LatestClientVersion))
 	return nil
+}
+
+// contact follows whether a long wait (wait, submit --wait-run, log -f) reaches the master.
+// Failures that pass by themselves (client.Temporary: the master restarting, its database
+// down) never end such a wait: the client has already retried each call for a while, and the
+// user asked to wait. They are reported once when they begin and once when they end.
+type contact struct {
+	a      *app
+	lostAt time.Time // zero while the master answers
+}
+
+// lost reports whether err is a temporary failure, telling the user when it is the first.
+func (c *contact) lost(err error) bool {
+	if !client.Temporary(err) {
+		return false
+	}
+	if c.lostAt.IsZero() {
+		c.lostAt = c.a.now()
+		msg, _, _ := strings.Cut(err.Error(), "\n")
+		c.a.stderr.printf("Lost contact with the master: %s\nStill waiting: trying again until it answers (Ctrl-C to stop).\n", msg)
+	}
+	return true
+}
+
+// ok notes an answer of the master.
+func (c *contact) ok() {
+	if !c.lostAt.IsZero() {
+		c.a.stderr.printf("The master answers again (after %s).\n", c.a.durationSince(c.lostAt))
+		c.lostAt = time.Time{}
+	}
 }

@@ -407,11 +407,14 @@ func (a *app) waitFor(cl *client.Client, id string, untilDone bool) (*job.Job, e
 	var last job.Status
 	var lastExpl string
 	failures := 0
+	link := contact{a: a}
 	for {
 		j, err := cl.GetJob(a.ctx, id)
 		switch {
 		case err != nil && a.ctx.Err() != nil:
 			return nil, fmt.Errorf("stop waiting for job %s: %w", id, a.ctx.Err())
+		case err != nil && link.lost(err):
+			// The master is restarting or its database is down: keep waiting.
 		case err != nil && client.StatusCode(err) >= 400 && client.StatusCode(err) < 500:
 			return nil, err
 		case err != nil:
@@ -421,6 +424,7 @@ func (a *app) waitFor(cl *client.Client, id string, untilDone bool) (*job.Job, e
 			}
 			a.stderr.printf("Could not check job %s, will try again: %v\n", id, err)
 		default:
+			link.ok()
 			failures = 0
 			id = j.UUID
 			st := j.State.Status
@@ -493,6 +497,10 @@ func (a *app) cmdConvert(args []string) error {
 		return err
 	}
 	if a.g.cert != "" {
+		if a.g.retryMaxTime == "" {
+			// The local conversion is as good: do not wait for a master that is away.
+			a.g.retryMaxTime = "0"
+		}
 		cl, err := a.client(false)
 		if err != nil {
 			return err
@@ -502,7 +510,7 @@ func (a *app) cmdConvert(args []string) error {
 			switch {
 			case err == nil:
 				return a.writeJSON(out)
-			case errors.Is(err, client.ErrUnreachable), client.StatusCode(err) == http.StatusNotFound:
+			case errors.Is(err, client.ErrUnreachable), client.Temporary(err), client.StatusCode(err) == http.StatusNotFound:
 				a.stderr.printf("Warning: %v\nConverting locally instead.\n", err)
 			default:
 				return err

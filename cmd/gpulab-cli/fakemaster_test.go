@@ -51,6 +51,10 @@ type fakeMaster struct {
 	// logScript gives the log text as it grows: one entry per GET of the job.
 	logScript map[string][]string
 	nextID    int
+	// fault, when set, sees each request first (after it is recorded): a status to answer
+	// instead of serving it (503: the master's database is down), or drop to serve it and
+	// then lose the answer (the connection breaks).
+	fault func(r *http.Request) (status int, drop bool)
 }
 
 type recordedRequest struct {
@@ -91,7 +95,19 @@ func newFakeMaster(t *testing.T, ca *pki.CA) *fakeMaster {
 			Method: r.Method, Path: strings.TrimPrefix(r.URL.Path, base), Query: r.URL.Query(),
 			Body: string(body), UserURN: userOf(r), Range: r.Header.Get("Range"),
 		})
+		fault := m.fault
 		m.mu.Unlock()
+		if fault != nil {
+			switch status, drop := fault(r); {
+			case status != 0:
+				w.Header().Set("Retry-After", "0")
+				m.apiError(w, status, "database unavailable, retry later")
+				return
+			case drop:
+				mux.ServeHTTP(httptest.NewRecorder(), r)
+				panic(http.ErrAbortHandler)
+			}
+		}
 		mux.ServeHTTP(w, r)
 	}))
 	serverCert, err := ca.ServerCert([]string{"127.0.0.1"})

@@ -111,7 +111,7 @@ func (f *flagSet) printHelp(w io.Writer) {
 		p.printf("\nOptions:\n")
 		printTwoColumns(p, rows)
 	}
-	p.printf("\nGlobal options (--cert, -p, --custom-master-url, --servercert, --debug) may be given before or after the command.\n")
+	p.printf("\nGlobal options (--cert, -p, --custom-master-url, --servercert, --retry-max-time, --debug) may be given\nbefore or after the command.\n")
 }
 
 // printTwoColumns prints aligned "left  right" rows, wrapping long right parts onto

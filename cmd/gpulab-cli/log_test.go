@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/opengpulab/gpulab/client"
 	"github.com/opengpulab/gpulab/job"
@@ -130,9 +131,14 @@ func TestConnectionErrorsGiveHints(t *testing.T) {
 	t.Run("master down", func(t *testing.T) {
 		e := newTestEnv(t)
 		e.vars["GPULAB_API_BASE"] = "https://127.0.0.1:1"
+		e.vars["GPULAB_RETRY_MAX_TIME"] = "300ms"
+		start := time.Now()
 		r := e.run("jobs")
 		if r.code != exitError || !strings.Contains(r.stderr, "cannot reach the master") || !strings.Contains(r.stderr, "--custom-master-url") {
 			t.Errorf("master down:\n%s", r)
+		}
+		if d := time.Since(start); d < 300*time.Millisecond || d > 5*time.Second {
+			t.Errorf("gave up after %s, want after --retry-max-time (300ms)", d)
 		}
 	})
 	t.Run("no such certificate file", func(t *testing.T) {

@@ -36,6 +36,8 @@ type Master struct {
 	URL, APIBase string
 	CA           *pki.CA
 	Store        *store.Store
+	// DatabaseURL is the master's own test database (see DatabaseOutage).
+	DatabaseURL string
 	// Dir holds CA and certificate files for tools that read files (the CLI, curl).
 	Dir    string
 	CAFile string
@@ -95,7 +97,8 @@ func Start(t testing.TB, opts Options) *Master {
 		oidcCfg = web.OIDCConfig{Issuer: idp.Issuer, ClientID: idp.ClientID, ClientSecret: idp.ClientSecret, RedirectURL: url + web.CallbackPath}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := store.Open(ctx, testenv.PostgresURL(t))
+	dbURL := testenv.PostgresURL(t)
+	st, err := store.Open(ctx, dbURL)
 	if err != nil {
 		cancel()
 		t.Fatalf("open store: %v", err)
@@ -175,9 +178,30 @@ func Start(t testing.TB, opts Options) *Master {
 		<-listenDone
 		_ = st.Close()
 	})
-	m := &Master{t: t, URL: url, CA: ca, Store: st, Dir: dir, CAFile: filepath.Join(dir, "ca", "ca.pem"), IdP: idp}
+	m := &Master{t: t, URL: url, CA: ca, Store: st, DatabaseURL: dbURL, Dir: dir, CAFile: filepath.Join(dir, "ca", "ca.pem"), IdP: idp}
 	m.APIBase = m.URL + "/api/gpulab/v3.1"
 	return m
+}
+
+// ForceJobStatus moves a job to a status whatever the transition rules say, as the scheduler
+// and a slave would move it together (tests without either).
+func (m *Master) ForceJobStatus(id string, to job.Status) {
+	m.t.Helper()
+	ctx := context.Background()
+	rec, err := m.Store.GetJob(ctx, id)
+	if err != nil {
+		m.t.Fatalf("force job %s to %s: %v", id, to, err)
+	}
+	if _, err := m.Store.TransitionJob(ctx, id, []job.Status{rec.Job.State.Status}, to, store.Event{Actor: "test", Message: "forced by the test"}); err != nil {
+		m.t.Fatalf("force job %s to %s: %v", id, to, err)
+	}
+}
+
+// DatabaseOutage cuts the master off from its database, as if Postgres had stopped, until the
+// returned function (or the test's cleanup) ends the outage. The master keeps running.
+func (m *Master) DatabaseOutage() (heal func()) {
+	m.t.Helper()
+	return testenv.DatabaseOutage(m.t, m.DatabaseURL)
 }
 
 // testWriter sends the master's log to the test log.
