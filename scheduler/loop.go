@@ -152,6 +152,8 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 		switch {
 		case errors.Is(err, store.ErrNotLeader):
 			return err
+		case errors.Is(err, store.ErrUnavailable) && ctx.Err() == nil:
+			l.log.Warn("scheduler pass skipped: the database is unavailable", "err", err)
 		case err != nil && ctx.Err() == nil:
 			l.log.Error("scheduler pass failed", "err", err)
 		}
