@@ -10,6 +10,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -166,7 +167,7 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 func runSlave(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	master := fs.String("master", getenv("GPULAB_MASTER_URL"), "master URL, https://host:port (env GPULAB_MASTER_URL; default: the one joined)")
+	master := fs.String("master", getenv("GPULAB_MASTER_URL"), "master URL, https://host:port, or several separated by commas: the slave moves to the next when one does not answer (env GPULAB_MASTER_URL; default: the one joined)")
 	stateDir := fs.String("state-dir", envOr(getenv, "GPULAB_SLAVE_DIR", "/var/lib/gpulab-slave"), "the folder `join` filled (env GPULAB_SLAVE_DIR)")
 	var storageSpecs listFlag
 	fs.Var(&storageSpecs, "storage", "public storage root and its host folder per project, ROOT=TEMPLATE with {project}, e.g. /project=/srv/gpulab/projects/{project} (repeatable; env GPULAB_SLAVE_STORAGE, comma-separated)")
@@ -174,6 +175,7 @@ func runSlave(ctx context.Context, args []string, getenv func(string) string, st
 	fakeGPUs := fs.String("fake-gpus", getenv("GPULAB_FAKE_GPUS"), "simulate GPUs for demos and tests, e.g. 2xV100-32GB (env GPULAB_FAKE_GPUS); marked fake everywhere")
 	fakeCuda := fs.String("fake-cuda-version", "", "CUDA version the fake GPUs claim (default "+gpu.DefaultFakeCudaVersion+")")
 	dnsName := fs.String("dns-name", getenv("GPULAB_SLAVE_DNSNAME"), "the name users reach published ports at (default: the host name)")
+	cpus := fs.Int("cpus", 0, "CPUs to offer (default: the machine's); more than the machine has leaves jobs unpinned, limited by CPU time only")
 	logLevel := fs.String("log-level", envOr(getenv, "GPULAB_LOG_LEVEL", "info"), "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -234,7 +236,7 @@ func runSlave(ctx context.Context, args []string, getenv func(string) string, st
 	_, _ = rand.Read(instance)
 	inv := protocol.Inventory{
 		Name: id.Name, InstanceID: hex.EncodeToString(instance), ClusterID: id.ClusterID, Host: host, DNSName: *dnsName,
-		Version: version, PID: os.Getpid(), CPUs: runtime.NumCPU(), MemoryMiB: memTotalMiB(),
+		Version: version, PID: os.Getpid(), CPUs: cmp.Or(*cpus, runtime.NumCPU()), MemoryMiB: memTotalMiB(),
 		GPUs: gi.GPUs, DriverVersion: gi.DriverVersion, CudaVersion: gi.CudaVersion, GPUStatus: gi.Status,
 		StorageRoots: storageMap.Roots(),
 	}
@@ -249,8 +251,12 @@ func runSlave(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	// Settle the API version before the agent's goroutines share the client (moby/moby#50448).
 	dc.NegotiateAPIVersionPing(ping)
+	unpinned := inv.CPUs > runtime.NumCPU()
+	if unpinned {
+		log.Warn("offering more CPUs than the machine has: jobs are not pinned to CPUs, only limited in CPU time", "cpus", inv.CPUs, "machine", runtime.NumCPU())
+	}
 	rt := container.New(dc, container.Config{Storage: storageMap, ScratchRoot: *scratch, SlaveName: id.Name, SlaveHost: host,
-		SlaveDNSName: *dnsName, SlaveInstanceID: inv.InstanceID, SlavePID: inv.PID, Version: version}, log)
+		SlaveDNSName: *dnsName, SlaveInstanceID: inv.InstanceID, SlavePID: inv.PID, Version: version, Unpinned: unpinned}, log)
 	log.Info("slave starting", "name", id.Name, "cluster", id.ClusterID, "master", *master, "cpus", inv.CPUs, "memory_mib", inv.MemoryMiB,
 		"gpus", len(inv.GPUs), "gpu_status", inv.GPUStatus, "storage", inv.StorageRoots)
 	return slave.New(mc, rt, sampler, inv, slave.Config{}, log).Run(ctx)

@@ -91,6 +91,9 @@ type Config struct {
 	HaltGrace time.Duration
 	// PullTimeout bounds one image pull (default 10 min).
 	PullTimeout time.Duration
+	// Unpinned leaves jobs unpinned to their CPU ids (only their CPU time is limited): for a
+	// slave that declares more CPUs than its machine has (gpulab-slave run --cpus).
+	Unpinned bool
 	// FakeGPUDeviceRequests hands fake GPUs over with Docker device requests like real ones.
 	// Off by default: an engine without the NVIDIA runtime refuses them, and a demo slave with
 	// fake GPUs must run GPU jobs there. Tests of the hand-off turn it on (stub-hook engine).

@@ -170,7 +170,7 @@ func Spec(a protocol.Assignment, cfg Config, mounts []storage.Mount) (*container
 		ShmSize: int64(memGb) << 30 / 2,
 		Resources: container.Resources{
 			NanoCPUs:   int64(j.Request.Resources.CPUs) * 1e9,
-			CpusetCpus: cpuList(a.CPUIDs),
+			CpusetCpus: cpuset(a.CPUIDs, cfg),
 			Memory:     memory,
 			MemorySwap: memory, // equal to Memory: no swap
 		},
@@ -284,6 +284,15 @@ func ports(pms []job.PortMapping) (nat.PortSet, nat.PortMap) {
 		bindings[p] = append(bindings[p], nat.PortBinding{HostIP: pm.HostIP, HostPort: hp})
 	}
 	return exposed, bindings
+}
+
+// cpuset pins a job to its CPU ids, unless the slave offers more CPUs than its machine has
+// (Config.Unpinned): a job then gets its share of CPU time (NanoCPUs) wherever it runs.
+func cpuset(ids []int, cfg Config) string {
+	if cfg.Unpinned {
+		return ""
+	}
+	return cpuList(ids)
 }
 
 func cpuList(ids []int) string {

@@ -188,6 +188,12 @@ func TestSpecResources(t *testing.T) {
 	if hc.NanoCPUs != 2e9 || hc.CpusetCpus != "2,3" {
 		t.Errorf("NanoCPUs = %d, CpusetCpus = %q", hc.NanoCPUs, hc.CpusetCpus)
 	}
+	// A slave offering more CPUs than its machine has limits CPU time without pinning.
+	unpinned := cfg
+	unpinned.Unpinned = true
+	if _, uhc, err := Spec(a, unpinned, mounts); err != nil || uhc.NanoCPUs != 2e9 || uhc.CpusetCpus != "" {
+		t.Errorf("unpinned: NanoCPUs = %d, CpusetCpus = %q, %v", uhc.NanoCPUs, uhc.CpusetCpus, err)
+	}
 	if want := int64(3) << 30; hc.Memory != want || hc.MemorySwap != want {
 		t.Errorf("Memory = %d, MemorySwap = %d, want both %d (2 GiB + 1 GiB tmpfs, no swap)", hc.Memory, hc.MemorySwap, want)
 	}
