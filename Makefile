@@ -70,6 +70,14 @@ test: deps ## install what is missing, start Postgres and Docker, run every test
 	$(GO) vet ./...
 	DATABASE_URL="$(DB_URL)" $(GO) test $(GOTESTFLAGS) ./...
 
+.PHONY: chaos
+chaos: deps ## the fault suite at full size (internal/chaos; RUNS=2 repeats it); make test runs it small
+	@scripts/dockerd.sh
+	@mkdir -p $(TMP)/chaos
+	@set -o pipefail; GPULAB_REQUIRE_SERVICES=1 GPULAB_CHAOS=full GPULAB_CHAOS_RUNS=$(RUNS) \
+	  $(GO) test ./internal/chaos -run '^TestChaos$$' -count=1 -timeout 90m -v 2>&1 | tee $(TMP)/chaos/run.log | grep -E '^(=== RUN|--- |\s+---|ok|FAIL|PASS)|\||chaos size'
+	@echo "figures: $(TMP)/chaos/results.md; logs: $(TMP)/test-output/TestChaos_*"
+
 .PHONY: fuzz
 fuzz: ## fuzz the job parser for a minute
 	$(GO) test ./job -run '^$$' -fuzz FuzzParse -fuzztime 60s

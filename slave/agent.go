@@ -146,7 +146,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("list containers: %w", err)
 	}
 	a.setContainers(containers)
+	// A slave that restarts while cut off from every master must not let the containers it
+	// found run on past the fence time: the master gives their jobs up after it.
+	fenceCtx, registered := context.WithCancel(ctx)
+	fenceDone := make(chan struct{})
+	go func() { defer close(fenceDone); a.fenceUnregistered(fenceCtx, containers) }()
 	reg, err := a.register(ctx)
+	registered()
+	<-fenceDone
 	if err != nil {
 		return err
 	}
@@ -163,6 +170,27 @@ func (a *Agent) Run(ctx context.Context) error {
 	duties.Wait()
 	a.wg.Wait()
 	return nil
+}
+
+// fenceUnregistered stops the running containers found at start if no master has answered the
+// registration within the fence time (the master's is not known yet: the configured one).
+// They stay on the engine, so their jobs are reported (or removed) once a master answers.
+func (a *Agent) fenceUnregistered(ctx context.Context, containers []container.Container) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(a.cfg.FenceAfter):
+	}
+	a.log.Error("no master has answered the registration for longer than the fence time: stopping the containers found",
+		"fence_after", a.cfg.FenceAfter, "containers", len(containers))
+	for _, c := range containers {
+		if !c.Running {
+			continue
+		}
+		if err := a.rt.Cancel(ctx, c.ID); err != nil && ctx.Err() == nil {
+			a.log.Warn("stop container", "job", c.JobUUID, "err", err)
+		}
+	}
 }
 
 // register reports the inventory with every job the slave holds (containers found, tasks) and

@@ -1,0 +1,392 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/pki"
+	"github.com/opengpulab/gpulab/store"
+)
+
+// size is how much a scenario does: GPULAB_CHAOS=full (make chaos) or the small default that
+// make test runs.
+type size struct {
+	name       string
+	jobs       int           // short jobs per scenario
+	kills      int           // master kills
+	pgOutage   time.Duration // how long Postgres stays stopped
+	slowDelay  time.Duration // how long the slow engine holds each call
+	slowJobs   int           // containers on the slow slave
+	leaderRuns int           // leader kills with two masters
+}
+
+func chaosSize() size {
+	if os.Getenv("GPULAB_CHAOS") == "full" {
+		return size{name: "full", jobs: 40, kills: 5, pgOutage: 20 * time.Second, slowDelay: 2 * time.Second, slowJobs: 20, leaderRuns: 3}
+	}
+	return size{name: "small", jobs: 6, kills: 2, pgOutage: 8 * time.Second, slowDelay: time.Second, slowJobs: 10, leaderRuns: 1}
+}
+
+// TestChaos runs every scenario (in parallel: each has its own database, masters and slaves)
+// and writes the table of figures.
+func TestChaos(t *testing.T) {
+	sz := chaosSize()
+	runs := 1
+	if n, err := strconv.Atoi(os.Getenv("GPULAB_CHAOS_RUNS")); err == nil && n > 1 {
+		runs = n
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s, err := strconv.ParseUint(os.Getenv("GPULAB_TEST_SEED"), 10, 64); err == nil {
+		seed = s
+	}
+	t.Logf("chaos size %s, %d run(s), seed %d (GPULAB_TEST_SEED replays it)", sz.name, runs, seed)
+	var rs results
+	t.Cleanup(func() { rs.write(t, sz.name) })
+	scenarios := []struct {
+		name string
+		run  func(t *testing.T, sz size, rng *rand.Rand) result
+	}{
+		{"lost-replies", lostReplies},
+		{"master-kill", masterKill},
+		{"postgres-outage", postgresOutage},
+		{"slave-pause", slavePause},
+		{"slave-partition", slavePartition},
+		{"two-masters", twoMasters},
+		{"slow-docker", slowDocker},
+	}
+	for run := range runs {
+		for i, sc := range scenarios {
+			t.Run(fmt.Sprintf("%s/%d", sc.name, run+1), func(t *testing.T) {
+				t.Parallel()
+				rng := rand.New(rand.NewPCG(seed, uint64(run*100+i)))
+				r := sc.run(t, sz, rng)
+				r.scenario = fmt.Sprintf("%s (run %d)", sc.name, run+1)
+				rs.add(r)
+			})
+		}
+	}
+}
+
+// Replies lost after the master acted, at random, at every kind of call: a quarter of the
+// replies between a slave and the master never arrive.
+func lostReplies(t *testing.T, sz size, rng *rand.Rand) result {
+	c := newCluster(t, clusterOpts{})
+	s := c.addSlave("s1", 4, true, "")
+	s.proxy.set(modeDrop, 0.25)
+	var halts, cancels []string
+	for i := range 2 {
+		halts = append(halts, c.submit(longJob(i, true)))
+		cancels = append(cancels, c.submit(longJob(10+i, false)))
+	}
+	var short []string
+	for i := range sz.jobs {
+		short = append(short, c.submit(shortJob(i)))
+	}
+	for _, id := range append(halts, cancels...) {
+		c.waitStatus(id, 3*time.Minute, job.StatusRunning)
+	}
+	for _, id := range halts {
+		c.setStatus(id, job.StatusMustHalt)
+	}
+	for _, id := range cancels {
+		c.setStatus(id, job.StatusCancelled)
+	}
+	for _, id := range halts {
+		c.waitStatus(id, 3*time.Minute, job.StatusHalted, job.StatusFailed)
+	}
+	for _, id := range short {
+		c.waitStatus(id, 3*time.Minute, job.StatusFinished, job.StatusFailed)
+	}
+	c.endAll(2 * time.Minute)
+	drops := s.proxy.drops.Load()
+	s.proxy.set(modePass, 0)
+	r := result{faults: fmt.Sprintf("%d replies dropped", drops), recovery: "-"}
+	c.check(&r, false)
+	for _, id := range short {
+		if st := c.job(id).Job.State.Status; st != job.StatusFinished {
+			t.Errorf("short job %s ended %s with replies lost, want FINISHED", id, st)
+		}
+	}
+	return r
+}
+
+// The master is killed with SIGKILL at random moments while jobs are submitted, assigned,
+// started and ended, and restarted at once.
+func masterKill(t *testing.T, sz size, rng *rand.Rand) result {
+	c := newCluster(t, clusterOpts{})
+	c.addSlave("s1", 4, false, "")
+	c.addSlave("s2", 4, false, "")
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range sz.jobs {
+			if _, err := c.trySubmit(shortJob(i)); err != nil {
+				t.Error(err)
+			}
+			time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond)
+		}
+	}()
+	m := c.masters[0]
+	var worst time.Duration
+	for range sz.kills {
+		time.Sleep(time.Duration(500+rng.IntN(2500)) * time.Millisecond)
+		killed := time.Now()
+		m.kill()
+		m.start()
+		c.waitReady(m)
+		// Recovered: a job changed state after the restart.
+		var last time.Time
+		waitUntil(t, 2*time.Minute, "a job state change after the master restarted", func() bool {
+			err := c.st.DB().QueryRowContext(context.Background(), `SELECT COALESCE(max(at), 'epoch') FROM job_events WHERE kind = 'status'`).Scan(&last)
+			return err == nil && last.After(killed)
+		})
+		worst = max(worst, last.Sub(killed))
+	}
+	wg.Wait()
+	c.endAll(3 * time.Minute)
+	r := result{faults: fmt.Sprintf("%d × SIGKILL of the master", sz.kills), recovery: "next state change ≤ " + secs(worst)}
+	c.check(&r, false)
+	return r
+}
+
+// Postgres is restarted, then stopped for a while, under a steady submit load: every request
+// answers 503 (never another 5xx), every accepted submission exists, the cluster carries on.
+func postgresOutage(t *testing.T, sz size, rng *rand.Rand) result {
+	c := newCluster(t, clusterOpts{})
+	c.addSlave("s1", 4, false, "")
+	hc := c.rawClient()
+	var ok, unavailable, other, neterr atomic.Int64
+	var firstAfter atomic.Int64 // unix nanos of the first 201 after the outage ended
+	var outageEnd atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				case <-time.After(300 * time.Millisecond):
+				}
+				tiny := spec{name: fmt.Sprintf("tiny-%d-%d", w, i), script: "echo hi"}
+				resp, err := hc.Post(c.masters[0].url()+"/api/gpulab/v3.1/jobs", "application/json", bytes.NewReader(c.body(tiny)))
+				if err != nil {
+					neterr.Add(1)
+					continue
+				}
+				body, _ := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				switch {
+				case resp.StatusCode == http.StatusCreated:
+					ok.Add(1)
+					c.accept(strings.TrimSpace(string(body)))
+					if end := outageEnd.Load(); end > 0 {
+						firstAfter.CompareAndSwap(0, time.Now().UnixNano())
+					}
+				case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
+					unavailable.Add(1)
+				default:
+					other.Add(1)
+					t.Errorf("submit during a database outage: %d %s", resp.StatusCode, body)
+				}
+			}
+		}()
+	}
+	time.Sleep(2 * time.Second)
+	c.pg.stop()
+	c.pg.start()
+	time.Sleep(3 * time.Second)
+	c.pg.stop()
+	time.Sleep(sz.pgOutage)
+	c.pg.start()
+	outageEnd.Store(time.Now().UnixNano())
+	waitUntil(t, 2*time.Minute, "a submission accepted after the outage", func() bool { return firstAfter.Load() > 0 })
+	time.Sleep(2 * time.Second)
+	close(stop)
+	wg.Wait()
+	r := result{faults: fmt.Sprintf("restart + %s stop: %d accepted, %d×503, %d other 5xx, %d refused connections",
+		sz.pgOutage, ok.Load(), unavailable.Load(), other.Load(), neterr.Load()),
+		recovery: "first submit " + secs(time.Duration(firstAfter.Load()-outageEnd.Load())) + " after the start"}
+	c.check(&r, false)
+	return r
+}
+
+// rawClient is alice's HTTPS client without retries: to count the answers themselves.
+func (c *cluster) rawClient() *http.Client {
+	c.t.Helper()
+	cert, err := pki.LoadClientPEM(c.alicePEM, "")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(c.dir, "data", "ca.pem"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}}
+}
+
+// runningOn waits until n of the given jobs (or their restarts) run on slave short, and
+// returns those jobs.
+func (c *cluster) runningOn(short string, want int, limit time.Duration, of func(r *store.JobRecord) bool) []string {
+	c.t.Helper()
+	var ids []string
+	waitUntil(c.t, limit, fmt.Sprintf("%d jobs running on %s", want, short), func() bool {
+		ids = ids[:0]
+		for id, r := range c.jobs() {
+			if r.Job.State.Status == job.StatusRunning && r.Job.State.Scheduling.AssignedSlaveName == c.name+short && of(r) {
+				ids = append(ids, id)
+			}
+		}
+		return len(ids) >= want
+	})
+	return ids
+}
+
+// cutOff runs restartable jobs on slave a, then cuts a off (cut), waits until their restarts
+// run on slave b, heals (heal), and waits until a's old copies are gone.
+func cutOff(t *testing.T, cut, heal func(c *cluster, a *slaveProc), useProxy bool) (*cluster, time.Duration, time.Duration) {
+	c := newCluster(t, clusterOpts{})
+	a := c.addSlave("a", 2, useProxy, "")
+	var first []string
+	for i := range 2 {
+		first = append(first, c.submit(longJob(i, true)))
+	}
+	for _, id := range first {
+		c.waitStatus(id, 3*time.Minute, job.StatusRunning)
+	}
+	c.addSlave("b", 2, false, "")
+	cutAt := time.Now()
+	cut(c, a)
+	isRestart := func(r *store.JobRecord) bool { return r.Job.RestartInfo != nil }
+	c.runningOn("b", len(first), 3*time.Minute, isRestart)
+	restarted := time.Since(cutAt)
+	healAt := time.Now()
+	heal(c, a)
+	waitUntil(t, 2*time.Minute, "slave a's old containers gone", func() bool {
+		for _, s := range c.tl.all() {
+			if s.slave == a.name && s.end.IsZero() {
+				return false
+			}
+		}
+		return true
+	})
+	return c, restarted, time.Since(healAt)
+}
+
+// A slave frozen (SIGSTOP) past the job grace while its jobs run, then resumed.
+func slavePause(t *testing.T, sz size, rng *rand.Rand) result {
+	c, restarted, stopped := cutOff(t, func(c *cluster, a *slaveProc) { a.pause() }, func(c *cluster, a *slaveProc) { a.resume() }, false)
+	c.endAll(2 * time.Minute)
+	r := result{faults: "slave SIGSTOP past the job grace, then SIGCONT",
+		recovery: fmt.Sprintf("restarts running %s after the freeze; old copies stopped %s after the resume", secs(restarted), secs(stopped))}
+	c.check(&r, true)
+	return r
+}
+
+// A slave cut off from the master (its traffic swallowed) while its jobs run, then healed.
+func slavePartition(t *testing.T, sz size, rng *rand.Rand) result {
+	c, restarted, _ := cutOff(t, func(c *cluster, a *slaveProc) { a.proxy.set(modeBlackhole, 0) }, func(c *cluster, a *slaveProc) { a.proxy.set(modePass, 0) }, true)
+	c.endAll(2 * time.Minute)
+	r := result{faults: "slave partitioned past the job grace, then healed", recovery: "restarts running " + secs(restarted) + " after the cut"}
+	c.check(&r, false)
+	return r
+}
+
+// Two masters share the database; the scheduler's leader is killed, and the other takes over.
+func twoMasters(t *testing.T, sz size, rng *rand.Rand) result {
+	c := newCluster(t, clusterOpts{masters: 2})
+	c.addSlave("s1", 4, false, "")
+	for i := range sz.jobs / 2 {
+		c.submit(shortJob(i))
+	}
+	var worst time.Duration
+	for round := range sz.leaderRuns {
+		var holder string
+		waitUntil(t, time.Minute, "a scheduler leader", func() bool {
+			err := c.st.DB().QueryRowContext(context.Background(), `SELECT holder FROM scheduler_leader WHERE expires_at > now()`).Scan(&holder)
+			return err == nil && holder != ""
+		})
+		var leader *masterProc
+		for _, m := range c.masters {
+			m.mu.Lock()
+			if m.cmd != nil && strings.HasSuffix(holder, ":"+strconv.Itoa(m.cmd.Process.Pid)) {
+				leader = m
+			}
+			m.mu.Unlock()
+		}
+		if leader == nil {
+			t.Fatalf("leader %q is none of the masters", holder)
+		}
+		killed := time.Now()
+		leader.kill()
+		id := c.submit(shortJob(100 + round))
+		c.waitStatus(id, 2*time.Minute, job.StatusAssigned, job.StatusStarting, job.StatusRunning, job.StatusFinished)
+		worst = max(worst, time.Since(killed))
+		leader.start()
+		c.waitReady(leader)
+	}
+	c.endAll(2 * time.Minute)
+	r := result{faults: fmt.Sprintf("%d × SIGKILL of the leader", sz.leaderRuns), recovery: "job assigned ≤ " + secs(worst) + " after the kill"}
+	c.check(&r, false)
+	return r
+}
+
+// A slave with many running containers on a slow Docker Engine: its heartbeats still arrive,
+// nothing is taken for lost.
+func slowDocker(t *testing.T, sz size, rng *rand.Rand) result {
+	sd := newSlowEngine(t, sz.slowDelay)
+	c := newCluster(t, clusterOpts{})
+	c.addSlave("slow", 0, false, sd.host())
+	var ids []string
+	for i := range sz.slowJobs {
+		s := longJob(i, false)
+		s.gpus = 0
+		ids = append(ids, c.submit(s))
+	}
+	for _, id := range ids {
+		c.waitStatus(id, 5*time.Minute, job.StatusRunning)
+	}
+	// Three heartbeat graces with every engine call slow: the slave stays online.
+	offline := 0
+	end := time.Now().Add(3 * heartbeatGrace)
+	for time.Now().Before(end) {
+		sl, err := c.st.GetSlave(context.Background(), c.name+"slow")
+		if err == nil && !sl.Online {
+			offline++
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if offline > 0 {
+		t.Errorf("the slave on a slow engine was seen offline %d times", offline)
+	}
+	for _, id := range ids {
+		if st := c.job(id).Job.State.Status; st != job.StatusRunning {
+			t.Errorf("job %s on the slow slave is %s", id, st)
+		}
+	}
+	c.endAll(5 * time.Minute)
+	r := result{faults: fmt.Sprintf("every engine call held %s; %d containers", sz.slowDelay, sz.slowJobs), recovery: "-"}
+	c.check(&r, false)
+	return r
+}
