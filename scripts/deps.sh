@@ -15,6 +15,8 @@ command -v openssl >/dev/null || missing+=(openssl)
 command -v dockerd >/dev/null || [ -x /usr/sbin/dockerd ] || missing+=(docker.io)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || missing+=(busybox-static)
 command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
+# The fault suite moves Postgres's clock with libfaketime (internal/chaos, clock scenarios).
+dpkg-query -W -f='${Status}' faketime 2>/dev/null | grep -q 'ok installed' || missing+=(faketime)
 # The portal is tested in headless Chromium (chromedp).
 command -v chromium >/dev/null || [ -x /usr/bin/chromium ] || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then

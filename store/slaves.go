@@ -50,10 +50,10 @@ func (s *Store) GetSlave(ctx context.Context, name string) (Slave, error) {
 	return sl, mapErr(err, "get slave "+name)
 }
 
-// CreateSlaveToken stores the hash of a one-time join token.
-func (s *Store) CreateSlaveToken(ctx context.Context, hash, slaveName string, clusterID int, expires time.Time) error {
-	_, err := s.q.ExecContext(ctx, `INSERT INTO slave_tokens (token_hash, slave_name, cluster_id, expires_at) VALUES ($1, $2, $3, $4)`,
-		hash, slaveName, clusterID, expires)
+// CreateSlaveToken stores the hash of a one-time join token, valid for valid (database clock).
+func (s *Store) CreateSlaveToken(ctx context.Context, hash, slaveName string, clusterID int, valid time.Duration) error {
+	_, err := s.q.ExecContext(ctx, `INSERT INTO slave_tokens (token_hash, slave_name, cluster_id, expires_at)
+VALUES ($1, $2, $3, now() + make_interval(secs => $4))`, hash, slaveName, clusterID, valid.Seconds())
 	return mapErr(err, "create slave token for "+slaveName)
 }
 

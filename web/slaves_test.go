@@ -24,10 +24,10 @@ func TestSlaveJoinAndCredentialSeparation(t *testing.T) {
 		t.Fatal(err)
 	}
 	const token = "join-me-once"
-	if err := w.m.Store.CreateSlaveToken(ctx, handlers.HashToken(token), "gpu7", 7, time.Now().Add(time.Hour)); err != nil {
+	if err := w.m.Store.CreateSlaveToken(ctx, handlers.HashToken(token), "gpu7", 7, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.m.Store.CreateSlaveToken(ctx, handlers.HashToken("stale"), "gpu8", 7, time.Now().Add(-time.Minute)); err != nil {
+	if err := w.m.Store.CreateSlaveToken(ctx, handlers.HashToken("stale"), "gpu8", 7, -time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	caPEM, err := os.ReadFile(w.m.CAFile)

@@ -48,7 +48,7 @@ func slaveToken(ctx context.Context, args []string, getenv func(string) string, 
 		return fmt.Errorf("make token: %w", err)
 	}
 	token := base64.RawURLEncoding.EncodeToString(b)
-	if err := st.CreateSlaveToken(ctx, handlers.HashToken(token), *name, *cluster, time.Now().Add(*valid)); err != nil {
+	if err := st.CreateSlaveToken(ctx, handlers.HashToken(token), *name, *cluster, *valid); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, token)

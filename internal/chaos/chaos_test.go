@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/store"
@@ -68,6 +69,8 @@ func TestChaos(t *testing.T) {
 		{"slave-partition", slavePartition},
 		{"two-masters", twoMasters},
 		{"slow-docker", slowDocker},
+		{"clock-behind", func(t *testing.T, sz size, rng *rand.Rand) result { return clockSkew(t, sz, "-10m") }},
+		{"clock-ahead", func(t *testing.T, sz size, rng *rand.Rand) result { return clockSkew(t, sz, "+10m") }},
 	}
 	for run := range runs {
 		for i, sc := range scenarios {
@@ -387,6 +390,57 @@ func slowDocker(t *testing.T, sz size, rng *rand.Rand) result {
 	}
 	c.endAll(5 * time.Minute)
 	r := result{faults: fmt.Sprintf("every engine call held %s; %d containers", sz.slowDelay, sz.slowJobs), recovery: "-"}
+	c.check(&r, false)
+	return r
+}
+
+// The database's clock 10 minutes off the masters' and slaves' (faketime under Postgres): every
+// timeout is measured on the database's clock, so nothing changes. (The master's clock 10
+// minutes ahead is the database's 10 minutes behind: a leader comparing its own clock with the
+// database's timestamps would have failed every running job as `worker lost` at once.)
+func clockSkew(t *testing.T, sz size, offset string) result {
+	lib := ""
+	for _, p := range []string{"/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+		"/usr/lib/faketime/libfaketime.so.1"} {
+		if _, err := os.Stat(p); err == nil {
+			lib = p
+		}
+	}
+	if lib == "" {
+		testenv.Missing(t, "libfaketime", "package faketime is not installed (scripts/deps.sh installs it)")
+	}
+	c := newCluster(t, clusterOpts{pgEnv: []string{"LD_PRELOAD=" + lib, "FAKETIME=" + offset, "FAKETIME_DONT_FAKE_MONOTONIC=1"}})
+	dbNow, err := c.st.Now(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	skew := dbNow.Sub(time.Now())
+	if skew.Abs() < 9*time.Minute {
+		t.Fatalf("the database's clock is %s off, want 10 minutes (faketime not in effect)", skew.Round(time.Second))
+	}
+	c.addSlave("s1", 4, false, "")
+	long := c.submit(spec{name: "long", gpus: 1, script: `trap 'exit 0' TERM; echo start; while true; do sleep 0.3; done`})
+	var short []string
+	for i := range max(sz.jobs/2, 3) {
+		short = append(short, c.submit(shortJob(i)))
+	}
+	for _, id := range short {
+		c.waitStatus(id, 3*time.Minute, job.StatusFinished)
+	}
+	c.waitStatus(long, 3*time.Minute, job.StatusRunning)
+	// Past every grace: the slave stays online and the long job runs on (maxDuration 1 hour).
+	end := time.Now().Add(heartbeatGrace + jobGrace + 2*time.Second)
+	for time.Now().Before(end) {
+		if sl, err := c.st.GetSlave(context.Background(), c.name+"s1"); err == nil && !sl.Online {
+			t.Fatalf("the slave was marked offline with the database's clock %s off", offset)
+		}
+		if st := c.job(long).Job.State.Status; st != job.StatusRunning {
+			t.Fatalf("the long job became %s with the database's clock %s off", st, offset)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	c.endAll(2 * time.Minute)
+	r := result{faults: fmt.Sprintf("database clock %s off the masters' and slaves' (%s)", offset, skew.Round(time.Second)), recovery: "-"}
 	c.check(&r, false)
 	return r
 }
