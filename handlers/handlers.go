@@ -44,6 +44,9 @@ type Config struct {
 	// MissingGrace is how long a slave's heartbeats may leave out a job the master has on it
 	// before the job is taken as gone (default 3 heartbeat intervals, at least 10 s).
 	MissingGrace time.Duration
+	// WorkRecheck is how often a waiting long poll looks for work without being woken (default
+	// 15 s): the safety net of a lost notification from another master.
+	WorkRecheck time.Duration
 }
 
 // Handlers serves the API. Create it with New.
@@ -69,6 +72,9 @@ func New(st *store.Store, cfg Config, log *slog.Logger, sched, work *scheduler.S
 	}
 	if cfg.MaxLongPoll == 0 {
 		cfg.MaxLongPoll = 30 * time.Second
+	}
+	if cfg.WorkRecheck == 0 {
+		cfg.WorkRecheck = 15 * time.Second
 	}
 	if cfg.MissingGrace == 0 {
 		cfg.MissingGrace = max(3*cfg.HeartbeatInterval, 10*time.Second)

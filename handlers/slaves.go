@@ -323,11 +323,6 @@ func heldSet(held []protocol.RunningJob) map[string]protocol.RunningJob {
 	return out
 }
 
-// otherMastersPoll is how often a waiting long poll looks for work without being woken. A
-// master is woken for its own scheduler's assignments and, through Postgres notifications, for
-// other masters' (Listen); this look is only the safety net of a lost notification.
-const otherMastersPoll = 15 * time.Second
-
 // SlaveNext answers with work for the slave: jobs assigned to it that it does not hold yet,
 // and stop orders; it waits (long poll) up to the asked time when there is none.
 func (h *Handlers) SlaveNext(w http.ResponseWriter, r *http.Request) error {
@@ -342,7 +337,10 @@ func (h *Handlers) SlaveNext(w http.ResponseWriter, r *http.Request) error {
 	wait := min(max(req.Wait, 0), h.cfg.MaxLongPoll)
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
-	poll := time.NewTicker(otherMastersPoll)
+	// A master is woken for its own scheduler's assignments and, through Postgres
+	// notifications, for other masters' (store.Listen); this look is only the safety net of a
+	// lost notification.
+	poll := time.NewTicker(h.cfg.WorkRecheck)
 	defer poll.Stop()
 	for {
 		woken := h.work.For(c.SlaveName)

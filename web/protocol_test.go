@@ -12,6 +12,7 @@ import (
 	"github.com/opengpulab/gpulab/internal/testmaster"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/protocol"
+	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
 )
 
@@ -376,5 +377,62 @@ func TestStartLeaseRenewedByHeartbeat(t *testing.T) {
 	}
 	if left := lease(); left > 15*time.Second {
 		t.Fatalf("start lease renewed past the start deadline: %s left", left)
+	}
+}
+
+// Two masters on one database: a submit on the master without the scheduler wakes the leader
+// on the other (its timer would not for an hour), and the leader's assignment wakes the
+// slave's long poll waiting on the first (its own look for work would not for an hour either).
+func TestNotificationsWakeOtherMasters(t *testing.T) {
+	leader := testmaster.Start(t, testmaster.Options{Scheduler: true, Loop: scheduler.LoopConfig{Interval: time.Hour}})
+	front := testmaster.Start(t, testmaster.Options{DatabaseURL: leader.DatabaseURL, MaxLongPoll: time.Minute, WorkRecheck: time.Hour})
+	alice := front.AddUser("alice", false, "", "vision")
+	cert := front.SlaveCert("n1", 1)
+	caPEM, err := os.ReadFile(front.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl, err := protocol.NewClient(front.URL, caPEM, &cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := sl.Register(ctx, protocol.Inventory{InstanceID: "i1", CPUs: 4, MemoryMiB: 8192}); err != nil {
+		t.Fatal(err)
+	}
+	// The leader's first pass ran at its start; wait until it holds the lease, so the next
+	// pass can only come from a wake.
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not happen within 60 s", what)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor("a scheduler leader", func() bool {
+		var n int
+		_ = front.Store.DB().QueryRowContext(ctx, `SELECT count(*) FROM scheduler_leader WHERE expires_at > now()`).Scan(&n)
+		return n == 1
+	})
+	work := make(chan protocol.Work, 1)
+	go func() {
+		w, err := sl.Next(ctx, protocol.NextRequest{InstanceID: "i1", Wait: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		work <- w
+	}()
+	status, data, _ := front.Do(alice, "POST", v31+"/jobs", strings.NewReader(`{"name": "n", "request": {"resources": {"cpus": 1, "gpus": 0, "cpuMemoryGb": 1},
+	  "docker": {"image": "busybox"}}}`))
+	if status != 201 {
+		t.Fatalf("submit: %d %s", status, data)
+	}
+	id := strings.TrimSpace(string(data))
+	w := <-work
+	if len(w.Assignments) != 1 || w.Assignments[0].Job.UUID != id {
+		t.Fatalf("the long poll on the other master returned %+v, want the assignment of %s", w, id)
 	}
 }

@@ -4,6 +4,7 @@
 package testmaster
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -36,7 +37,8 @@ type Master struct {
 	URL, APIBase string
 	CA           *pki.CA
 	Store        *store.Store
-	// DatabaseURL is the master's own test database (see DatabaseOutage).
+	// DatabaseURL is the master's test database (see DatabaseOutage; give it to
+	// Options.DatabaseURL of a second master on the same database).
 	DatabaseURL string
 	// Dir holds CA and certificate files for tools that read files (the CLI, curl).
 	Dir    string
@@ -59,6 +61,12 @@ type Options struct {
 	// MissingGrace is how long a heartbeat may leave out a job before it is taken as gone
 	// (default: the handlers' default).
 	MissingGrace time.Duration
+	// DatabaseURL, when set, is the database to use (another master's, to run several
+	// masters on one database) instead of a fresh one.
+	DatabaseURL string
+	// MaxLongPoll bounds a slave's long poll (default 5 s); WorkRecheck is how often a waiting
+	// long poll looks for work unwoken (default: the handlers' default).
+	MaxLongPoll, WorkRecheck time.Duration
 	// HeartbeatInterval is what slaves are told (default 500 ms).
 	HeartbeatInterval time.Duration
 	// OIDC turns the portal login on against a given provider. Its RedirectURL may be left
@@ -97,7 +105,10 @@ func Start(t testing.TB, opts Options) *Master {
 		oidcCfg = web.OIDCConfig{Issuer: idp.Issuer, ClientID: idp.ClientID, ClientSecret: idp.ClientSecret, RedirectURL: url + web.CallbackPath}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	dbURL := testenv.PostgresURL(t)
+	dbURL := opts.DatabaseURL
+	if dbURL == "" {
+		dbURL = testenv.PostgresURL(t)
+	}
 	st, err := store.Open(ctx, dbURL)
 	if err != nil {
 		cancel()
@@ -139,8 +150,8 @@ func Start(t testing.TB, opts Options) *Master {
 	}
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
 	h := handlers.New(st, handlers.Config{Authority: Authority, Version: "test", LatestClientVersion: "4.0.0", JobOptions: jobOpts,
-		CA: ca, HeartbeatInterval: opts.HeartbeatInterval, MaxLongPoll: 5 * time.Second, FenceAfter: lc.JobGrace,
-		MissingGrace: opts.MissingGrace}, log, wake, work)
+		CA: ca, HeartbeatInterval: opts.HeartbeatInterval, MaxLongPoll: cmp.Or(opts.MaxLongPoll, 5*time.Second), FenceAfter: lc.JobGrace,
+		MissingGrace: opts.MissingGrace, WorkRecheck: opts.WorkRecheck}, log, wake, work)
 	wcfg := web.Config{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}, Admins: opts.Admins, Authority: Authority,
 		OIDC: oidcCfg, SessionKeys: opts.SessionKeys}
 	srv := web.New(wcfg, st, h, log)
