@@ -492,7 +492,9 @@ func wakeSlaves(snap Snapshot, plan Plan) []string {
 	if len(plan.Halts) > 0 {
 		at := make(map[string]string, len(snap.Running))
 		for _, pl := range snap.Running {
-			at[pl.JobUUID] = pl.SlaveName
+			if !pl.Releasing { // a requeued job may also hold on the slave it left
+				at[pl.JobUUID] = pl.SlaveName
+			}
 		}
 		for _, h := range plan.Halts {
 			names = append(names, at[h.JobUUID])

@@ -414,7 +414,7 @@ func clockSkew(t *testing.T, sz size, offset string) result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	skew := dbNow.Sub(time.Now())
+	skew := time.Until(dbNow)
 	if skew.Abs() < 9*time.Minute {
 		t.Fatalf("the database's clock is %s off, want 10 minutes (faketime not in effect)", skew.Round(time.Second))
 	}

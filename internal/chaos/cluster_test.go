@@ -65,7 +65,7 @@ func buildBinaries(t *testing.T) (master, slave string) {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b), "./cmd/"+b)
 			cmd.Dir = root
 			if out, err := cmd.CombinedOutput(); err != nil {
-				binaries.err = fmt.Errorf("build %s: %v\n%s", b, err, out)
+				binaries.err = fmt.Errorf("build %s: %w\n%s", b, err, out)
 				return
 			}
 		}

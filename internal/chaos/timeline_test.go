@@ -23,10 +23,6 @@ type span struct {
 	start, end              time.Time // end zero: still running
 }
 
-func (s *span) alive(at time.Time) bool {
-	return !s.start.IsZero() && !s.start.After(at) && (s.end.IsZero() || s.end.After(at))
-}
-
 // timeline records the containers of the scenario's slaves from the Docker Engine's event
 // stream (not by polling: a short job's container must not be missed).
 type timeline struct {

@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -371,43 +370,8 @@ func (p *proc) kill() {
 	}
 }
 
-// term stops the process as an operator would (SIGTERM) and waits for it.
-func (p *proc) term() {
-	p.signal(syscall.SIGTERM)
-	p.mu.Lock()
-	done := p.done
-	p.mu.Unlock()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		p.kill()
-	}
-}
-
 func (p *proc) pause()  { p.signal(syscall.SIGSTOP) }
 func (p *proc) resume() { p.signal(syscall.SIGCONT) }
-
-func (p *proc) restart() {
-	p.kill()
-	p.start()
-}
-
-// logHas reports whether the process's log holds s.
-func (p *proc) logHas(s string) bool {
-	f, err := os.Open(p.log)
-	if err != nil {
-		return false
-	}
-	defer func() { _ = f.Close() }()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), s) {
-			return true
-		}
-	}
-	return false
-}
 
 func freePort(t *testing.T) int {
 	t.Helper()
