@@ -136,13 +136,14 @@ func masterKill(t *testing.T, sz size, rng *rand.Rand) result {
 	c.addSlave("s2", 4, false, "")
 	var wg sync.WaitGroup
 	wg.Add(1)
+	pace := rand.New(rand.NewPCG(rng.Uint64(), 1)) // the submitter's own: rng is the test's
 	go func() {
 		defer wg.Done()
 		for i := range sz.jobs {
 			if _, err := c.trySubmit(shortJob(i)); err != nil {
 				t.Error(err)
 			}
-			time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond)
+			time.Sleep(time.Duration(pace.IntN(400)) * time.Millisecond)
 		}
 	}()
 	m := c.masters[0]
