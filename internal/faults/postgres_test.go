@@ -24,6 +24,7 @@ func countRows(ctx context.Context, db *sql.DB) (int, error) {
 }
 
 func TestPostgresStopStart(t *testing.T) {
+	t.Parallel()
 	pg := StartPostgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -35,6 +35,7 @@ func gone(pid int) bool { st := procState(pid); return st == "" || st == "Z" || 
 func ticks(out string) int { return strings.Count(out, "tick ") }
 
 func TestBuilderBuildsOnce(t *testing.T) {
+	t.Parallel()
 	var b Builder
 	t.Cleanup(b.Close)
 	ctx := context.Background()
@@ -85,6 +86,7 @@ func helperBinary(t *testing.T) string {
 }
 
 func TestProcess(t *testing.T) {
+	t.Parallel()
 	bin := helperBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -165,6 +167,7 @@ func TestProcess(t *testing.T) {
 // TestProcessDiesWithItsTest checks that a process left running, and a stopped one, end
 // with the test that started them, their descendants too.
 func TestProcessDiesWithItsTest(t *testing.T) {
+	t.Parallel()
 	bin := helperBinary(t)
 	var pids []int
 	t.Run("left running", func(t *testing.T) {

@@ -76,6 +76,7 @@ func newSlowDocker(t *testing.T) *SlowDocker {
 }
 
 func TestSlowDockerDelaysRequests(t *testing.T) {
+	t.Parallel()
 	sd := newSlowDocker(t)
 	cli := slowClient(t, sd)
 	ctx := context.Background()
@@ -98,6 +99,7 @@ func TestSlowDockerDelaysRequests(t *testing.T) {
 // TestSlowDockerStreams checks that what the engine sends passes at once: a followed log of
 // a container that never ends keeps delivering lines while requests are held.
 func TestSlowDockerStreams(t *testing.T) {
+	t.Parallel()
 	sd := newSlowDocker(t)
 	cli := slowClient(t, sd)
 	id := runContainer(t, testenv.Docker(t), &container.Config{

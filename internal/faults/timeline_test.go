@@ -98,6 +98,7 @@ func recorded(ended bool, ids ...string) func([]Container) bool {
 }
 
 func TestTimeline(t *testing.T) {
+	t.Parallel()
 	cli := testenv.Docker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -183,6 +184,7 @@ func TestTimeline(t *testing.T) {
 // TestTimelineSeesExisting checks that a container running before the watch began is
 // recorded, with its run.
 func TestTimelineSeesExisting(t *testing.T) {
+	t.Parallel()
 	cli := testenv.Docker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
