@@ -3,7 +3,9 @@
 package faults
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +18,9 @@ import (
 
 	"github.com/opengpulab/gpulab/internal/testenv"
 )
+
+// errExitedCleanly stands for a child's exit with status 0 where an error is due.
+var errExitedCleanly = errors.New("exit status 0")
 
 // Builder builds Go programs (the master, the slave) once per test process however many
 // scenarios run them, into a folder of its own. The zero value is ready; keep one for the
@@ -200,7 +205,7 @@ func (p *Process) WaitOutput(ctx context.Context, s string) error {
 			if strings.Contains(p.Output(), s) {
 				return nil
 			}
-			return fmt.Errorf("%s exited (%v) before writing %q", p.cmd.Name, p.exitErr(), s)
+			return fmt.Errorf("%s exited before writing %q: %w", p.cmd.Name, s, cmp.Or(p.exitErr(), errExitedCleanly))
 		case <-ctx.Done():
 			return fmt.Errorf("%s did not write %q: %w", p.cmd.Name, s, ctx.Err())
 		case <-tick.C:
