@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/google/uuid"
+
 	"github.com/opengpulab/gpulab/job"
 )
 
@@ -30,9 +32,12 @@ func (c *Client) SubmitJob(ctx context.Context, body []byte, hold bool) (string,
 	if hold {
 		q.Set("hold", "true")
 	}
+	// A key of this submission: the master answers a repeat with the job the first attempt
+	// made, so a submit whose answer was lost may be sent again like any idempotent call.
 	resp, err := c.do(ctx, request{
 		method: http.MethodPost, path: "jobs", query: q, body: body,
 		contentType: "application/json", accept: "text/plain, application/json;q=0.5",
+		header: http.Header{"Idempotency-Key": {uuid.NewString()}}, replayable: true,
 	})
 	if err != nil {
 		return "", fmt.Errorf("submit job: %w", err)

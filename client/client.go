@@ -92,10 +92,10 @@ const (
 // A call that fails in a way that may pass (Temporary: the master unreachable, the
 // connection lost, 502, 503, 504) is tried again with exponential back-off and jitter, for at
 // most Config.RetryMaxTime, moving through the configured masters. Requests that may be
-// repeated safely (GET, PUT, DELETE, a conversion) are retried on any such failure. A submit
-// (POST jobs) is not idempotent: it is retried only when it certainly did not reach a master
-// (no connection could be made) or when the master answered 503, which it does only when it
-// stored nothing; a submit whose answer was lost fails with ErrOutcomeUnknown instead.
+// repeated safely (GET, PUT, DELETE, a conversion, a submit) are retried on any such failure:
+// a submit carries an Idempotency-Key, and the master answers a repeat with the job the first
+// attempt made. A request that may not be repeated whose answer was lost fails with
+// ErrOutcomeUnknown.
 type Client struct {
 	bases []*url.URL
 	// cur is the index in bases of the master to try first: the one that answered last.

@@ -33,7 +33,7 @@ var (
 	// ErrConnectionLost means the connection broke, or the master did not answer in time,
 	// after the request may have been sent.
 	ErrConnectionLost = errors.New("lost the connection to the master")
-	// ErrOutcomeUnknown marks a request that is not safe to repeat (a submit) whose answer was
+	// ErrOutcomeUnknown marks a request that is not safe to repeat whose answer was
 	// lost: the master may have carried it out. It is not retried; the caller should look
 	// before trying again.
 	ErrOutcomeUnknown = errors.New("the master may have carried it out all the same")

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -248,27 +247,34 @@ func TestRetriesThroughAFront(t *testing.T) {
 			t.Errorf("%d jobs stored, want 1", n-before)
 		}
 	})
-	t.Run("submit whose answer is lost is not repeated", func(t *testing.T) {
+	t.Run("submit whose answer is lost is repeated with its key and stored once", func(t *testing.T) {
 		f.set(failFirst("POST", 1, frontAction{drop: true}))
 		before := w.jobs(t)
-		_, err := c.SubmitJob(ctx, []byte(demoJob), false)
-		if !errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, ErrConnectionLost) {
-			t.Errorf("submit with its answer lost: err = %v, want ErrConnectionLost and ErrOutcomeUnknown", err)
+		id, err := c.SubmitJob(ctx, []byte(demoJob), false)
+		if err != nil {
+			t.Fatalf("submit with its first answer lost: %v", err)
 		}
-		if n := f.count("POST", "/jobs"); n != 1 {
-			t.Errorf("the front saw %d POSTs, want 1: a submit that may have been stored was sent again", n)
+		if n := f.count("POST", "/jobs"); n != 2 {
+			t.Errorf("the front saw %d POSTs, want 2 (the first, whose answer was lost, and its repeat)", n)
 		}
 		if n := w.jobs(t); n != before+1 {
-			t.Errorf("the master stored %d jobs, want 1 (it got the request once)", n-before)
+			t.Errorf("the master stored %d jobs, want 1: the repeat made a second", n-before)
+		}
+		if _, err := c.GetJob(ctx, id); err != nil {
+			t.Errorf("the uuid answered to the repeat: %v", err)
 		}
 	})
-	t.Run("submit after a 502 is not repeated", func(t *testing.T) {
+	t.Run("submit after a 502 is repeated and stored once", func(t *testing.T) {
 		f.set(failFirst("POST", 1, frontAction{status: http.StatusBadGateway}))
-		if _, err := c.SubmitJob(ctx, []byte(demoJob), false); StatusCode(err) != http.StatusBadGateway || !errors.Is(err, ErrOutcomeUnknown) {
-			t.Errorf("submit after a 502: err = %v, want the 502 and ErrOutcomeUnknown", err)
+		before := w.jobs(t)
+		if _, err := c.SubmitJob(ctx, []byte(demoJob), false); err != nil {
+			t.Errorf("submit after a 502: %v", err)
 		}
-		if n := f.count("POST", "/jobs"); n != 1 {
-			t.Errorf("the front saw %d POSTs, want 1", n)
+		if n := f.count("POST", "/jobs"); n != 2 {
+			t.Errorf("the front saw %d POSTs, want 2", n)
+		}
+		if n := w.jobs(t); n != before+1 {
+			t.Errorf("the master stored %d jobs, want 1", n-before)
 		}
 	})
 	t.Run("GET whose answer is lost is repeated", func(t *testing.T) {

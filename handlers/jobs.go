@@ -71,6 +71,10 @@ func (h *Handlers) SubmitJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	key, err := submitKey(r)
+	if err != nil {
+		return err
+	}
 	body, err := readBody(r, maxJobBody)
 	if err != nil {
 		return err
@@ -94,8 +98,18 @@ func (h *Handlers) SubmitJob(w http.ResponseWriter, r *http.Request) error {
 		j.State.Status = job.StatusOnHold
 		msg = "submitted on hold"
 	}
-	if err := h.store.CreateJob(r.Context(), j, c.User.ID, project.ID, msg+" by "+c.User.Name); err != nil {
+	existing, err := h.store.SubmitJob(r.Context(), j, c.User.ID, project.ID, msg+" by "+c.User.Name, key)
+	if err != nil {
 		return fmt.Errorf("submit job: %w", err)
+	}
+	if existing != "" {
+		// A repeat of a submission whose answer was lost: the same answer, nothing new.
+		h.log.InfoContext(r.Context(), "submission repeated", "job", existing, "user", c.User.Name)
+		rec, err := h.store.GetJob(r.Context(), existing)
+		if err != nil {
+			return err
+		}
+		j = rec.Job
 	}
 	h.sched.Wake()
 	h.log.InfoContext(r.Context(), "job submitted", "job", j.UUID, "user", c.User.Name, "project", project.Name, "status", j.State.Status)
@@ -108,6 +122,25 @@ func (h *Handlers) SubmitJob(w http.ResponseWriter, r *http.Request) error {
 	w.WriteHeader(http.StatusCreated)
 	_, _ = io.WriteString(w, j.UUID)
 	return nil
+}
+
+// maxSubmitKey bounds the Idempotency-Key header of a submission.
+const maxSubmitKey = 128
+
+// submitKey reads the optional Idempotency-Key of a submission: a client that repeats a submit
+// whose answer it lost sends the same key, and gets the job the first attempt made. Keys are
+// per user.
+func submitKey(r *http.Request) (string, error) {
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > maxSubmitKey {
+		return "", fieldError("Idempotency-Key", "must be at most %d characters, not %d", maxSubmitKey, len(key))
+	}
+	for _, ch := range key {
+		if ch < 0x21 || ch > 0x7e {
+			return "", fieldError("Idempotency-Key", "must be printable ASCII without spaces")
+		}
+	}
+	return key, nil
 }
 
 // resolveProject finds the project a job goes into: the one named by owner.projectUrn (a URN

@@ -48,3 +48,8 @@ INSERT INTO scheduler_leader (id) VALUES (1);
 -- The GPUs a slave has had at most: a request is impossible only against them, so a GPU that
 -- drops out of the inventory for a while (an Xid error) never fails queued jobs at once.
 ALTER TABLE slaves ADD COLUMN capacity_gpus JSONB NOT NULL DEFAULT '[]'::jsonb;
+
+-- A submission may carry an idempotency key (the Idempotency-Key header): a retry of a submit
+-- whose answer was lost finds the job the first attempt made instead of making a second one.
+ALTER TABLE jobs ADD COLUMN submit_key TEXT;
+CREATE UNIQUE INDEX jobs_submit_key_idx ON jobs (user_id, submit_key) WHERE submit_key IS NOT NULL;

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -176,9 +177,10 @@ func (c *decodeCache) decode(r *jobRow) (*job.Job, error) {
 const insertJob = `WITH j AS (
     INSERT INTO jobs (uuid, name, description, deployment_environment, request, user_id, user_email,
         project_id, status, event_times, interactive, restartable, cluster_id, gpus, cpus, cpu_memory_gb,
-        min_duration_s, max_duration_s, reservation_ids, restart_initial_uuid, restart_count)
+        min_duration_s, max_duration_s, reservation_ids, restart_initial_uuid, restart_count, submit_key)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, jsonb_build_object($9::text, now()), $10, $11, $12, $13, $14, $15,
-        $16, $17, $18, $19, $20)
+        $16, $17, $18, $19, $20, NULLIF($22, ''))
+    ON CONFLICT (user_id, submit_key) WHERE submit_key IS NOT NULL DO NOTHING
     RETURNING uuid, status, created_at
 ), e AS (
     INSERT INTO job_events (job_uuid, kind, to_status, actor, message)
@@ -189,9 +191,17 @@ SELECT created_at FROM j, (SELECT pg_notify('` + ChannelScheduler + `', '')) n`
 // CreateJob stores a new job (already validated by job.Parse) in state j.State.Status, with its
 // first event, atomically. It fills j.State.Created and the event time.
 func (s *Store) CreateJob(ctx context.Context, j *job.Job, userID, projectID int64, message string) error {
+	_, err := s.SubmitJob(ctx, j, userID, projectID, message, "")
+	return err
+}
+
+// SubmitJob is CreateJob for a submission with an idempotency key (none when ""): when the
+// user made a job with the same key before, nothing is stored and that job's uuid is returned
+// (j is left as it was); else it returns "".
+func (s *Store) SubmitJob(ctx context.Context, j *job.Job, userID, projectID int64, message, key string) (string, error) {
 	req, err := json.Marshal(j.Request)
 	if err != nil {
-		return fmt.Errorf("encode request of job %s: %w", j.UUID, err)
+		return "", fmt.Errorf("encode request of job %s: %w", j.UUID, err)
 	}
 	r := j.Request
 	var clusterID sql.NullInt64
@@ -213,13 +223,18 @@ func (s *Store) CreateJob(ctx context.Context, j *job.Job, userID, projectID int
 		userID, j.Owner.UserEmail, projectID, string(j.State.Status), r.Scheduling.Interactive, r.Scheduling.Restartable,
 		clusterID, r.Resources.GPUs, r.Resources.CPUs, r.Resources.CPUMemoryGb,
 		int64(time.Duration(r.Scheduling.MinDuration)/time.Second), int64(time.Duration(r.Scheduling.MaxDuration)/time.Second),
-		pq.Array(reservations), initial, restartCount, message)
+		pq.Array(reservations), initial, restartCount, message, key)
+	if errors.Is(err, sql.ErrNoRows) && key != "" {
+		var existing string
+		err := s.q.GetContext(ctx, &existing, `SELECT uuid::text FROM jobs WHERE user_id = $1 AND submit_key = $2`, userID, key)
+		return existing, mapErr(err, "find the job of submission "+key)
+	}
 	if err != nil {
-		return mapErr(err, "create job "+j.UUID)
+		return "", mapErr(err, "create job "+j.UUID)
 	}
 	j.State.Created, j.State.Updated = created, created
 	j.State.EventTimes = map[job.Status]time.Time{j.State.Status: created}
-	return nil
+	return "", nil
 }
 
 // GetJob reads one job by its full UUID.

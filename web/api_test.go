@@ -583,3 +583,33 @@ func TestUsage(t *testing.T) {
 		t.Fatalf("usage without credentials: %d", status)
 	}
 }
+
+// A submission that names an Idempotency-Key is stored once however often it is repeated (a
+// client that lost the answer sends it again); keys are per user, and bounded.
+func TestSubmitIdempotencyKey(t *testing.T) {
+	w := newWorld(t)
+	body := `{"name": "once", "request": {"resources": {"cpus": 1, "gpus": 0, "cpuMemoryGb": 1}, "docker": {"image": "debian:stable"}}}`
+	post := func(u *testmaster.User, key string) (int, string) {
+		status, data, _ := w.m.Do(u, "POST", v31+"/jobs", strings.NewReader(body), "Idempotency-Key", key)
+		return status, strings.TrimSpace(string(data))
+	}
+	s1, first := post(w.alice, "submit-7f3a")
+	s2, again := post(w.alice, "submit-7f3a")
+	if s1 != 201 || s2 != 201 || first != again || len(first) != 36 {
+		t.Fatalf("a repeated submission: %d %q, then %d %q; want 201 and the same uuid twice", s1, first, s2, again)
+	}
+	if _, other := post(w.carol, "submit-7f3a"); other == first {
+		t.Fatalf("another user's submission with the same key got alice's job")
+	}
+	if _, fresh := post(w.alice, "submit-8b21"); fresh == first {
+		t.Fatalf("another key got the same job")
+	}
+	recs, err := w.m.Store.ListJobs(context.Background(), store.JobFilter{UserIDs: []int64{w.alice.ID}})
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("alice has %d jobs, want 2 (%v)", len(recs), err)
+	}
+	status, data, _ := w.m.Do(w.alice, "POST", v31+"/jobs", strings.NewReader(body), "Idempotency-Key", strings.Repeat("k", 129))
+	if status != 400 || !strings.Contains(string(data), "Idempotency-Key") {
+		t.Fatalf("a key of 129 characters: %d %s", status, data)
+	}
+}

@@ -55,6 +55,8 @@ type fakeMaster struct {
 	// instead of serving it (503: the master's database is down), or drop to serve it and
 	// then lose the answer (the connection breaks).
 	fault func(r *http.Request) (status int, drop bool)
+	// keys maps the Idempotency-Key of each submission to its job.
+	keys map[string]string
 }
 
 type recordedRequest struct {
@@ -211,8 +213,21 @@ func (m *fakeMaster) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.mu.Lock()
+	// As the real master: a repeat of a submission (its Idempotency-Key) gets the first's job.
+	key := r.Header.Get("Idempotency-Key")
+	if id, ok := m.keys[key]; ok && key != "" {
+		m.mu.Unlock()
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, id)
+		return
+	}
 	j.UUID = m.nextUUIDLocked()
 	m.nextID++
+	if m.keys == nil {
+		m.keys = map[string]string{}
+	}
+	m.keys[key] = j.UUID
 	j.Owner.UserURN = user
 	j.State.Status = job.StatusQueued
 	if r.URL.Query().Get("hold") == "true" {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,25 +99,36 @@ func TestSubmitRetriedAfter503(t *testing.T) {
 	}
 }
 
-// A submit whose answer was lost is not sent again (the master may have stored it), and the
-// user is told to look before submitting again.
-func TestSubmitAnswerLostIsNotRepeated(t *testing.T) {
+// A submit whose answer was lost is sent again with the same Idempotency-Key, and the master
+// answers the repeat with the job the first attempt made: one job, and the user gets its uuid.
+func TestSubmitAnswerLostIsRepeatedOnce(t *testing.T) {
 	e := newTestEnv(t)
+	var posts atomic.Int32
 	e.m.set(func(m *fakeMaster) {
-		m.fault = func(r *http.Request) (int, bool) { return 0, r.Method == http.MethodPost }
+		m.fault = func(r *http.Request) (int, bool) {
+			return 0, r.Method == http.MethodPost && posts.Add(1) == 1 // the first POST's answer is lost
+		}
 	})
 	r := e.run("submit", e.writeFile("job.json", helloJob))
-	if r.code != exitError || !strings.Contains(r.stderr, "may have stored the job") {
-		t.Errorf("submit with its answer lost:\n%s", r)
+	if r.code != exitOK {
+		t.Fatalf("submit with its first answer lost:\n%s", r)
 	}
-	if n := len(e.m.reqs("POST", "jobs")); n != 1 {
-		t.Errorf("%d POSTs, want 1", n)
+	seen := e.m.reqs("POST", "jobs")
+	if len(seen) != 2 {
+		t.Fatalf("%d POSTs, want 2 (the first and its repeat)", len(seen))
 	}
 	e.m.mu.Lock()
 	stored := len(e.m.jobs)
+	id := ""
+	if stored > 0 {
+		id = e.m.jobs[0].UUID
+	}
 	e.m.mu.Unlock()
 	if stored != 1 {
-		t.Errorf("the master holds %d jobs, want the 1 it got", stored)
+		t.Errorf("the master holds %d jobs, want 1", stored)
+	}
+	if strings.TrimSpace(r.stdout) != id {
+		t.Errorf("submit printed %q, want the uuid %s of the job the first attempt made", r.stdout, id)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opengpulab/gpulab/internal/faults"
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/pki"
@@ -90,7 +91,7 @@ func TestChaos(t *testing.T) {
 func lostReplies(t *testing.T, sz size, rng *rand.Rand) result {
 	c := newCluster(t, clusterOpts{})
 	s := c.addSlave("s1", 4, true, "")
-	s.proxy.set(modeDrop, 0.25)
+	s.proxy.DropRepliesPerRequest(0.25, rand.New(rand.NewPCG(rng.Uint64(), 3)))
 	var halts, cancels []string
 	for i := range 2 {
 		halts = append(halts, c.submit(longJob(i, true)))
@@ -116,8 +117,8 @@ func lostReplies(t *testing.T, sz size, rng *rand.Rand) result {
 		c.waitStatus(id, 3*time.Minute, job.StatusFinished, job.StatusFailed)
 	}
 	c.endAll(2 * time.Minute)
-	drops := s.proxy.drops.Load()
-	s.proxy.set(modePass, 0)
+	drops := s.proxy.Stats().DroppedReplies
+	s.proxy.Pass()
 	r := result{faults: fmt.Sprintf("%d replies dropped", drops), recovery: "-"}
 	c.check(&r, false)
 	for _, id := range short {
@@ -151,8 +152,9 @@ func masterKill(t *testing.T, sz size, rng *rand.Rand) result {
 	for range sz.kills {
 		time.Sleep(time.Duration(500+rng.IntN(2500)) * time.Millisecond)
 		killed := time.Now()
-		m.kill()
-		m.start()
+		if err := m.Restart(context.Background()); err != nil { // SIGKILL, then start again
+			t.Fatal(err)
+		}
 		c.waitReady(m)
 		// Recovered: a job changed state after the restart.
 		var last time.Time
@@ -214,13 +216,22 @@ func postgresOutage(t *testing.T, sz size, rng *rand.Rand) result {
 			}
 		}()
 	}
+	ctx := context.Background()
 	time.Sleep(2 * time.Second)
-	c.pg.stop()
-	c.pg.start()
+	if err := c.pg.Crash(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.pg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(3 * time.Second)
-	c.pg.stop()
+	if err := c.pg.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(sz.pgOutage)
-	c.pg.start()
+	if err := c.pg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 	outageEnd.Store(time.Now().UnixNano())
 	waitUntil(t, 2*time.Minute, "a submission accepted after the outage", func() bool { return firstAfter.Load() > 0 })
 	time.Sleep(2 * time.Second)
@@ -288,8 +299,8 @@ func cutOff(t *testing.T, cut, heal func(c *cluster, a *slaveProc), useProxy boo
 	healAt := time.Now()
 	heal(c, a)
 	waitUntil(t, 2*time.Minute, "slave a's old containers gone", func() bool {
-		for _, s := range c.tl.all() {
-			if s.slave == a.name && s.end.IsZero() {
+		for _, ct := range c.tl.Alive() {
+			if ct.Slave == a.name {
 				return false
 			}
 		}
@@ -300,7 +311,7 @@ func cutOff(t *testing.T, cut, heal func(c *cluster, a *slaveProc), useProxy boo
 
 // A slave frozen (SIGSTOP) past the job grace while its jobs run, then resumed.
 func slavePause(t *testing.T, sz size, rng *rand.Rand) result {
-	c, restarted, stopped := cutOff(t, func(c *cluster, a *slaveProc) { a.pause() }, func(c *cluster, a *slaveProc) { a.resume() }, false)
+	c, restarted, stopped := cutOff(t, func(c *cluster, a *slaveProc) { _ = a.Stop() }, func(c *cluster, a *slaveProc) { _ = a.Cont() }, false)
 	c.endAll(2 * time.Minute)
 	r := result{faults: "slave SIGSTOP past the job grace, then SIGCONT",
 		recovery: fmt.Sprintf("restarts running %s after the freeze; old copies stopped %s after the resume", secs(restarted), secs(stopped))}
@@ -310,7 +321,7 @@ func slavePause(t *testing.T, sz size, rng *rand.Rand) result {
 
 // A slave cut off from the master (its traffic swallowed) while its jobs run, then healed.
 func slavePartition(t *testing.T, sz size, rng *rand.Rand) result {
-	c, restarted, _ := cutOff(t, func(c *cluster, a *slaveProc) { a.proxy.set(modeBlackhole, 0) }, func(c *cluster, a *slaveProc) { a.proxy.set(modePass, 0) }, true)
+	c, restarted, _ := cutOff(t, func(c *cluster, a *slaveProc) { a.proxy.Blackhole() }, func(c *cluster, a *slaveProc) { a.proxy.Pass() }, true)
 	c.endAll(2 * time.Minute)
 	r := result{faults: "slave partitioned past the job grace, then healed", recovery: "restarts running " + secs(restarted) + " after the cut"}
 	c.check(&r, false)
@@ -333,21 +344,23 @@ func twoMasters(t *testing.T, sz size, rng *rand.Rand) result {
 		})
 		var leader *masterProc
 		for _, m := range c.masters {
-			m.mu.Lock()
-			if m.cmd != nil && strings.HasSuffix(holder, ":"+strconv.Itoa(m.cmd.Process.Pid)) {
+			if strings.HasSuffix(holder, ":"+strconv.Itoa(m.Pid())) {
 				leader = m
 			}
-			m.mu.Unlock()
 		}
 		if leader == nil {
 			t.Fatalf("leader %q is none of the masters", holder)
 		}
 		killed := time.Now()
-		leader.kill()
+		if err := leader.Kill(); err != nil {
+			t.Fatal(err)
+		}
 		id := c.submit(shortJob(100 + round))
 		c.waitStatus(id, 2*time.Minute, job.StatusAssigned, job.StatusStarting, job.StatusRunning, job.StatusFinished)
 		worst = max(worst, time.Since(killed))
-		leader.start()
+		if err := leader.Restart(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 		c.waitReady(leader)
 	}
 	c.endAll(2 * time.Minute)
@@ -359,9 +372,13 @@ func twoMasters(t *testing.T, sz size, rng *rand.Rand) result {
 // A slave with many running containers on a slow Docker Engine: its heartbeats still arrive,
 // nothing is taken for lost.
 func slowDocker(t *testing.T, sz size, rng *rand.Rand) result {
-	sd := newSlowEngine(t, sz.slowDelay)
+	sd, err := faults.NewSlowDocker("", sz.slowDelay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sd.Close)
 	c := newCluster(t, clusterOpts{})
-	c.addSlave("slow", 0, false, sd.host())
+	c.addSlave("slow", 0, false, sd.DockerHost())
 	var ids []string
 	for i := range sz.slowJobs {
 		s := longJob(i, false)

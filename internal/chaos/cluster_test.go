@@ -17,9 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	dockerclient "github.com/docker/docker/client"
 
 	"github.com/opengpulab/gpulab/client"
+	"github.com/opengpulab/gpulab/internal/faults"
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/store"
@@ -41,40 +44,21 @@ const (
 	leaseSlack = 15 * time.Second
 )
 
-// binaries are gpulab-master and gpulab-slave, built once per test process.
-var binaries struct {
-	once          sync.Once
-	master, slave string
-	err           error
-}
-
 func buildBinaries(t *testing.T) (master, slave string) {
 	t.Helper()
-	binaries.once.Do(func() {
-		root, err := moduleRoot()
-		if err != nil {
-			binaries.err = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "chaos-bin")
-		if err != nil {
-			binaries.err = err
-			return
-		}
-		for _, b := range []string{"gpulab-master", "gpulab-slave"} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b), "./cmd/"+b)
-			cmd.Dir = root
-			if out, err := cmd.CombinedOutput(); err != nil {
-				binaries.err = fmt.Errorf("build %s: %w\n%s", b, err, out)
-				return
-			}
-		}
-		binaries.master, binaries.slave = filepath.Join(dir, "gpulab-master"), filepath.Join(dir, "gpulab-slave")
-	})
-	if binaries.err != nil {
-		t.Fatal(binaries.err)
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return binaries.master, binaries.slave
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if master, err = builder.Build(ctx, filepath.Join(root, "cmd", "gpulab-master")); err != nil {
+		t.Fatal(err)
+	}
+	if slave, err = builder.Build(ctx, filepath.Join(root, "cmd", "gpulab-slave")); err != nil {
+		t.Fatal(err)
+	}
+	return master, slave
 }
 
 func moduleRoot() (string, error) {
@@ -96,7 +80,7 @@ type cluster struct {
 	t        *testing.T
 	name     string // unique prefix of the scenario's slaves (and so of its containers)
 	dir      string
-	pg       *postgres
+	pg       *faults.Postgres
 	masterB  string
 	slaveB   string
 	env      []string // DATABASE_URL, GPULAB_DATA_DIR
@@ -105,7 +89,7 @@ type cluster struct {
 	st       *store.Store
 	docker   *dockerclient.Client
 	image    string
-	tl       *timeline
+	tl       *faults.Timeline
 	alice    *client.Client
 	alicePEM []byte
 
@@ -115,16 +99,17 @@ type cluster struct {
 }
 
 type masterProc struct {
-	*proc
+	*faults.Process
+	name string
 	port int
 }
 
 func (m *masterProc) url() string { return fmt.Sprintf("https://127.0.0.1:%d", m.port) }
 
 type slaveProc struct {
-	*proc
+	*faults.Process
 	name  string
-	proxy *proxy
+	proxy *faults.Proxy
 }
 
 type clusterOpts struct {
@@ -141,8 +126,8 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 	_, _ = rand.Read(b)
 	c := &cluster{t: t, name: "chaos" + hex.EncodeToString(b) + "-", dir: t.TempDir(), masterB: masterB, slaveB: slaveB,
 		slaves: map[string]*slaveProc{}, docker: docker, image: image}
-	c.pg = startPostgres(t, o.pgEnv...)
-	c.env = []string{"DATABASE_URL=" + c.pg.url(), "GPULAB_DATA_DIR=" + filepath.Join(c.dir, "data"), "GPULAB_AUTHORITY=chaos.test"}
+	c.pg = faults.StartPostgresWith(t, faults.PostgresOptions{Env: o.pgEnv})
+	c.env = []string{"DATABASE_URL=" + c.pg.URL(), "GPULAB_DATA_DIR=" + filepath.Join(c.dir, "data"), "GPULAB_AUTHORITY=chaos.test"}
 	c.admin("migrate")
 	c.admin("project", "add", "chaos")
 	c.admin("cluster", "add", "1", "--name", "chaos")
@@ -168,12 +153,19 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.st, err = store.Open(context.Background(), c.pg.url()); err != nil {
+	if c.st, err = store.Open(context.Background(), c.pg.URL()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.st.Close() })
-	c.tl = watchContainers(t, docker, c.name)
-	t.Cleanup(c.tl.removeAll)
+	var names []string
+	for _, short := range slaveNames {
+		names = append(names, c.name+short)
+	}
+	if c.tl, err = faults.WatchSlaves(context.Background(), docker, names...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.removeContainers)
+	t.Cleanup(c.tl.Close)
 	go c.watchLeases()
 	return c
 }
@@ -194,12 +186,12 @@ func (c *cluster) admin(args ...string) string {
 func (c *cluster) startMaster(name string) *masterProc {
 	c.t.Helper()
 	port := freePort(c.t)
-	m := &masterProc{port: port}
-	m.proc = startProc(c.t, c.name+name, c.masterB, c.env, "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port),
+	m := &masterProc{name: name, port: port}
+	m.Process = faults.StartProcess(c.t, faults.Command{Path: c.masterB, Env: c.env, Name: c.name + name, Args: []string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port),
 		"--hostnames", "127.0.0.1", "--heartbeat-interval", heartbeat.String(), "--heartbeat-grace", heartbeatGrace.String(),
 		"--job-grace", jobGrace.String(), "--fence-margin", fenceMargin.String(), "--scheduler-interval", passInterval.String(),
 		"--assign-lease", assignLease.String(), "--start-lease", startLease.String(), "--halt-lease", haltLease.String(),
-		"--max-running-per-user", "0", "--max-running-per-project", "0")
+		"--max-running-per-user", "0", "--max-running-per-project", "0"}})
 	c.masters = append(c.masters, m)
 	c.waitReady(m)
 	return m
@@ -219,6 +211,10 @@ func (c *cluster) waitReady(m *masterProc) {
 	})
 }
 
+// slaveNames are the short names scenarios give their slaves (the container timeline
+// watches them all from the start).
+var slaveNames = []string{"s1", "s2", "a", "b", "slow"}
+
 // addSlave joins a slave (fake GPUs, 32 CPUs offered) and runs it; through a proxy when
 // proxied, on another Docker Engine host when dockerHost is set.
 func (c *cluster) addSlave(short string, gpus int, proxied bool, dockerHost string) *slaveProc {
@@ -237,8 +233,12 @@ func (c *cluster) addSlave(short string, gpus int, proxied bool, dockerHost stri
 		urls = append(urls, m.url())
 	}
 	if proxied {
-		s.proxy = newProxy(c.t, fmt.Sprintf("127.0.0.1:%d", c.masters[0].port), uint64(time.Now().UnixNano()))
-		urls = []string{"https://127.0.0.1:" + strings.Split(s.proxy.addr(), ":")[1]}
+		var err error
+		if s.proxy, err = faults.NewProxy(fmt.Sprintf("127.0.0.1:%d", c.masters[0].port)); err != nil {
+			c.t.Fatal(err)
+		}
+		c.t.Cleanup(s.proxy.Close)
+		urls = []string{"https://" + s.proxy.Addr()}
 	}
 	env := []string{"GPULAB_LOG_LEVEL=info"}
 	if dockerHost != "" {
@@ -251,7 +251,7 @@ func (c *cluster) addSlave(short string, gpus int, proxied bool, dockerHost stri
 	if gpus > 0 {
 		args = append(args, "--fake-gpus", fmt.Sprintf("%dxV100-32GB", gpus))
 	}
-	s.proc = startProc(c.t, name, c.slaveB, env, args...)
+	s.Process = faults.StartProcess(c.t, faults.Command{Path: c.slaveB, Env: env, Name: name, Args: args})
 	c.slaves[short] = s
 	waitUntil(c.t, 60*time.Second, "slave "+name+" online", func() bool {
 		sl, err := c.st.GetSlave(context.Background(), name)
@@ -350,6 +350,21 @@ func (c *cluster) waitStatus(id string, limit time.Duration, want ...job.Status)
 		rec, err := c.st.GetJob(context.Background(), id)
 		return err == nil && slices.Contains(want, rec.Job.State.Status)
 	})
+}
+
+// removeContainers removes what the scenario's slaves left on the engine (after a failure).
+func (c *cluster) removeContainers() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, short := range slaveNames {
+		cs, err := c.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "gpulab.slave="+c.name+short))})
+		if err != nil {
+			return
+		}
+		for _, ct := range cs {
+			_ = c.docker.ContainerRemove(ctx, ct.ID, container.RemoveOptions{Force: true})
+		}
+	}
 }
 
 // jobs lists every job of the scenario (restarts included) with its lineage (the job it

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opengpulab/gpulab/internal/faults"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/store"
 )
@@ -105,7 +106,7 @@ func (c *cluster) check(r *result, allowLineageOverlap bool) {
 	var left []string
 	for {
 		var err error
-		if left, err = c.tl.leftovers(ctx); err != nil {
+		if left, err = c.tl.Leftovers(ctx); err != nil {
 			t.Fatal(err)
 		}
 		held, err := c.st.ListHeld(ctx)
@@ -125,17 +126,17 @@ func (c *cluster) check(r *result, allowLineageOverlap bool) {
 		t.Errorf("container left behind: %s", l)
 	}
 	// GPUs and lineages: never two live containers at once.
-	for _, o := range c.tl.overlaps(gpuKeys) {
+	for _, o := range c.tl.OverlapsByGPU() {
 		t.Errorf("GPU held twice: %s", o)
 		r.gpuOver++
 	}
-	byLineage := func(s span) []string {
-		if rec := all[s.job]; rec != nil {
-			return []string{"job " + lineage(rec)}
+	byLineage := func(ct faults.Container) string {
+		if rec := all[ct.Job]; rec != nil {
+			return "job " + lineage(rec)
 		}
-		return []string{"job " + s.job}
+		return "job " + ct.Job
 	}
-	for _, o := range c.tl.overlaps(byLineage) {
+	for _, o := range c.tl.OverlapsBy(byLineage) {
 		r.dupes++
 		if allowLineageOverlap {
 			r.notes = append(r.notes, "known limit (a frozen slave cannot stop its containers): "+o)
@@ -143,8 +144,8 @@ func (c *cluster) check(r *result, allowLineageOverlap bool) {
 		}
 		t.Errorf("a job ran twice at once: %s", o)
 	}
-	for _, e := range c.tl.errs {
-		t.Errorf("container timeline: %s", e)
+	if err := c.tl.Err(); err != nil {
+		t.Errorf("container timeline: %v", err)
 	}
 }
 

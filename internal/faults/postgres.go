@@ -36,6 +36,7 @@ type Postgres struct {
 	dir  string // data, socket and server log; removed by Close
 	port int
 	url  string
+	env  []string // added to the server's environment
 
 	mu      sync.Mutex // serializes Start, Stop and Close
 	running bool
@@ -48,6 +49,20 @@ type Postgres struct {
 // test (fails it under GPULAB_REQUIRE_SERVICES=1) when the server binaries are missing.
 func StartPostgres(t testing.TB) *Postgres {
 	t.Helper()
+	return StartPostgresWith(t, PostgresOptions{})
+}
+
+// PostgresOptions change the cluster StartPostgresWith makes.
+type PostgresOptions struct {
+	// Env is added to the server's environment at every start: LD_PRELOAD of libfaketime and
+	// FAKETIME move its clock, so a test can run a master against a database whose clock is
+	// off the master's.
+	Env []string
+}
+
+// StartPostgresWith is StartPostgres with options.
+func StartPostgresWith(t testing.TB, o PostgresOptions) *Postgres {
+	t.Helper()
 	bin := postgresBin()
 	if bin == "" {
 		testenv.Missing(t, "PostgreSQL server binaries", "initdb not found (apt-get install postgresql)")
@@ -58,7 +73,7 @@ func StartPostgres(t testing.TB) *Postgres {
 	if err != nil {
 		t.Fatalf("postgres: %v", err)
 	}
-	p := &Postgres{t: t, bin: bin, dir: dir}
+	p := &Postgres{t: t, bin: bin, dir: dir, env: o.Env}
 	t.Cleanup(p.Close)
 	if os.Geteuid() == 0 {
 		if err := chownToPostgres(dir); err != nil {
@@ -187,8 +202,12 @@ func (p *Postgres) log() string {
 // pg runs one of the server's programs, as the postgres user when we are root.
 func (p *Postgres) pg(ctx context.Context, prog string, args ...string) ([]byte, error) {
 	name, argv := filepath.Join(p.bin, prog), args
+	if len(p.env) > 0 && prog == "pg_ctl" {
+		// env(1) between runuser and the program: runuser resets the environment.
+		name, argv = "env", append(append(slices.Clone(p.env), name), args...)
+	}
 	if os.Geteuid() == 0 {
-		name, argv = "runuser", append([]string{"-u", "postgres", "--", filepath.Join(p.bin, prog)}, args...)
+		name, argv = "runuser", append([]string{"-u", "postgres", "--", name}, argv...)
 	}
 	cmd := exec.CommandContext(ctx, name, argv...)
 	cmd.Dir = p.dir
