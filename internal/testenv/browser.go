@@ -158,5 +158,6 @@ func OutputDir(t testing.TB) string {
 	return dir
 }
 
-// WaitTimeout is how long browser steps may wait for the page.
-const WaitTimeout = 30 * time.Second
+// WaitTimeout is how long browser steps may wait for the page: generous, since two test
+// processes may share the machine.
+const WaitTimeout = time.Minute
