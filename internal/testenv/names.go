@@ -3,8 +3,11 @@ package testenv
 import (
 	"crypto/rand"
 	"encoding/hex"
+	mathrand "math/rand/v2"
+	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,4 +52,30 @@ func Seed(t testing.TB) uint64 {
 	}
 	t.Logf("%s: seed %d (replay it with %s=%d)", t.Name(), seed, SeedEnv, seed)
 	return seed
+}
+
+// FreePort returns a TCP port of 127.0.0.1 that is free now, for a test that must name a port
+// before something listens on it (a redirect URI, a fixed host port for Docker). It is chosen
+// at random below the kernel's ephemeral range, where neither the ports handed out for ":0"
+// listeners nor those of outgoing connections (Postgres, Docker, this and other test processes)
+// can take it in the meantime.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 12000 {
+				low = v
+			}
+		}
+	}
+	for range 100 {
+		port := 10000 + mathrand.IntN(low-10000)
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+			_ = l.Close()
+			return port
+		}
+	}
+	t.Fatalf("no free port found below %d", low)
+	return 0
 }

@@ -284,15 +284,11 @@ func TestPublishedPort(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	// A fixed host port is published where asked. The port was free a moment ago; another
-	// process on the machine may take it meanwhile, so a taken port is tried again with another.
+	// A fixed host port is published where asked. The port was free a moment ago (and is of
+	// a range nothing hands out by itself); should another process take it meanwhile, another
+	// is tried.
 	for attempt := 1; ; attempt++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		free := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
+		free := testenv.FreePort(t)
 		b := e.assignment("sleep", "30")
 		b.Job.Request.Docker.PortMappings = []job.PortMapping{{ContainerPort: 9000, HostPort: free, HostIP: "127.0.0.1"}}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
