@@ -109,7 +109,8 @@ func TestSlaveRestartKeepsJobAndLog(t *testing.T) {
 	}
 }
 
-// A slave that goes away for good: its jobs fail with `worker lost` (restartable ones restart).
+// A slave that goes away for good: its jobs fail with `worker lost` (restartable ones restart),
+// once the test master's offline and job graces have passed (25 s).
 func TestSlaveGoneWorkerLost(t *testing.T) {
 	e := newEnv(t)
 	s := e.startSlave(slaveOpts{name: "s1", cluster: 1})

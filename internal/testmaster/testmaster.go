@@ -49,8 +49,11 @@ type Options struct {
 	Job    *job.Options
 	// Scheduler runs the scheduler loop (with short intervals) besides the API.
 	Scheduler bool
-	// Loop overrides the loop's timings (defaults: pass every 200 ms, slave offline after 3 s,
-	// its jobs lost after 3 s more).
+	// Loop overrides the loop's timings (defaults: pass every 200 ms, slave offline after 20 s
+	// without a heartbeat, its jobs lost after 5 s more). The offline grace is generous: a
+	// heartbeat comes every 500 ms plus about a second per running container (the usage sample
+	// Docker takes), and much later when two test suites share the machine, and a slave wrongly
+	// seen offline fails the jobs that only it could run.
 	Loop scheduler.LoopConfig
 	// HeartbeatInterval is what slaves are told (default 500 ms).
 	HeartbeatInterval time.Duration
@@ -126,10 +129,10 @@ func Start(t testing.TB, opts Options) *Master {
 			lc.Interval = 200 * time.Millisecond
 		}
 		if lc.HeartbeatGrace == 0 {
-			lc.HeartbeatGrace = 3 * time.Second
+			lc.HeartbeatGrace = 20 * time.Second
 		}
 		if lc.JobGrace == 0 {
-			lc.JobGrace = 3 * time.Second
+			lc.JobGrace = 5 * time.Second
 		}
 		loop := scheduler.NewLoop(st, lc, log, wake, work)
 		go func() { defer close(loopDone); _ = loop.Run(ctx) }()
