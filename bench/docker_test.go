@@ -114,7 +114,9 @@ func runB3(t *testing.T, rep *report, sz sizes) {
 	// ids): enough slaves for the concurrent jobs.
 	nSlaves := max(1, (sz.b3Conc+runtime.NumCPU()-1)/runtime.NumCPU())
 	for i := range nSlaves {
-		startRealSlave(t, m, d, fmt.Sprintf("docker-%02d", i))
+		// Named for this process: the slave finds (and its cleanup removes) its containers by
+		// its name, on an engine another test process may share.
+		startRealSlave(t, m, d, testenv.Name(fmt.Sprintf("docker-%02d", i)))
 	}
 	waitRegistered(t, m, nSlaves)
 	doc, _ := json.Marshal(map[string]any{"name": "b3", "request": map[string]any{

@@ -239,7 +239,7 @@ func runB2(t *testing.T, rep *report, sz sizes) {
 	n := len(submitted.m)
 	submitted.mu.Unlock()
 	if len(toRunning) < n {
-		t.Errorf("%d of %d submitted jobs did not reach RUNNING", n-len(toRunning), n)
+		t.Errorf("%d of %d submitted jobs did not reach RUNNING within 2 minutes", n-len(toRunning), n)
 	}
 	floor := 3*rtt.P50() + 4*commit.P50()
 	floorText := fmt.Sprintf("3 HTTPS round trips + 4 commits: %s", ms(floor))

@@ -75,7 +75,7 @@ func (p *testPKI) config(srv *httptest.Server) Config {
 		CertPEM:  p.userPEM,
 		CertName: "alice.pem",
 		ServerCA: p.ca.CertPEM,
-		Timeout:  5 * time.Second,
+		Timeout:  30 * time.Second, // a loaded machine may be slow; no test waits for it to expire
 	}
 }
 

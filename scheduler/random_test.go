@@ -3,10 +3,12 @@ package scheduler
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/protocol"
 )
@@ -88,10 +90,6 @@ func randomSnapshot(seed uint64, nSlaves, nJobs int) Snapshot {
 	return s
 }
 
-// TestPlanRandom plans random snapshots and checks what must hold for every plan: one outcome
-// per job, explanations present, resources never used twice or beyond a slave; the snapshot is
-// left as it was; the plan is the same when planned again and when the snapshot's lists come
-// in another order.
 // withEnds gives the running jobs maxDuration ends (from their position, so that the generator's
 // random stream stays as it was), which turns backfill on.
 func withEnds(s Snapshot) Snapshot {
@@ -101,10 +99,24 @@ func withEnds(s Snapshot) Snapshot {
 	return s
 }
 
+// TestPlanRandom plans random snapshots and checks what must hold for every plan: one outcome
+// per job, explanations present, resources never used twice or beyond a slave; the snapshot is
+// left as it was; the plan is the same when planned again and when the snapshot's lists come
+// in another order. The seeds are 0 to 29, every run the same (a failing one is re-run with
+// -run 'TestPlanRandom/seed7$'); GPULAB_TEST_SEED adds one more, to explore or replay.
 func TestPlanRandom(t *testing.T) {
-	for seed := range uint64(30) {
+	seeds := make([]uint64, 30)
+	for i := range seeds {
+		seeds[i] = uint64(i)
+	}
+	if os.Getenv(testenv.SeedEnv) != "" {
+		seeds = append(seeds, testenv.Seed(t))
+	}
+	for i, seed := range seeds {
 		ends := seed%2 == 1
+		fixed := i < 30
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			t.Logf("seed %d", seed)
 			s, twin := randomSnapshot(seed, 40, 300), randomSnapshot(seed, 40, 300)
 			if ends {
 				s, twin = withEnds(s), withEnds(twin)
@@ -143,7 +155,8 @@ func TestPlanRandom(t *testing.T) {
 					t.Errorf("job %s of user %d placed on reserved slave %s", j.UUID, j.UserID, a.SlaveName)
 				}
 			}
-			if len(p.Assignments) == 0 || len(p.Failures) == 0 || len(p.Explanations) == 0 {
+			// The generator is tuned (for the fixed seeds) to give every kind of outcome.
+			if fixed && (len(p.Assignments) == 0 || len(p.Failures) == 0 || len(p.Explanations) == 0) {
 				t.Errorf("seed %d: %d assigned, %d failed, %d waiting: the generator should give all three",
 					seed, len(p.Assignments), len(p.Failures), len(p.Explanations))
 			}

@@ -33,11 +33,19 @@ start)
       || { cat "$dir/initdb.log" >&2; exit 1; }
   fi
   if ! as_pg "$pgbin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
-    while port_busy "$port"; do port=$((port + 1)); done
-    echo "$port" > "$dir/port"
-    as_pg "$pgbin/pg_ctl" -D "$dir/data" -w -l "$dir/server.log" \
-      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 ${PG_EXTRA_OPTS:-}" start >/dev/null \
-      || { tail -20 "$dir/server.log" >&2; exit 1; }
+    # Another checkout's cluster may take the port between the check and the start (two
+    # `make test` starting at once): then the next free port is tried.
+    for try in $(seq 20); do
+      while port_busy "$port"; do port=$((port + 1)); done
+      echo "$port" > "$dir/port"
+      seen=$( (wc -l < "$dir/server.log") 2>/dev/null || echo 0)
+      as_pg "$pgbin/pg_ctl" -D "$dir/data" -w -l "$dir/server.log" \
+        -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 ${PG_EXTRA_OPTS:-}" start >/dev/null 2>&1 && break
+      if [ "$try" -lt 20 ] && tail -n +$((seen + 1)) "$dir/server.log" | grep -q "could not bind\|Address already in use"; then
+        port=$((port + 1)); continue
+      fi
+      tail -20 "$dir/server.log" >&2; exit 1
+    done
   fi
   as_pg "$pgbin/psql" -h 127.0.0.1 -p "$port" -U gpulab -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname='gpulab'" | grep -q 1 \
     || as_pg "$pgbin/createdb" -h 127.0.0.1 -p "$port" -U gpulab gpulab

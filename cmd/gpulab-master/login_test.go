@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"os"
@@ -90,12 +89,9 @@ func (b *syncBuffer) String() string {
 // client secret.
 func TestServeWithPortalLogin(t *testing.T) {
 	db, data := testenv.PostgresURL(t), t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	// The address is needed before serve listens on it (Dex must know the redirect URI), and
+	// again for the restart: a port nothing else is handed meanwhile.
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	base := "https://" + addr
 	idp := testmaster.StartDevIdP(t, base+web.CallbackPath, testmaster.IdPUser{Name: "carol", Email: "carol@example.org", Password: "carol-secret-1"})
 	env := map[string]string{"DATABASE_URL": db, "GPULAB_DATA_DIR": data, "GPULAB_AUTHORITY": "example.org",
@@ -115,11 +111,12 @@ func TestServeWithPortalLogin(t *testing.T) {
 				if code != 0 {
 					t.Errorf("serve exited %d: %s", code, logs.String())
 				}
-			case <-time.After(15 * time.Second):
-				t.Errorf("serve did not stop")
+			case <-time.After(time.Minute):
+				t.Errorf("serve did not stop within a minute")
 			}
 		}
-		for i := 0; ; i++ {
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
 			select {
 			case code := <-done:
 				t.Fatalf("serve exited %d: %s", code, logs.String())
@@ -128,9 +125,9 @@ func TestServeWithPortalLogin(t *testing.T) {
 			if resp, err := insecureGet(base + "/readyz"); err == nil && resp.StatusCode == 200 {
 				break
 			}
-			if i > 200 {
+			if time.Now().After(deadline) {
 				stop()
-				t.Fatalf("master not ready: %s", logs.String())
+				t.Fatalf("the master did not get ready within 2 minutes: %s", logs.String())
 			}
 			time.Sleep(50 * time.Millisecond)
 		}

@@ -77,12 +77,13 @@ func (s *slaveRun) stop(t *testing.T) {
 	s.cancel()
 	select {
 	case <-s.stopped:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("slave %s did not stop", s.name)
+	case <-time.After(waitLimit):
+		t.Fatalf("slave %s did not stop within %s", s.name, waitLimit)
 	}
 }
 
 type slaveOpts struct {
+	// name is the slave's name before slaveName makes it unique to the test process.
 	name     string
 	cluster  int
 	fakeGPUs string
@@ -100,10 +101,17 @@ type slaveOpts struct {
 	cpus int
 }
 
+// slaveName is the name a test slave really has: base with the test process's suffix, since
+// the slave labels its containers with its name and finds (and removes) its containers by that
+// label on an engine another test process may share.
+func slaveName(base string) string { return testenv.Name(base) }
+
 // startSlave runs a slave agent in-process against the master, with the real container runtime.
+// The slave is named slaveName(o.name).
 func (e *env) startSlave(o slaveOpts) *slaveRun {
 	t := e.t
 	t.Helper()
+	o.name = slaveName(o.name)
 	if o.docker == nil {
 		o.docker = e.docker
 	}
@@ -161,27 +169,22 @@ func (e *env) startSlave(o slaveOpts) *slaveRun {
 	})
 	// The agent registers in the background: wait for it, or a job submitted next could be
 	// planned before the slave exists (and fail as impossible).
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitUntil(t, "the registration of slave "+o.name, func() bool {
 		ss, err := e.m.Store.ListSlaves(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if slices.ContainsFunc(ss, func(s store.Slave) bool { return s.Name == o.name && s.InstanceID == inv.InstanceID && s.Online }) {
-			return run
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("slave %s did not register within 30 s", o.name)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return slices.ContainsFunc(ss, func(s store.Slave) bool { return s.Name == o.name && s.InstanceID == inv.InstanceID && s.Online })
+	})
+	return run
 }
 
-// removeContainers removes every container of a test slave (also those a stopped agent left).
-func removeContainers(d *client.Client, slaveName string) {
+// removeContainers removes every container of a test slave (also those a stopped agent left);
+// slaveName is the slave's full name.
+func removeContainers(d *client.Client, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cs, err := d.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "gpulab.slave="+slaveName))})
+	cs, err := d.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "gpulab.slave="+name))})
 	if err != nil {
 		return
 	}
@@ -236,10 +239,27 @@ func (e *env) job(id string) *job.Job {
 	return &j
 }
 
+// waitLimit is how long a test waits for something to happen before it fails: a generous
+// bound, since two test processes may share the machine's two cores and one Docker Engine.
+// Tests wait on conditions, never on time; speed is measured by `make bench`.
+const waitLimit = 2 * time.Minute
+
+// waitUntil polls cond until it holds, and fails the test when it does not within waitLimit.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not happen within %s", what, waitLimit)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // waitFor polls the job until it reaches one of want (failing on any other ended state).
-func (e *env) waitFor(id string, timeout time.Duration, want ...job.Status) *job.Job {
+func (e *env) waitFor(id string, want ...job.Status) *job.Job {
 	e.t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(waitLimit)
 	var j *job.Job
 	for time.Now().Before(deadline) {
 		j = e.job(id)
@@ -253,7 +273,7 @@ func (e *env) waitFor(id string, timeout time.Duration, want ...job.Status) *job
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	e.t.Fatalf("job %s is %s after %s, want %v; events:\n%s", id, j.State.Status, timeout, want, e.events(id))
+	e.t.Fatalf("job %s did not reach %v within %s (it is %s); events:\n%s", id, want, waitLimit, j.State.Status, e.events(id))
 	return nil
 }
 
@@ -272,9 +292,9 @@ func (e *env) logOf(id string) string {
 }
 
 // waitLog polls the log until it contains want.
-func (e *env) waitLog(id, want string, timeout time.Duration) string {
+func (e *env) waitLog(id, want string) string {
 	e.t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(waitLimit)
 	var l string
 	for time.Now().Before(deadline) {
 		if l = e.logOf(id); strings.Contains(l, want) {
@@ -282,7 +302,7 @@ func (e *env) waitLog(id, want string, timeout time.Duration) string {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	e.t.Fatalf("log of %s lacks %q after %s:\n%s", id, want, timeout, l)
+	e.t.Fatalf("the log of %s did not show %q within %s:\n%s", id, want, waitLimit, l)
 	return ""
 }
 
@@ -298,7 +318,7 @@ func TestHelloWorldRunsToFinished(t *testing.T) {
 	e := newEnv(t)
 	e.startSlave(slaveOpts{name: "s1", cluster: 1})
 	id := e.submit(e.jobFile("hello", "echo 'Hello World!'; sleep 0.2; echo to-stderr >&2; sleep 0.2; echo done", nil))
-	j := e.waitFor(id, 60*time.Second, job.StatusFinished)
+	j := e.waitFor(id, job.StatusFinished)
 	if j.State.Resources == nil || j.State.Resources.ExitCode == nil || *j.State.Resources.ExitCode != 0 {
 		t.Fatalf("exit code: %+v", j.State.Resources)
 	}
@@ -307,31 +327,26 @@ func TestHelloWorldRunsToFinished(t *testing.T) {
 			t.Errorf("no event time for %s: %v", s, j.State.EventTimes)
 		}
 	}
-	if j.State.Resources.SlaveName != "s1" || j.State.Scheduling.AssignedSlaveName != "s1" {
+	if j.State.Resources.SlaveName != slaveName("s1") || j.State.Scheduling.AssignedSlaveName != slaveName("s1") {
 		t.Errorf("slave: %+v %+v", j.State.Resources, j.State.Scheduling)
 	}
-	if l := e.waitLog(id, "done", 10*time.Second); l != "Hello World!\nto-stderr\ndone\n" {
+	if l := e.waitLog(id, "done"); l != "Hello World!\nto-stderr\ndone\n" {
 		t.Errorf("log = %q", l)
 	}
 	// The container is removed once the end is reported (right after FINISHED).
-	deadline := time.Now().Add(20 * time.Second)
-	for countContainers(t, e.docker, "s1") > 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if n := countContainers(t, e.docker, "s1"); n != 0 {
-		t.Errorf("%d containers left behind", n)
-	}
+	waitUntil(t, "the removal of the finished job's container", func() bool { return countContainers(t, e.docker, slaveName("s1")) == 0 })
 	// A non-zero exit is FAILED with its exit code.
 	id = e.submit(e.jobFile("fail", "echo failing; exit 3", nil))
-	j = e.waitFor(id, 60*time.Second, job.StatusFailed)
+	j = e.waitFor(id, job.StatusFailed)
 	if j.State.Resources.ExitCode == nil || *j.State.Resources.ExitCode != 3 {
 		t.Errorf("exit code of a failing job: %+v", j.State.Resources)
 	}
 }
 
-func countContainers(t *testing.T, d *client.Client, slaveName string) int {
+// countContainers counts the containers of the slave of that (full) name, running or not.
+func countContainers(t *testing.T, d *client.Client, name string) int {
 	t.Helper()
-	cs, err := d.ContainerList(context.Background(), container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "gpulab.slave="+slaveName))})
+	cs, err := d.ContainerList(context.Background(), container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "gpulab.slave="+name))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,8 +362,8 @@ func TestEnvironmentPortsAndStorage(t *testing.T) {
 		d["environment"] = map[string]any{"DEMO_A": 1, "DEMO_B": "two"}
 		d["projectGidVariableName"] = "DEMO_PROJECT_GID"
 	}))
-	e.waitFor(id, 60*time.Second, job.StatusFinished)
-	l := e.waitLog(id, "GPULAB_WORKER_ID", 10*time.Second)
+	e.waitFor(id, job.StatusFinished)
+	l := e.waitLog(id, "GPULAB_WORKER_ID")
 	p, _ := e.m.Store.GetProjectByName(context.Background(), "vision")
 	want := map[string]string{
 		"GPULAB_USERNAME": "alice", "GPULAB_USER_URN": e.alice.URN, "GPULAB_PROJECT": "vision", "GPULAB_JOB_ID": id,
@@ -371,19 +386,12 @@ func TestEnvironmentPortsAndStorage(t *testing.T) {
 	id = e.submit(e.jobFile("web", "mkdir -p /www && echo hello-from-job > /www/index.html && httpd -f -p 8080 -h /www", func(r map[string]any) {
 		r["docker"].(map[string]any)["portMappings"] = []any{8080}
 	}))
-	j := e.waitFor(id, 60*time.Second, job.StatusRunning)
+	j := e.waitFor(id, job.StatusRunning)
 	if len(j.State.Resources.PortMappings) != 1 || j.State.Resources.PortMappings[0].HostPort == 0 {
 		t.Fatalf("port mappings: %+v", j.State.Resources.PortMappings)
 	}
 	addr := net.JoinHostPort("127.0.0.1", fmt.Sprint(j.State.Resources.PortMappings[0].HostPort))
-	var body string
-	for i := 0; i < 50 && !strings.Contains(body, "hello-from-job"); i++ {
-		body = httpGet(addr)
-		time.Sleep(100 * time.Millisecond)
-	}
-	if !strings.Contains(body, "hello-from-job") {
-		t.Fatalf("GET %s: %q", addr, body)
-	}
+	waitUntil(t, "an answer from the job's web server at "+addr, func() bool { return strings.Contains(httpGet(addr), "hello-from-job") })
 	e.put(id, "CANCELLED")
 
 	// The project folder is mounted; a symlink in it pointing outside is refused before any
@@ -398,8 +406,8 @@ func TestEnvironmentPortsAndStorage(t *testing.T) {
 	id = e.submit(e.jobFile("storage", "cat /project/input.txt; echo written > /project/out.txt", func(r map[string]any) {
 		r["docker"].(map[string]any)["storage"] = []any{map[string]any{"containerPath": "/project"}}
 	}))
-	e.waitFor(id, 60*time.Second, job.StatusFinished)
-	if l := e.waitLog(id, "project data", 10*time.Second); !strings.Contains(l, "project data") {
+	e.waitFor(id, job.StatusFinished)
+	if l := e.waitLog(id, "project data"); !strings.Contains(l, "project data") {
 		t.Fatalf("log: %q", l)
 	}
 	if data, err := os.ReadFile(filepath.Join(projDir, "out.txt")); err != nil || string(data) != "written\n" {
@@ -409,18 +417,18 @@ func TestEnvironmentPortsAndStorage(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(projDir, "escape")); err != nil {
 		t.Fatal(err)
 	}
-	before := countContainers(t, e.docker, "s1")
+	before := countContainers(t, e.docker, slaveName("s1"))
 	id = e.submit(e.jobFile("escape", "ls /data", func(r map[string]any) {
 		r["docker"].(map[string]any)["storage"] = []any{map[string]any{"hostPath": "/project/escape", "containerPath": "/data"}}
 	}))
-	j = e.waitFor(id, 60*time.Second, job.StatusFailed)
+	j = e.waitFor(id, job.StatusFailed)
 	if ev := e.events(id); !strings.Contains(ev, "storage") {
 		t.Errorf("the failure does not say why: %s", ev)
 	}
 	if j.State.Resources != nil && j.State.Resources.ExitCode != nil {
 		t.Errorf("a refused job has an exit code: %+v", j.State.Resources)
 	}
-	if after := countContainers(t, e.docker, "s1"); after > before {
+	if after := countContainers(t, e.docker, slaveName("s1")); after > before {
 		t.Errorf("a container was created for a refused storage request (%d → %d)", before, after)
 	}
 }

@@ -141,27 +141,27 @@ func TestLostRepliesAtEveryCall(t *testing.T) {
 	halts := e.submit(e.jobFile("halts", haltScript, restartable))
 	cancels := e.submit(e.jobFile("cancels", `echo running; while true; do sleep 0.2; done`, nil))
 
-	e.waitFor(finishes, 60*time.Second, job.StatusFinished)
-	if l := e.waitLog(finishes, "line 5\n", 10*time.Second); l != "line 1\nline 2\nline 3\nline 4\nline 5\n" {
+	e.waitFor(finishes, job.StatusFinished)
+	if l := e.waitLog(finishes, "line 5\n"); l != "line 1\nline 2\nline 3\nline 4\nline 5\n" {
 		t.Errorf("log with lost replies: %q", l)
 	}
-	if j := e.waitFor(fails, 60*time.Second, job.StatusFailed); j.State.Resources.ExitCode == nil || *j.State.Resources.ExitCode != 3 {
+	if j := e.waitFor(fails, job.StatusFailed); j.State.Resources.ExitCode == nil || *j.State.Resources.ExitCode != 3 {
 		t.Errorf("exit code: %+v", j.State.Resources)
 	}
-	e.waitFor(halts, 60*time.Second, job.StatusRunning)
-	e.waitLog(halts, "restart count 0", 10*time.Second)
+	e.waitFor(halts, job.StatusRunning)
+	e.waitLog(halts, "restart count 0")
 	e.put(halts, "MUSTHALT")
-	e.waitFor(halts, 60*time.Second, job.StatusHalted)
-	e.waitFor(cancels, 60*time.Second, job.StatusRunning)
-	e.waitLog(cancels, "running", 10*time.Second)
+	e.waitFor(halts, job.StatusHalted)
+	e.waitFor(cancels, job.StatusRunning)
+	e.waitLog(cancels, "running")
 	e.put(cancels, "CANCELLED")
 
 	// The slave restarts (its registration's reply lost too) while the restart job runs.
 	restart := e.waitRestartOf(halts)
-	e.waitFor(restart, 60*time.Second, job.StatusRunning)
+	e.waitFor(restart, job.StatusRunning)
 	s.stop(t)
 	e.startSlave(slaveOpts{name: "lossy", cluster: 1, cpus: runtime.NumCPU(), wrap: wrap})
-	e.waitLog(restart, "restart count 1", 10*time.Second)
+	e.waitLog(restart, "restart count 1")
 	e.put(restart, "CANCELLED")
 
 	want := map[string][]job.Status{
@@ -188,7 +188,7 @@ func TestLostRepliesAtEveryCall(t *testing.T) {
 			t.Errorf("job %s ended %d times: %v", id, ends, got)
 		}
 	}
-	e.waitNoContainers("lossy", 30*time.Second)
+	e.waitNoContainers(slaveName("lossy"))
 	if held, _ := e.m.Store.ListHeld(context.Background()); len(held) != 0 {
 		t.Errorf("resources still held after every job ended: %+v", held)
 	}
@@ -209,32 +209,26 @@ func TestLostRepliesAtEveryCall(t *testing.T) {
 // waitRestartOf waits for the restart job of a halted job and returns its uuid.
 func (e *env) waitRestartOf(id string) string {
 	e.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	restart := ""
+	waitUntil(e.t, "the restart job of "+id, func() bool {
 		recs, err := e.m.Store.ListJobs(context.Background(), store.JobFilter{})
 		if err != nil {
 			e.t.Fatal(err)
 		}
 		for _, r := range recs {
 			if r.Job.RestartInfo != nil && r.Job.RestartInfo.InitialJobUUID == id {
-				return r.Job.UUID
+				restart = r.Job.UUID
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	e.t.Fatalf("no restart job of %s", id)
-	return ""
+		return restart != ""
+	})
+	return restart
 }
 
-func (e *env) waitNoContainers(slave string, timeout time.Duration) {
+// waitNoContainers waits until slave (its full name) has no container left.
+func (e *env) waitNoContainers(slave string) {
 	e.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for countContainers(e.t, e.docker, slave) > 0 {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%d containers of slave %s left behind after %s", countContainers(e.t, e.docker, slave), slave, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitUntil(e.t, "the removal of every container of slave "+slave, func() bool { return countContainers(e.t, e.docker, slave) == 0 })
 }
 
 // containerRunning reports whether a job's container exists and runs.
@@ -251,22 +245,22 @@ func TestCancelledJobHoldsItsGPUUntilItsContainerIsGone(t *testing.T) {
 	e.startSlave(slaveOpts{name: "onegpu", cluster: 1, fakeGPUs: "1xV100-32GB"})
 	oneGPU := func(r map[string]any) { r["resources"].(map[string]any)["gpus"] = 1 }
 	slow := e.submit(e.jobFile("slow-to-stop", `trap 'echo stopping; sleep 3; echo stopped; exit 0' TERM; echo running; while true; do sleep 0.2; done`, oneGPU))
-	e.waitFor(slow, 60*time.Second, job.StatusRunning)
-	e.waitLog(slow, "running", 10*time.Second)
+	e.waitFor(slow, job.StatusRunning)
+	e.waitLog(slow, "running")
 	next := e.submit(e.jobFile("next", `echo my turn`, oneGPU))
 	e.put(slow, "CANCELLED")
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(waitLimit)
 	for e.containerRunning(slow) {
 		if st := e.job(next).State.Status; st != job.StatusQueued {
 			t.Fatalf("the next job is %s while the cancelled job's container still runs on the GPU", st)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the cancelled job's container still runs after 60 s")
+			t.Fatalf("the cancelled job's container did not stop within %s", waitLimit)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	e.waitFor(next, 60*time.Second, job.StatusFinished)
-	if l := e.waitLog(slow, "stopped", 10*time.Second); !strings.Contains(l, "stopping") {
+	e.waitFor(next, job.StatusFinished)
+	if l := e.waitLog(slow, "stopped"); !strings.Contains(l, "stopping") {
 		t.Errorf("log of the cancelled job: %q", l)
 	}
 	if ev := e.events(slow); !strings.Contains(ev, "resources are free") {
@@ -281,7 +275,7 @@ func TestUntakenAssignmentIsQueuedAgain(t *testing.T) {
 	leases.Assigned = 2 * time.Second
 	e := newEnvWith(t, testmaster.Options{Leases: &leases})
 	// A slave that registers and heartbeats but never asks for work.
-	cert := e.m.SlaveCert("deaf", 1)
+	cert := e.m.SlaveCert(slaveName("deaf"), 1)
 	caPEM := mustReadFile(t, e.m.CAFile)
 	deaf, err := protocol.NewClient(e.m.URL, caPEM, &cert)
 	if err != nil {
@@ -301,27 +295,23 @@ func TestUntakenAssignmentIsQueuedAgain(t *testing.T) {
 		}
 	}()
 	id := e.submit(e.jobFile("untaken", `echo taken at last`, nil))
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(e.events(id), "did not take the job within 2s: queued again") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the untaken assignment was not queued again:\n%s", e.events(id))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitUntil(t, "the untaken assignment queued again", func() bool {
+		return strings.Contains(e.events(id), "did not take the job within 2s: queued again")
+	})
 	if st := e.job(id).State.Status; st.Ended() {
 		t.Fatalf("an untaken assignment ended %s", st)
 	}
 	stopDeaf()
 	<-beating
 	e.startSlave(slaveOpts{name: "taker", cluster: 1})
-	j := e.waitFor(id, 60*time.Second, job.StatusFinished)
-	if j.State.Scheduling.AssignedSlaveName != "taker" {
+	j := e.waitFor(id, job.StatusFinished)
+	if j.State.Scheduling.AssignedSlaveName != slaveName("taker") {
 		t.Errorf("ran on %q", j.State.Scheduling.AssignedSlaveName)
 	}
 	if n := e.statusEvents(id)[job.StatusQueued]; n < 2 {
 		t.Errorf("queued %d times", n)
 	}
-	e.waitLog(id, "taken at last", 10*time.Second)
+	e.waitLog(id, "taken at last")
 }
 
 func mustReadFile(t *testing.T, name string) []byte {

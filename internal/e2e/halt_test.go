@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func TestScoreHaltWithRestart(t *testing.T) {
 		t.Fatalf("bob submit: %d %s", status, data)
 	}
 	heavy := strings.TrimSpace(string(data))
-	e.waitFor(heavy, 60*time.Second, job.StatusRunning)
+	e.waitFor(heavy, job.StatusRunning)
 	// bob has used a lot lately, and his job has run past its minDuration (the clock is moved
 	// by back-dating: a real minute is too long for a test).
 	if _, err := e.m.Store.DB().Exec(`INSERT INTO user_tallies (user_id, tally) VALUES ($1, 500)
@@ -37,11 +38,11 @@ func TestScoreHaltWithRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	light := e.submit(e.jobFile("light", "echo light runs", func(r map[string]any) { r["resources"].(map[string]any)["gpus"] = 1 }))
-	h := e.waitFor(heavy, 60*time.Second, job.StatusHalted)
+	h := e.waitFor(heavy, job.StatusHalted)
 	if len(h.State.Scheduling.HaltEvents) == 0 || h.State.Scheduling.HaltEvents[0].Reason != "SCORE" {
 		t.Errorf("halt events of the halted job: %+v", h.State.Scheduling.HaltEvents)
 	}
-	e.waitFor(light, 60*time.Second, job.StatusFinished)
+	e.waitFor(light, job.StatusFinished)
 	l := e.job(light)
 	if len(l.State.Scheduling.HaltEvents) == 0 || !strings.Contains(strings.Join(l.State.Scheduling.HaltEvents[0].HaltedJobs, ","), heavy) {
 		t.Errorf("the started job does not record the halt it caused: %+v", l.State.Scheduling.HaltEvents)
@@ -64,13 +65,15 @@ func TestNotAfterFailsQueuedJob(t *testing.T) {
 	e.startSlave(slaveOpts{name: "s1", cluster: 1, fakeGPUs: "1xV100-32GB"})
 	gpu := func(r map[string]any) { r["resources"].(map[string]any)["gpus"] = 1 }
 	holder := e.submit(e.jobFile("holder", `while true; do sleep 0.2; done`, gpu))
-	e.waitFor(holder, 60*time.Second, job.StatusRunning)
-	deadline := time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339)
+	e.waitFor(holder, job.StatusRunning)
+	// Far enough ahead that the submission, on a loaded machine, is still before it (a notAfter
+	// in the past is refused).
+	deadline := time.Now().Add(8 * time.Second).UTC().Format(time.RFC3339)
 	late := e.submit(e.jobFile("late", "echo too late", func(r map[string]any) {
 		gpu(r)
 		r["scheduling"] = map[string]any{"notAfter": deadline}
 	}))
-	e.waitFor(late, 30*time.Second, job.StatusFailed)
+	e.waitFor(late, job.StatusFailed)
 	if ev := e.events(late); !strings.Contains(ev, "notAfter") {
 		t.Errorf("failure reason: %s", ev)
 	}
@@ -106,19 +109,16 @@ func TestInteractiveOwnerHaltsGuest(t *testing.T) {
 	// bob's job is not visible to alice (another project): watch it in the store.
 	waitStore := func(id string, want job.Status) *job.Job {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for time.Now().Before(deadline) {
+		var j *job.Job
+		waitUntil(t, fmt.Sprintf("job %s reaching %s", id, want), func() bool {
 			rec, err := e.m.Store.GetJob(ctx, id)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rec.Job.State.Status == want {
-				return rec.Job
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		t.Fatalf("job %s never reached %s", id, want)
-		return nil
+			j = rec.Job
+			return j.State.Status == want
+		})
+		return j
 	}
 	waitStore(guest, job.StatusRunning)
 	if _, err := e.m.Store.DB().Exec(`UPDATE jobs SET event_times = jsonb_set(event_times, '{RUNNING}', to_jsonb(now() - interval '20 minutes')) WHERE uuid = $1`, guest); err != nil {
@@ -133,5 +133,5 @@ func TestInteractiveOwnerHaltsGuest(t *testing.T) {
 	if len(g.State.Scheduling.HaltEvents) == 0 || g.State.Scheduling.HaltEvents[0].Reason != "CLUSTER" {
 		t.Errorf("guest's halt events: %+v", g.State.Scheduling.HaltEvents)
 	}
-	e.waitFor(mine, 60*time.Second, job.StatusFinished)
+	e.waitFor(mine, job.StatusFinished)
 }

@@ -23,21 +23,20 @@ func TestHaltTrappedRestartsAndIgnoredFails(t *testing.T) {
 		r["scheduling"] = map[string]any{"restartable": true, "minDuration": "1 minute", "maxDuration": "1 hour"}
 	}
 	id := e.submit(e.jobFile("halter", haltScript, restartable))
-	e.waitFor(id, 60*time.Second, job.StatusRunning)
-	e.waitLog(id, "restart count 0 initial "+id, 10*time.Second)
+	e.waitFor(id, job.StatusRunning)
+	e.waitLog(id, "restart count 0 initial "+id)
 	e.put(id, "MUSTHALT")
-	j := e.waitFor(id, 30*time.Second, job.StatusHalted)
+	j := e.waitFor(id, job.StatusHalted)
 	if j.State.Resources.ExitCode == nil || *j.State.Resources.ExitCode != 123 {
 		t.Errorf("halted exit code: %+v", j.State.Resources)
 	}
 	if j.State.EventTimes[job.StatusHalting].IsZero() {
 		t.Errorf("no HALTING event time")
 	}
-	e.waitLog(id, "saw SIGUSR1", 10*time.Second)
+	e.waitLog(id, "saw SIGUSR1")
 	// The restart job: a new job, same request, restart count 1, seen inside its container.
 	var restart *job.Job
-	deadline := time.Now().Add(30 * time.Second)
-	for restart == nil && time.Now().Before(deadline) {
+	waitUntil(t, "a restart job for "+id, func() bool {
 		_, data, _ := e.m.Do(e.alice, "GET", v31+"/jobs?pending=true&running=true", nil)
 		var list []job.Job
 		_ = json.Unmarshal(data, &list)
@@ -46,25 +45,25 @@ func TestHaltTrappedRestartsAndIgnoredFails(t *testing.T) {
 				restart = &list[i]
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if restart == nil || restart.RestartInfo.RestartCount != 1 || restart.UUID == id {
+		return restart != nil
+	})
+	if restart.RestartInfo.RestartCount != 1 || restart.UUID == id {
 		t.Fatalf("no restart job for %s: %+v", id, restart)
 	}
 	if max := time.Duration(restart.Request.Scheduling.MaxDuration); max >= time.Hour || max < 58*time.Minute {
 		t.Errorf("restart job's maxDuration %s, want 1 hour minus the time run", max)
 	}
-	e.waitFor(restart.UUID, 60*time.Second, job.StatusRunning)
-	e.waitLog(restart.UUID, fmt.Sprintf("restart count 1 initial %s", id), 10*time.Second)
+	e.waitFor(restart.UUID, job.StatusRunning)
+	e.waitLog(restart.UUID, fmt.Sprintf("restart count 1 initial %s", id))
 	e.put(restart.UUID, "CANCELLED")
 
 	// A job that ignores SIGUSR1 is killed after 15 s and FAILED.
 	id = e.submit(e.jobFile("stubborn", `trap '' USR1; echo started; while true; do sleep 0.2; done`, restartable))
-	e.waitFor(id, 60*time.Second, job.StatusRunning)
-	e.waitLog(id, "started", 10*time.Second)
+	e.waitFor(id, job.StatusRunning)
+	e.waitLog(id, "started")
 	start := time.Now()
 	e.put(id, "MUSTHALT")
-	j = e.waitFor(id, 40*time.Second, job.StatusFailed)
+	j = e.waitFor(id, job.StatusFailed)
 	if took := time.Since(start); took < 15*time.Second {
 		t.Errorf("a job ignoring SIGUSR1 failed after %s, before the 15 s halt grace", took)
 	}
@@ -78,17 +77,11 @@ func TestCancelRunningJob(t *testing.T) {
 	e := newEnv(t)
 	e.startSlave(slaveOpts{name: "s1", cluster: 1})
 	id := e.submit(e.jobFile("sleeper", `trap 'echo got TERM; exit 0' TERM; echo sleeping; while true; do sleep 0.2; done`, nil))
-	e.waitFor(id, 60*time.Second, job.StatusRunning)
-	e.waitLog(id, "sleeping", 10*time.Second)
+	e.waitFor(id, job.StatusRunning)
+	e.waitLog(id, "sleeping")
 	e.put(id, "CANCELLED")
-	e.waitLog(id, "got TERM", 15*time.Second)
-	deadline := time.Now().Add(20 * time.Second)
-	for countContainers(t, e.docker, "s1") > 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if n := countContainers(t, e.docker, "s1"); n != 0 {
-		t.Fatalf("cancelled job's container still there (%d)", n)
-	}
+	e.waitLog(id, "got TERM")
+	waitUntil(t, "the removal of the cancelled job's container", func() bool { return countContainers(t, e.docker, slaveName("s1")) == 0 })
 	if j := e.job(id); j.State.Status != job.StatusCancelled {
 		t.Fatalf("status %s", j.State.Status)
 	}
@@ -100,13 +93,13 @@ func TestSlaveRestartKeepsJobAndLog(t *testing.T) {
 	e := newEnv(t)
 	s := e.startSlave(slaveOpts{name: "s1", cluster: 1})
 	id := e.submit(e.jobFile("counter", `for i in $(seq 1 40); do echo line $i; sleep 0.1; done`, nil))
-	e.waitFor(id, 60*time.Second, job.StatusRunning)
-	e.waitLog(id, "line 3\n", 10*time.Second)
+	e.waitFor(id, job.StatusRunning)
+	e.waitLog(id, "line 3\n")
 	s.stop(t)
 	time.Sleep(1500 * time.Millisecond) // the job goes on without its slave
 	e.startSlave(slaveOpts{name: "s1", cluster: 1})
-	e.waitFor(id, 60*time.Second, job.StatusFinished)
-	l := e.waitLog(id, "line 40\n", 10*time.Second)
+	e.waitFor(id, job.StatusFinished)
+	l := e.waitLog(id, "line 40\n")
 	var want strings.Builder
 	for i := 1; i <= 40; i++ {
 		fmt.Fprintf(&want, "line %d\n", i)
@@ -116,16 +109,17 @@ func TestSlaveRestartKeepsJobAndLog(t *testing.T) {
 	}
 }
 
-// A slave that goes away for good: its jobs fail with `worker lost` (restartable ones restart).
+// A slave that goes away for good: its jobs fail with `worker lost` (restartable ones restart),
+// once the test master's offline and job graces have passed (25 s).
 func TestSlaveGoneWorkerLost(t *testing.T) {
 	e := newEnv(t)
 	s := e.startSlave(slaveOpts{name: "s1", cluster: 1})
 	id := e.submit(e.jobFile("lost", `echo running; while true; do sleep 0.2; done`, func(r map[string]any) {
 		r["scheduling"] = map[string]any{"restartable": true}
 	}))
-	e.waitFor(id, 60*time.Second, job.StatusRunning)
+	e.waitFor(id, job.StatusRunning)
 	s.stop(t)
-	e.waitFor(id, 30*time.Second, job.StatusFailed)
+	e.waitFor(id, job.StatusFailed)
 	if ev := e.events(id); !strings.Contains(ev, "worker lost") {
 		t.Fatalf("failure reason: %s", ev)
 	}
@@ -154,21 +148,18 @@ func TestPlacementByClusterAndModel(t *testing.T) {
 	}
 	byModel := gpuJob("by-model", map[string]any{"gpuModel": "a100"})
 	byCluster := gpuJob("by-cluster", map[string]any{"clusterId": 1})
-	for id, want := range map[string]string{byModel: "a100s", byCluster: "v100s"} {
-		deadline := time.Now().Add(30 * time.Second)
+	for id, want := range map[string]string{byModel: slaveName("a100s"), byCluster: slaveName("v100s")} {
 		var got string
-		for time.Now().Before(deadline) {
-			if got = e.job(id).State.Scheduling.AssignedSlaveName; got != "" {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		waitUntil(t, "the placement of job "+id, func() bool {
+			got = e.job(id).State.Scheduling.AssignedSlaveName
+			return got != ""
+		})
 		if got != want {
 			t.Errorf("job %s placed on %q, want %s", id, got, want)
 		}
 	}
 	impossible := gpuJob("impossible", map[string]any{"gpuModel": "H100"})
-	e.waitFor(impossible, 30*time.Second, job.StatusFailed)
+	e.waitFor(impossible, job.StatusFailed)
 	if ev := e.events(impossible); !strings.Contains(ev, "H100") {
 		t.Errorf("failure does not name the model: %s", ev)
 	}
@@ -183,8 +174,8 @@ func TestGPUHandOff(t *testing.T) {
 	id := e.submit(e.jobFile("gpus", "echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES", func(r map[string]any) {
 		r["resources"].(map[string]any)["gpus"] = 2
 	}))
-	j := e.waitFor(id, 60*time.Second, job.StatusFinished)
-	l := e.waitLog(id, "NVIDIA_VISIBLE_DEVICES=", 10*time.Second)
+	j := e.waitFor(id, job.StatusFinished)
+	l := e.waitLog(id, "NVIDIA_VISIBLE_DEVICES=")
 	var gpus []struct {
 		UUID string `json:"uuid"`
 	}
@@ -205,21 +196,15 @@ func TestMaxDurationCancels(t *testing.T) {
 	id := e.submit(e.jobFile("long", `echo running; while true; do sleep 0.2; done`, func(r map[string]any) {
 		r["scheduling"] = map[string]any{"maxDuration": "2 minutes"}
 	}))
-	e.waitFor(id, 60*time.Second, job.StatusRunning)
+	e.waitFor(id, job.StatusRunning)
 	if _, err := e.m.Store.DB().Exec(`UPDATE jobs SET event_times = jsonb_set(event_times, '{RUNNING}', to_jsonb(now() - interval '3 minutes')) WHERE uuid = $1`, id); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor(id, 30*time.Second, job.StatusCancelled)
+	e.waitFor(id, job.StatusCancelled)
 	if ev := e.events(id); !strings.Contains(ev, "maxDuration (2 minutes) reached") {
 		t.Errorf("cancel reason: %s", ev)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for countContainers(t, e.docker, "s1") > 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if n := countContainers(t, e.docker, "s1"); n != 0 {
-		t.Fatalf("container of the expired job still there")
-	}
+	waitUntil(t, "the removal of the expired job's container", func() bool { return countContainers(t, e.docker, slaveName("s1")) == 0 })
 }
 
 // A job that cannot be placed now says why in queuedExplanations, and starts when room frees.
@@ -228,24 +213,23 @@ func TestQueuedExplanation(t *testing.T) {
 	e.startSlave(slaveOpts{name: "s1", cluster: 1, fakeGPUs: "2xV100-32GB"})
 	gpus2 := func(r map[string]any) { r["resources"].(map[string]any)["gpus"] = 2 }
 	first := e.submit(e.jobFile("holder", `echo holding; while true; do sleep 0.2; done`, gpus2))
-	e.waitFor(first, 60*time.Second, job.StatusRunning)
+	e.waitFor(first, job.StatusRunning)
 	second := e.submit(e.jobFile("waiter", "echo my turn", gpus2))
 	var expl []string
-	deadline := time.Now().Add(20 * time.Second)
-	for len(expl) == 0 && time.Now().Before(deadline) {
+	waitUntil(t, "a queued explanation for "+second, func() bool {
 		expl = e.job(second).State.Scheduling.QueuedExplanations
-		time.Sleep(100 * time.Millisecond)
-	}
-	if len(expl) == 0 || !strings.Contains(strings.Join(expl, " "), "2 GPUs") {
+		return len(expl) > 0
+	})
+	if !strings.Contains(strings.Join(expl, " "), "2 GPUs") {
 		t.Fatalf("queued explanation: %q", expl)
 	}
 	// The estimate: when the holder reaches its maxDuration (2 weeks after it started running).
 	holder := e.job(first)
 	var est *time.Time
-	for i := 0; i < 100 && est == nil; i++ {
+	waitUntil(t, "an estimated start for "+second, func() bool {
 		est = e.job(second).State.Scheduling.EstimatedStart
-		time.Sleep(100 * time.Millisecond)
-	}
+		return est != nil
+	})
 	if want := holder.State.EventTimes[job.StatusRunning].Add(14 * 24 * time.Hour); est == nil || est.Sub(want).Abs() > time.Second {
 		t.Errorf("estimated start %v, want %v (the holder's end by maxDuration)", est, want)
 	}
@@ -253,7 +237,7 @@ func TestQueuedExplanation(t *testing.T) {
 		t.Errorf("explanation does not give the expected start: %q", ex)
 	}
 	e.put(first, "CANCELLED")
-	e.waitFor(second, 60*time.Second, job.StatusFinished)
+	e.waitFor(second, job.StatusFinished)
 	if j := e.job(second); len(j.State.Scheduling.QueuedExplanations) != 0 {
 		t.Errorf("a started job keeps its queued explanation: %q", j.State.Scheduling.QueuedExplanations)
 	}
@@ -264,18 +248,12 @@ func TestSlaveBackRemovesContainerOfEndedJob(t *testing.T) {
 	e := newEnv(t)
 	s := e.startSlave(slaveOpts{name: "s1", cluster: 1})
 	id := e.submit(e.jobFile("orphan", `echo running; while true; do sleep 0.2; done`, nil))
-	e.waitFor(id, 60*time.Second, job.StatusRunning)
+	e.waitFor(id, job.StatusRunning)
 	s.stop(t)
 	e.put(id, "CANCELLED")
-	if n := countContainers(t, e.docker, "s1"); n != 1 {
+	if n := countContainers(t, e.docker, slaveName("s1")); n != 1 {
 		t.Fatalf("%d containers while the slave is down, want the job's 1", n)
 	}
 	e.startSlave(slaveOpts{name: "s1", cluster: 1})
-	deadline := time.Now().Add(30 * time.Second)
-	for countContainers(t, e.docker, "s1") > 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if n := countContainers(t, e.docker, "s1"); n != 0 {
-		t.Fatalf("the container of a job cancelled while the slave was down is still there")
-	}
+	waitUntil(t, "the removal of the container of the job cancelled while its slave was down", func() bool { return countContainers(t, e.docker, slaveName("s1")) == 0 })
 }

@@ -79,9 +79,9 @@ func (p *portal) text(sel chromedp.CSS) string {
 }
 
 // waitText waits until the element's text contains want, without reloading the page.
-func (p *portal) waitText(sel chromedp.CSS, want string, timeout time.Duration) {
+func (p *portal) waitText(sel chromedp.CSS, want string) {
 	p.t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(waitLimit)
 	var got string
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(p.ctx, 2*time.Second)
@@ -93,14 +93,14 @@ func (p *portal) waitText(sel chromedp.CSS, want string, timeout time.Duration) 
 		time.Sleep(200 * time.Millisecond)
 	}
 	testenv.Screenshot(p.t, p.ctx, "failure")
-	p.t.Fatalf("%s never showed %q (last: %q)", sel, want, got)
+	p.t.Fatalf("%s did not show %q within %s (last: %q)", sel, want, waitLimit, got)
 }
 
 // login goes through the real Dex form, starting from a portal page.
 func (p *portal) login(user, password string) {
 	p.t.Helper()
 	p.do(
-		chromedp.Navigate(p.m.URL+"/jobs"),
+		testenv.Navigate(p.m.URL+"/jobs"),
 		chromedp.WaitVisible(chromedp.CSS(`input[name="login"]`)),
 	)
 	testenv.Screenshot(p.t, p.ctx, "01-dex-login")
@@ -124,7 +124,7 @@ func TestPortalLoginCreateJobAndWatchItFinish(t *testing.T) {
 
 	// A validation error is shown next to its field, and nothing is stored.
 	p.do(
-		chromedp.Navigate(p.m.URL+"/jobs/new"),
+		testenv.Navigate(p.m.URL+"/jobs/new"),
 		chromedp.WaitVisible(chromedp.ID("field-name")),
 		chromedp.SendKeys(chromedp.ID("field-name"), "broken"),
 		chromedp.SendKeys(chromedp.ID("field-image"), p.image),
@@ -143,7 +143,7 @@ func TestPortalLoginCreateJobAndWatchItFinish(t *testing.T) {
 	// The HelloWorld job from the form: it runs, and its page shows FINISHED and the log
 	// without a reload.
 	p.do(
-		chromedp.Navigate(p.m.URL+"/jobs/new"),
+		testenv.Navigate(p.m.URL+"/jobs/new"),
 		chromedp.WaitVisible(chromedp.ID("field-name")),
 		chromedp.SendKeys(chromedp.ID("field-name"), "HelloWorld"),
 		chromedp.SendKeys(chromedp.ID("field-image"), p.image),
@@ -159,8 +159,8 @@ func TestPortalLoginCreateJobAndWatchItFinish(t *testing.T) {
 	)
 	// Mark the document: if the page reloads, the mark disappears.
 	p.eval(`window.__noReload = true`)
-	p.waitText(`[data-testid="job-status"]`, "FINISHED", 60*time.Second)
-	p.waitText(`#job-log`, "Hello World!", 20*time.Second)
+	p.waitText(`[data-testid="job-status"]`, "FINISHED")
+	p.waitText(`#job-log`, "Hello World!")
 	still, err := chromedp.Run(p.ctx, chromedp.Evaluate[bool](`window.__noReload === true`))
 	if err != nil || !still {
 		t.Errorf("the job page reloaded to show the result (mark lost: %v %v)", still, err)
@@ -171,19 +171,20 @@ func TestPortalLoginCreateJobAndWatchItFinish(t *testing.T) {
 	}
 
 	// Live > Slaves shows the slave and its (fake) GPUs.
+	s1 := slaveName("s1")
 	p.do(
-		chromedp.Navigate(p.m.URL+"/live/slaves"),
-		chromedp.WaitVisible(chromedp.CSS(`[data-testid="slave-s1"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`[data-testid="gpu-s1-0"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`[data-testid="gpu-s1-1"]`)),
+		testenv.Navigate(p.m.URL+"/live/slaves"),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="slave-`+s1+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="gpu-`+s1+`-0"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="gpu-`+s1+`-1"]`)),
 	)
-	if fake := p.text(`[data-testid="slave-s1"]`); !strings.Contains(strings.ToLower(fake), "fake") {
+	if fake := p.text(chromedp.CSS(`[data-testid="slave-` + s1 + `"]`)); !strings.Contains(strings.ToLower(fake), "fake") {
 		t.Errorf("fake GPUs not marked on Live > Slaves: %q", fake)
 	}
 	testenv.Screenshot(t, p.ctx, "06-live-slaves")
-	p.do(chromedp.Navigate(p.m.URL+"/live/clusters"), chromedp.WaitVisible(chromedp.CSS(`[data-testid="cluster-1"]`)))
+	p.do(testenv.Navigate(p.m.URL+"/live/clusters"), chromedp.WaitVisible(chromedp.CSS(`[data-testid="cluster-1"]`)))
 	testenv.Screenshot(t, p.ctx, "07-live-clusters")
-	p.do(chromedp.Navigate(p.m.URL+"/jobs"), chromedp.WaitVisible(chromedp.CSS(`[data-testid="job-list"]`)))
+	p.do(testenv.Navigate(p.m.URL+"/jobs"), chromedp.WaitVisible(chromedp.CSS(`[data-testid="job-list"]`)))
 	testenv.Screenshot(t, p.ctx, "08-jobs-list")
 }
 
@@ -204,7 +205,7 @@ func TestPortalCancelFromListAndAccess(t *testing.T) {
 	p := newPortal(t)
 	p.startSlave(slaveOpts{name: "s1", cluster: 1})
 	running := p.submit(p.jobFile("long-runner", `echo running; while true; do sleep 0.2; done`, nil))
-	p.waitFor(running, 60*time.Second, job.StatusRunning)
+	p.waitFor(running, job.StatusRunning)
 	// bob's job, in bob's project.
 	status, data, _ := p.m.Do(p.bob, "POST", v31+"/jobs?hold=true", strings.NewReader(p.jobFile("bobs-secret", "echo hi", nil)))
 	if status != 201 {
@@ -221,12 +222,12 @@ func TestPortalCancelFromListAndAccess(t *testing.T) {
 	p.do(
 		chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-testid="job-row-%s"] [data-testid="action-cancel"]`, running))),
 	)
-	p.waitText(chromedp.CSS(fmt.Sprintf(`[data-testid="job-row-%s"] [data-testid="job-status"]`, running)), "CANCELLED", 20*time.Second)
-	p.waitFor(running, 10*time.Second, job.StatusCancelled)
+	p.waitText(chromedp.CSS(fmt.Sprintf(`[data-testid="job-row-%s"] [data-testid="job-status"]`, running)), "CANCELLED")
+	p.waitFor(running, job.StatusCancelled)
 	testenv.Screenshot(t, p.ctx, "02-list-after-cancel")
 
 	// alice cannot open bob's job page (another project): 404, nothing of it shown.
-	p.do(chromedp.Navigate(p.m.URL+"/jobs/"+bobJob), chromedp.WaitVisible(chromedp.CSS(`[data-testid="error-page"]`)))
+	p.do(testenv.Navigate(p.m.URL+"/jobs/"+bobJob), chromedp.WaitVisible(chromedp.CSS(`[data-testid="error-page"]`)))
 	page := p.text(`body`)
 	if strings.Contains(page, "bobs-secret") || !strings.Contains(page, "404") && !strings.Contains(strings.ToLower(page), "no job") {
 		t.Errorf("bob's job page as alice: %q", page)
@@ -240,8 +241,21 @@ func TestPortalCancelFromListAndAccess(t *testing.T) {
 		fmt.Fprintf(w, `<!doctype html><form id="f" method="POST" action="%s/jobs/%s/hold"></form><script>document.getElementById('f').submit()</script>`, p.m.URL, id)
 	}))
 	defer evil.Close()
-	p.do(chromedp.Navigate(evil.URL), chromedp.Sleep(2*time.Second))
+	p.do(testenv.Navigate(evil.URL))
+	// The browser posts the form at once; the portal answers it with a refusal page.
+	target := p.m.URL + "/jobs/" + id + "/hold"
+	waitUntil(t, "the forged POST to "+target, func() bool {
+		ctx, cancel := context.WithTimeout(p.ctx, 2*time.Second)
+		defer cancel()
+		loc, _ := chromedp.Run(ctx, chromedp.Location())
+		return loc == target
+	})
 	testenv.Screenshot(t, p.ctx, "04-forged-post")
+	// Refused: without alice's cookie (SameSite keeps it from a cross-site POST) or, were it
+	// sent, as cross-site.
+	if page := p.text(`body`); !strings.Contains(page, "401") && !strings.Contains(page, "403") {
+		t.Errorf("the forged POST was not refused: %.300q", page)
+	}
 	if j := p.job(id); j.State.Status == job.StatusOnHold {
 		t.Fatalf("a forged cross-site POST held the job")
 	}
@@ -250,7 +264,7 @@ func TestPortalCancelFromListAndAccess(t *testing.T) {
 func TestPortalCertificateWorksWithCLI(t *testing.T) {
 	p := newPortal(t)
 	p.login("alice", alicePassword)
-	p.do(chromedp.Navigate(p.m.URL+"/usage"), chromedp.WaitVisible(chromedp.CSS(`[data-testid="usage-rank"]`)))
+	p.do(testenv.Navigate(p.m.URL+"/usage"), chromedp.WaitVisible(chromedp.CSS(`[data-testid="usage-rank"]`)))
 	if rank := p.text(`[data-testid="usage-rank"]`); !strings.Contains(rank, "1 of") {
 		t.Errorf("usage rank: %q", rank)
 	}
@@ -266,13 +280,13 @@ func TestPortalCertificateWorksWithCLI(t *testing.T) {
 	if status, data, _ := p.m.Do(root, "POST", v31+"/reservations", strings.NewReader(body)); status != 201 {
 		t.Fatalf("book: %d %s", status, data)
 	}
-	p.do(chromedp.Navigate(p.m.URL+"/reservations"), chromedp.WaitVisible(chromedp.CSS(`[data-testid="reservations-calendar"]`)))
+	p.do(testenv.Navigate(p.m.URL+"/reservations"), chromedp.WaitVisible(chromedp.CSS(`[data-testid="reservations-calendar"]`)))
 	if got := p.text(`[data-testid="reservations-list"]`); !strings.Contains(got, "paper deadline") || !strings.Contains(got, "yours") ||
 		!strings.Contains(got, "2 GPUs of cluster 1") {
 		t.Errorf("reservations list: %q", got)
 	}
 	testenv.Screenshot(t, p.ctx, "00-reservations")
-	p.do(chromedp.Navigate(p.m.URL+"/profile"), chromedp.WaitVisible(chromedp.ID("cert-form")))
+	p.do(testenv.Navigate(p.m.URL+"/profile"), chromedp.WaitVisible(chromedp.ID("cert-form")))
 	testenv.Screenshot(t, p.ctx, "01-profile")
 	// Download the certificate the way the form does (with the page's CSRF token and cookie),
 	// with a password.

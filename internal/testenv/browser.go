@@ -2,10 +2,12 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,6 +31,11 @@ func chromiumPath() string {
 // GPULAB_REQUIRE_SERVICES=1, when it is not installed) and returns a chromedp context. The
 // browser trusts no certificate it should not: tests pass the master's CA through
 // IgnoreCertErrors only because the master's CA is made per test.
+//
+// As root, the browser runs in a network namespace of its own (see browsernet.go), so that the
+// veths and bridges Docker makes and removes meanwhile, for this test or another test process,
+// do not abort its requests with net::ERR_NETWORK_CHANGED. Elsewhere it shares the host's
+// network, and Navigate retries what such a change aborted.
 func Browser(t testing.TB) context.Context {
 	t.Helper()
 	path := chromiumPath()
@@ -48,6 +55,22 @@ func Browser(t testing.TB) context.Context {
 		chromedp.Flag("ignore-certificate-errors", true),
 		chromedp.WindowSize(1280, 900),
 	)
+	if bn, err := isolateBrowser(t); err != nil {
+		t.Logf("the browser shares the host's network (%v): Docker's network changes may abort its requests", err)
+	} else {
+		opts = append(opts,
+			// Every request through the proxy, loopback included (Chromium bypasses a proxy
+			// for loopback unless told not to).
+			chromedp.ProxyServer("socks5://"+bn.proxy),
+			chromedp.Flag("proxy-bypass-list", "<-loopback>"),
+			chromedp.ModifyCmdFunc(func(cmd *exec.Cmd) {
+				cmd.Args = append([]string{"nsenter", "--net=" + bn.nsPath, "--", cmd.Path}, cmd.Args[1:]...)
+				cmd.Path = nsenterPath()
+				// As chromedp does by default: the browser dies with the test process.
+				cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			}),
+		)
+	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
 	if err := chromedp.Do(ctx); err != nil {
@@ -60,6 +83,44 @@ func Browser(t testing.TB) context.Context {
 		cancelAlloc()
 	})
 	return ctx
+}
+
+func nsenterPath() string {
+	if p, err := exec.LookPath("nsenter"); err == nil {
+		return p
+	}
+	return "/usr/bin/nsenter"
+}
+
+// navigateAttempts bounds Navigate's retries.
+const navigateAttempts = 5
+
+// Navigate is chromedp.Navigate that tries again, a few times, when the browser aborted the
+// load with net::ERR_NETWORK_CHANGED: an interface of the host came or went (Docker makes and
+// removes them for containers and networks), which is no fault of the page. Loading a URL
+// again is safe; a form's POST is not, which is why Browser isolates the browser where it can.
+func Navigate(url string) chromedp.Action[chromedp.Void] {
+	nav := chromedp.Navigate(url)
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		for attempt := 1; ; attempt++ {
+			v, err := nav(ctx, tg)
+			if err == nil || !NetworkChanged(err) || attempt == navigateAttempts || ctx.Err() != nil {
+				return v, err
+			}
+			select {
+			case <-ctx.Done():
+				return v, err
+			case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// NetworkChanged reports whether err is a load the browser aborted because the host's network
+// changed.
+func NetworkChanged(err error) bool {
+	var le *chromedp.LoadError
+	return errors.As(err, &le) && strings.Contains(le.ErrorText, "ERR_NETWORK_CHANGED")
 }
 
 // Screenshot saves a full-page PNG of the current page under the test's output folder
@@ -97,5 +158,6 @@ func OutputDir(t testing.TB) string {
 	return dir
 }
 
-// WaitTimeout is how long browser steps may wait for the page.
-const WaitTimeout = 30 * time.Second
+// WaitTimeout is how long browser steps may wait for the page: generous, since two test
+// processes may share the machine.
+const WaitTimeout = time.Minute

@@ -376,27 +376,52 @@ func (r *Runtime) removeAfterFailure(id, jobUUID string) {
 	}
 }
 
-// publishedPorts reads the host ports Docker really bound, in the order of the request. Docker
-// binds a port on IPv4 and IPv6 alike; the same host port is reported once.
+// publishedPorts reads the host ports Docker really bound: one mapping per requested port, in
+// the order of the request. An engine binds a port on 0.0.0.0 and on :: alike, and may give the
+// two different host ports: the IPv4 binding is reported (0.0.0.0 or an IPv4 hostIp), the IPv6
+// one only when there is no IPv4 binding. A request that names a host port (and address) takes
+// the binding of that port (and address); requests of the same container port take different
+// host ports, those naming one choosing first.
 func publishedPorts(req []job.PortMapping, info container.InspectResponse) []job.PortMapping {
 	if len(req) == 0 || info.NetworkSettings == nil {
 		return nil
 	}
-	var out []job.PortMapping
-	seen := map[[2]int]bool{}
-	for _, pm := range req {
-		p := containerPort(pm.ContainerPort)
-		for _, b := range info.NetworkSettings.Ports[p] {
+	found := make([]*job.PortMapping, len(req))
+	taken := map[[2]int]bool{} // container port, host port
+	pick := func(i int) {
+		pm := req[i]
+		var best *job.PortMapping
+		bestV4 := false
+		for _, b := range info.NetworkSettings.Ports[containerPort(pm.ContainerPort)] {
 			hp, err := strconv.Atoi(b.HostPort)
-			if err != nil {
+			if err != nil || taken[[2]int{pm.ContainerPort, hp}] ||
+				pm.HostPort != 0 && hp != pm.HostPort || pm.HostIP != "" && b.HostIP != pm.HostIP {
 				continue
 			}
-			k := [2]int{pm.ContainerPort, hp}
-			if seen[k] {
-				continue
+			v4 := !strings.Contains(b.HostIP, ":") // an IPv4 address, 0.0.0.0 or none
+			if best == nil || v4 && !bestV4 {
+				best, bestV4 = &job.PortMapping{ContainerPort: pm.ContainerPort, HostPort: hp, HostIP: b.HostIP}, v4
 			}
-			seen[k] = true
-			out = append(out, job.PortMapping{ContainerPort: pm.ContainerPort, HostPort: hp, HostIP: b.HostIP})
+		}
+		if best != nil {
+			taken[[2]int{best.ContainerPort, best.HostPort}] = true
+			found[i] = best
+		}
+	}
+	for i, pm := range req { // named host ports first: theirs are known
+		if pm.HostPort != 0 {
+			pick(i)
+		}
+	}
+	for i, pm := range req {
+		if pm.HostPort == 0 {
+			pick(i)
+		}
+	}
+	var out []job.PortMapping
+	for _, pm := range found {
+		if pm != nil {
+			out = append(out, *pm)
 		}
 	}
 	return out

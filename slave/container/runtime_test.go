@@ -267,7 +267,7 @@ func TestPublishedPort(t *testing.T) {
 		t.Fatalf("Ports = %+v, want 8080 on a host port Docker picked", s.Ports)
 	}
 	url := fmt.Sprintf("http://127.0.0.1:%d/", s.Ports[0].HostPort)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		resp, err := http.Get(url)
 		if err == nil {
@@ -279,24 +279,34 @@ func TestPublishedPort(t *testing.T) {
 			err = fmt.Errorf("status %d body %q", resp.StatusCode, body)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %v", url, err)
+			t.Fatalf("an answer from the job's web server at %s did not come within a minute: %v", url, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	// A fixed host port is published where asked.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	free := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	b := e.assignment("sleep", "30")
-	b.Job.Request.Docker.PortMappings = []job.PortMapping{{ContainerPort: 9000, HostPort: free, HostIP: "127.0.0.1"}}
-	s = e.start(b)
-	want := []job.PortMapping{{ContainerPort: 9000, HostPort: free, HostIP: "127.0.0.1"}}
-	if !slices.Equal(s.Ports, want) {
-		t.Errorf("Ports = %+v, want %+v", s.Ports, want)
+	// A fixed host port is published where asked. The port was free a moment ago (and is of
+	// a range nothing hands out by itself); should another process take it meanwhile, another
+	// is tried.
+	for attempt := 1; ; attempt++ {
+		free := testenv.FreePort(t)
+		b := e.assignment("sleep", "30")
+		b.Job.Request.Docker.PortMappings = []job.PortMapping{{ContainerPort: 9000, HostPort: free, HostIP: "127.0.0.1"}}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		s, err := e.rt.Start(ctx, b)
+		cancel()
+		var se *StartError
+		if errors.As(err, &se) && attempt < 5 && (strings.Contains(se.Reason, "address already in use") || strings.Contains(se.Reason, "port is already allocated")) {
+			t.Logf("host port %d was taken meanwhile: %s", free, se.Reason)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		want := []job.PortMapping{{ContainerPort: 9000, HostPort: free, HostIP: "127.0.0.1"}}
+		if !slices.Equal(s.Ports, want) {
+			t.Errorf("Ports = %+v, want %+v", s.Ports, want)
+		}
+		return
 	}
 }
 
@@ -400,13 +410,10 @@ func TestCancel(t *testing.T) {
 	// A job that handles SIGTERM ends at once, with its own code.
 	s = e.start(e.assignment("sh", "-c", "trap 'echo bye; exit 0' TERM; echo ready; while true; do sleep 0.1; done"))
 	e.waitForLine(s.ContainerID, "ready")
-	begin = time.Now()
 	if err := e.rt.Cancel(context.Background(), s.ContainerID); err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(begin); took >= e.cfg.CancelGrace {
-		t.Errorf("Cancel of a job that exits on SIGTERM took %v", took)
-	}
+	// Its own exit code and its goodbye, not the SIGKILL after the grace (137).
 	if code := e.wait(s.ContainerID); code != 0 {
 		t.Errorf("exit code = %d, want 0", code)
 	}
@@ -435,16 +442,14 @@ func TestHalt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := e.start(e.assignment("sh", "-c", tc.script))
 			e.waitForLine(s.ContainerID, "ready")
-			begin := time.Now()
+			// The job's own exit code shows it ended on SIGUSR1, not on the SIGKILL after the
+			// grace (137).
 			halted, code, err := e.rt.Halt(context.Background(), s.ContainerID)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if halted != tc.halted || code != tc.code {
 				t.Errorf("Halt = %v, %d; want %v, %d", halted, code, tc.halted, tc.code)
-			}
-			if took := time.Since(begin); took >= e.cfg.HaltGrace {
-				t.Errorf("Halt took %v", took)
 			}
 		})
 	}
@@ -458,7 +463,7 @@ func TestHalt(t *testing.T) {
 }
 
 // TestHaltIgnoredDefaultGrace runs with the real 15 s grace: a job that ignores SIGUSR1 is
-// killed after it, not before.
+// killed after it, not before (how soon after is for `make bench`: a loaded machine may be slow).
 func TestHaltIgnoredDefaultGrace(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.HaltGrace = 0 })
@@ -475,8 +480,8 @@ func TestHaltIgnoredDefaultGrace(t *testing.T) {
 	if halted || code != 137 {
 		t.Errorf("Halt = %v, %d; want false, 137", halted, code)
 	}
-	if took < 15*time.Second || took > 25*time.Second {
-		t.Errorf("Halt took %v, want just over 15 s", took)
+	if took < 15*time.Second {
+		t.Errorf("Halt took %v, less than the 15 s grace", took)
 	}
 }
 
@@ -520,7 +525,6 @@ func TestMissingImage(t *testing.T) {
 	a := e.assignment("true")
 	ref := "gpulab-test-missing-" + uuid.NewString()[:8] + ":v1"
 	a.Job.Request.Docker.Image = "user:hunter2@" + "registry.invalid/" + ref
-	begin := time.Now()
 	_, err := e.rt.Start(context.Background(), a)
 	var se *StartError
 	if !errors.As(err, &se) {
@@ -531,9 +535,6 @@ func TestMissingImage(t *testing.T) {
 	}
 	if strings.Contains(se.Reason, "hunter2") || strings.Contains(se.Reason, "Error response from daemon") {
 		t.Errorf("Reason = %q", se.Reason)
-	}
-	if took := time.Since(begin); took > 20*time.Second {
-		t.Errorf("a failing pull took %v", took)
 	}
 	t.Logf("reason: %s", se.Reason)
 	e.assertGone(ContainerName(a.Job.UUID))
@@ -633,15 +634,27 @@ func TestUsage(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	s := e.start(e.assignment("sh", "-c", "while true; do :; done"))
-	time.Sleep(500 * time.Millisecond)
-	u, err := e.rt.Usage(context.Background(), s.ContainerID)
-	if err != nil {
-		t.Fatal(err)
+	// A busy loop on one CPU: how much of it the loop gets depends on what else the machine
+	// runs, so samples are taken until one shows it busy.
+	var u protocol.Usage
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var err error
+		if u, err = e.rt.Usage(context.Background(), s.ContainerID); err != nil {
+			t.Fatal(err)
+		}
+		if u.CPUPercent > 110 {
+			t.Fatalf("CPUPercent = %v, more than the one CPU the job has", u.CPUPercent)
+		}
+		if u.CPUPercent >= 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a busy loop did not show 10 %% CPU within a minute (last sample %+v)", u)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("usage: %+v", u)
-	if u.CPUPercent < 10 || u.CPUPercent > 110 {
-		t.Errorf("CPUPercent = %v, want a busy loop on one CPU", u.CPUPercent)
-	}
 	if u.MemoryMiB < 0 || u.MemoryMiB > 1024 {
 		t.Errorf("MemoryMiB = %d", u.MemoryMiB)
 	}
@@ -682,7 +695,8 @@ func TestStartReplacesStoppedLeftover(t *testing.T) {
 }
 
 // TestPullTimeout pulls from a "registry" that accepts connections and never answers: the
-// pull ends at PullTimeout with a reason that says so, not with a hang.
+// pull ends at PullTimeout with a reason that says so, not with a hang (the reason names the
+// timeout; the test's own limit catches a hang).
 func TestPullTimeout(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.PullTimeout = time.Second })
@@ -721,8 +735,8 @@ func TestPullTimeout(t *testing.T) {
 	if want := "pull " + ref + ": timed out after 1s"; se.Reason != want {
 		t.Errorf("Reason = %q, want %q", se.Reason, want)
 	}
-	if took < time.Second || took > 10*time.Second {
-		t.Errorf("Start took %v, want about the 1 s pull timeout", took)
+	if took < time.Second {
+		t.Errorf("Start took %v, less than the 1 s pull timeout", took)
 	}
 	e.assertGone(ContainerName(a.Job.UUID))
 }

@@ -335,19 +335,70 @@ func TestSpecPorts(t *testing.T) {
 }
 
 func TestPublishedPorts(t *testing.T) {
-	var info container.InspectResponse
-	info.NetworkSettings = &container.NetworkSettings{}
-	info.NetworkSettings.Ports = nat.PortMap{
-		"8888/tcp": {{HostIP: "0.0.0.0", HostPort: "49153"}, {HostIP: "::", HostPort: "49153"}},
-		"22/tcp":   {{HostIP: "127.0.0.1", HostPort: "2222"}},
+	type pm = job.PortMapping
+	type binding = nat.PortBinding
+	for _, tc := range []struct {
+		name  string
+		req   []pm
+		ports nat.PortMap
+		want  []pm
+	}{
+		{"IPv4 and IPv6 on the same port: reported once",
+			[]pm{{ContainerPort: 8888}},
+			nat.PortMap{"8888/tcp": {{HostIP: "0.0.0.0", HostPort: "49153"}, {HostIP: "::", HostPort: "49153"}}},
+			[]pm{{ContainerPort: 8888, HostPort: 49153, HostIP: "0.0.0.0"}}},
+		{"IPv4 and IPv6 on different ports: the IPv4 one",
+			[]pm{{ContainerPort: 8888}},
+			nat.PortMap{"8888/tcp": {{HostIP: "0.0.0.0", HostPort: "49153"}, {HostIP: "::", HostPort: "49154"}}},
+			[]pm{{ContainerPort: 8888, HostPort: 49153, HostIP: "0.0.0.0"}}},
+		{"IPv6 listed first: still the IPv4 one",
+			[]pm{{ContainerPort: 8888}},
+			nat.PortMap{"8888/tcp": {{HostIP: "::", HostPort: "32770"}, {HostIP: "0.0.0.0", HostPort: "32769"}}},
+			[]pm{{ContainerPort: 8888, HostPort: 32769, HostIP: "0.0.0.0"}}},
+		{"IPv6 only: the IPv6 one",
+			[]pm{{ContainerPort: 8888}},
+			nat.PortMap{"8888/tcp": {{HostIP: "::", HostPort: "49154"}}},
+			[]pm{{ContainerPort: 8888, HostPort: 49154, HostIP: "::"}}},
+		{"an IPv4 address asked for",
+			[]pm{{ContainerPort: 22, HostPort: 2222, HostIP: "127.0.0.1"}},
+			nat.PortMap{"22/tcp": {{HostIP: "127.0.0.1", HostPort: "2222"}}},
+			[]pm{{ContainerPort: 22, HostPort: 2222, HostIP: "127.0.0.1"}}},
+		{"an IPv6 address asked for",
+			[]pm{{ContainerPort: 22, HostIP: "::1"}},
+			nat.PortMap{"22/tcp": {{HostIP: "::1", HostPort: "40001"}}},
+			[]pm{{ContainerPort: 22, HostPort: 40001, HostIP: "::1"}}},
+		{"several ports in the order of the request; one not bound is left out",
+			[]pm{{ContainerPort: 8888}, {ContainerPort: 22, HostPort: 2222, HostIP: "127.0.0.1"}, {ContainerPort: 9}},
+			nat.PortMap{
+				"8888/tcp": {{HostIP: "0.0.0.0", HostPort: "49153"}, {HostIP: "::", HostPort: "49155"}},
+				"22/tcp":   {{HostIP: "127.0.0.1", HostPort: "2222"}},
+			},
+			[]pm{{ContainerPort: 8888, HostPort: 49153, HostIP: "0.0.0.0"}, {ContainerPort: 22, HostPort: 2222, HostIP: "127.0.0.1"}}},
+		{"one container port twice: a named host port and one Docker picked",
+			[]pm{{ContainerPort: 22}, {ContainerPort: 22, HostPort: 2222}},
+			nat.PortMap{"22/tcp": {
+				{HostIP: "0.0.0.0", HostPort: "2222"}, {HostIP: "::", HostPort: "2222"},
+				{HostIP: "0.0.0.0", HostPort: "49160"}, {HostIP: "::", HostPort: "49161"},
+			}},
+			[]pm{{ContainerPort: 22, HostPort: 49160, HostIP: "0.0.0.0"}, {ContainerPort: 22, HostPort: 2222, HostIP: "0.0.0.0"}}},
+		{"an unreadable host port is skipped",
+			[]pm{{ContainerPort: 8888}},
+			nat.PortMap{"8888/tcp": {{HostIP: "0.0.0.0", HostPort: ""}, {HostIP: "::", HostPort: "49154"}}},
+			[]pm{{ContainerPort: 8888, HostPort: 49154, HostIP: "::"}}},
+		{"nothing bound", []pm{{ContainerPort: 8888}}, nat.PortMap{}, nil},
+		{"nothing asked", nil, nat.PortMap{"8888/tcp": {binding{HostIP: "0.0.0.0", HostPort: "1"}}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var info container.InspectResponse
+			info.NetworkSettings = &container.NetworkSettings{}
+			info.NetworkSettings.Ports = tc.ports
+			if got := publishedPorts(tc.req, info); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("publishedPorts = %+v, want %+v", got, tc.want)
+			}
+		})
 	}
-	got := publishedPorts([]job.PortMapping{{ContainerPort: 8888}, {ContainerPort: 22, HostPort: 2222, HostIP: "127.0.0.1"}, {ContainerPort: 9}}, info)
-	want := []job.PortMapping{
-		{ContainerPort: 8888, HostPort: 49153, HostIP: "0.0.0.0"},
-		{ContainerPort: 22, HostPort: 2222, HostIP: "127.0.0.1"},
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("publishedPorts = %+v, want %+v", got, want)
+	if got := publishedPorts([]pm{{ContainerPort: 8888}}, container.InspectResponse{}); got != nil {
+		t.Errorf("without network settings: %+v", got)
 	}
 }
 
