@@ -474,7 +474,11 @@ func (h *Handlers) slaveChange(w http.ResponseWriter, r *http.Request, c *Caller
 		return err
 	default:
 		if ch.To.Ended() {
-			h.log.InfoContext(ctx, "job ended", "job", id, "status", ch.To, "exit_code", ch.ExitCode, "slave", c.SlaveName, "restart_job", restart)
+			log := h.log.With("job", id, "status", ch.To, "slave", c.SlaveName, "restart_job", restart)
+			if ch.ExitCode != nil {
+				log = log.With("exit_code", *ch.ExitCode)
+			}
+			log.InfoContext(ctx, "job ended")
 			h.wakeScheduler(ctx)
 		}
 	}
