@@ -66,6 +66,7 @@ func TestChaos(t *testing.T) {
 		{"lost-replies", lostReplies},
 		{"master-kill", masterKill},
 		{"postgres-outage", postgresOutage},
+		{"slave-kill", slaveKill},
 		{"slave-pause", slavePause},
 		{"slave-partition", slavePartition},
 		{"two-masters", twoMasters},
@@ -167,6 +168,93 @@ func masterKill(t *testing.T, sz size, rng *rand.Rand) result {
 	wg.Wait()
 	c.endAll(3 * time.Minute)
 	r := result{faults: fmt.Sprintf("%d × SIGKILL of the master", sz.kills), recovery: "next state change ≤ " + secs(worst)}
+	c.check(&r, false)
+	return r
+}
+
+// The slave agent is killed with SIGKILL at random moments while jobs start, run and end (a
+// crash: its containers live on) and started again, as a supervisor would: every other time
+// at once, the others only after the master marked it offline (within the job grace). It
+// reattaches what still runs, reports what ended while it was away, and nothing runs twice.
+func slaveKill(t *testing.T, sz size, rng *rand.Rand) result {
+	c := newCluster(t, clusterOpts{})
+	s := c.addSlave("s1", 4, false, "")
+	long := []string{c.submit(longJob(0, true)), c.submit(longJob(1, false))}
+	for _, id := range long {
+		c.waitStatus(id, 3*time.Minute, job.StatusRunning)
+	}
+	var short []string
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	wg.Add(1)
+	pace := rand.New(rand.NewPCG(rng.Uint64(), 1))
+	go func() {
+		defer wg.Done()
+		for i := range sz.jobs {
+			id, err := c.trySubmit(shortJob(i))
+			if err != nil {
+				t.Error(err)
+				continue
+			}
+			mu.Lock()
+			short = append(short, id)
+			mu.Unlock()
+			time.Sleep(time.Duration(pace.IntN(400)) * time.Millisecond)
+		}
+	}()
+	ctx := context.Background()
+	var worst time.Duration
+	for k := range sz.kills {
+		time.Sleep(time.Duration(500+rng.IntN(2500)) * time.Millisecond)
+		before, err := c.st.GetSlave(ctx, s.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Wait(ctx); err == nil {
+			t.Fatal("the killed slave exited with status 0")
+		}
+		if k%2 == 1 {
+			waitUntil(t, time.Minute, "the killed slave marked offline", func() bool {
+				sl, err := c.st.GetSlave(ctx, s.name)
+				return err == nil && !sl.Online
+			})
+		}
+		started := time.Now()
+		if err := s.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Recovered: the new agent registered (a new instance) and heartbeats.
+		var seen time.Time
+		waitUntil(t, 2*time.Minute, "the restarted slave online", func() bool {
+			sl, err := c.st.GetSlave(ctx, s.name)
+			if err != nil || !sl.Online || sl.InstanceID == before.InstanceID {
+				return false
+			}
+			seen = time.Now()
+			return true
+		})
+		worst = max(worst, seen.Sub(started))
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range short {
+		c.waitStatus(id, 3*time.Minute, job.StatusFinished, job.StatusFailed, job.StatusCancelled)
+		if st := c.job(id).Job.State.Status; st != job.StatusFinished {
+			t.Errorf("short job %s ended %s across the slave's restarts, want FINISHED", id, st)
+		}
+	}
+	for _, id := range long {
+		if st := c.job(id).Job.State.Status; st != job.StatusRunning {
+			t.Errorf("long job %s is %s after the slave's restarts, want RUNNING (reattached)", id, st)
+		}
+	}
+	c.endAll(3 * time.Minute)
+	r := result{faults: fmt.Sprintf("%d × SIGKILL of the slave agent, restarted (half of them after it was marked offline)", sz.kills),
+		recovery: "online again ≤ " + secs(worst) + " after the restart"}
 	c.check(&r, false)
 	return r
 }

@@ -1,7 +1,8 @@
 // Package chaos is the fault suite: it runs GPULab as it is deployed (gpulab-master and
 // gpulab-slave binaries as processes, a Postgres cluster of their own, the real Docker Engine),
 // injects the faults a real cluster meets (replies lost after the master acted, a master killed
-// with SIGKILL mid-pass, Postgres restarted and stopped under submit load, a slave frozen or cut
+// with SIGKILL mid-pass, a slave agent
+// killed and started again, Postgres restarted and stopped under submit load, a slave frozen or cut
 // off while its jobs run, two masters with the leader killed, a slow Docker Engine under a slave
 // with many containers) and checks, after each scenario, the invariants the lifecycle promises:
 // every job reaches exactly one end state, no job runs twice unless restarted, no GPU is held by
