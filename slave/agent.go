@@ -239,6 +239,13 @@ func (a *Agent) reattach(ctx context.Context, containers []container.Container, 
 			a.reap(ctx, c, why)
 			continue
 		}
+		if c.State == "created" {
+			// The previous agent died between creating the container and starting it: the job
+			// never ran. Reported done, its exit code (0, never set) would read as a success;
+			// removed, the slave no longer holds the job and the master queues it again.
+			a.reap(ctx, c, "created but never started: the start was cut short by the slave's restart")
+			continue
+		}
 		a.log.Info("re-attaching to job", "job", c.JobUUID, "status", st.Status, "attempt", c.Attempt, "container", shortID(c.ID), "running", c.Running)
 		t := newTask(c.JobUUID, c.Attempt, st.Status)
 		t.containerID, t.logBase = c.ID, c.LogBase

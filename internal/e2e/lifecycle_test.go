@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
 )
@@ -106,6 +108,52 @@ func TestSlaveRestartKeepsJobAndLog(t *testing.T) {
 	}
 	if l != want.String() {
 		t.Fatalf("log after a slave restart is not whole and in order:\n%s", l)
+	}
+}
+
+// A slave killed between creating a job's container and starting it leaves a container that
+// never ran. The restarted slave must not report it done (its exit code reads 0, a success):
+// it removes it, and the master queues the job again, which then runs.
+func TestSlaveRestartWithContainerNeverStarted(t *testing.T) {
+	e := newEnv(t)
+	s := e.startSlave(slaveOpts{name: "s1", cluster: 1})
+	id := e.submit(e.jobFile("cut-short", `echo running; while true; do sleep 0.2; done`, nil))
+	e.waitFor(id, job.StatusRunning)
+	s.stop(t)
+	// Make the slave's container of the job one that was created and never started (the state
+	// a SIGKILL between create and start leaves), and the job STARTING again on the master.
+	ctx := context.Background()
+	name := "gpulab-" + id
+	info, err := e.docker.ContainerInspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.docker.ContainerRemove(ctx, info.ID, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	created, err := e.docker.ContainerCreate(ctx, info.Config, info.HostConfig, nil, nil, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Store.DB().ExecContext(ctx, `UPDATE jobs SET status = 'STARTING', lease_expires_at = now() + interval '3 minutes' WHERE uuid = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	e.startSlave(slaveOpts{name: "s1", cluster: 1})
+	waitUntil(t, "the never-started container removed", func() bool {
+		_, err := e.docker.ContainerInspect(ctx, created.ID)
+		return err != nil
+	})
+	waitUntil(t, "the job queued again", func() bool {
+		evs := e.statusEvents(id)
+		if evs[job.StatusFinished] > 0 || evs[job.StatusFailed] > 0 {
+			t.Fatalf("the job that never ran ended: %s", e.events(id))
+		}
+		return evs[job.StatusQueued] >= 2
+	})
+	e.waitFor(id, job.StatusRunning)
+	waitUntil(t, "the job's new container running", func() bool { return e.containerRunning(id) })
+	if evs := e.statusEvents(id); evs[job.StatusFinished] > 0 || evs[job.StatusFailed] > 0 {
+		t.Fatalf("the job that never ran ended: %s", e.events(id))
 	}
 }
 
