@@ -184,6 +184,7 @@ func slaveKill(t *testing.T, sz size, rng *rand.Rand) result {
 		c.waitStatus(id, 3*time.Minute, job.StatusRunning)
 	}
 	var short []string
+	index := map[string]int{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -198,6 +199,7 @@ func slaveKill(t *testing.T, sz size, rng *rand.Rand) result {
 			}
 			mu.Lock()
 			short = append(short, id)
+			index[id] = i
 			mu.Unlock()
 			time.Sleep(time.Duration(pace.IntN(400)) * time.Millisecond)
 		}
@@ -245,6 +247,10 @@ func slaveKill(t *testing.T, sz size, rng *rand.Rand) result {
 		c.waitStatus(id, 3*time.Minute, job.StatusFinished, job.StatusFailed, job.StatusCancelled)
 		if st := c.job(id).Job.State.Status; st != job.StatusFinished {
 			t.Errorf("short job %s ended %s across the slave's restarts, want FINISHED", id, st)
+		}
+		// FINISHED means it ran to its end: its last line is in its log.
+		if l, _, err := c.st.ReadJobLog(ctx, id, 0); err != nil || !strings.Contains(string(l), fmt.Sprintf("done %d\n", index[id])) {
+			t.Errorf("short job %s is FINISHED without its last line in its log (%v): %q", id, err, l)
 		}
 	}
 	for _, id := range long {
