@@ -278,3 +278,20 @@ func joinPath(path, key string) string {
 func indexPath(path string, i int) string {
 	return fmt.Sprintf("%s[%d]", path, i)
 }
+
+// CheckJSON checks any JSON document the master accepts besides a job (a reservation, a slave
+// protocol message) as a job's text is checked: valid JSON (else a *SyntaxError), and a
+// *ValidationError naming the path of invalid UTF-8, a NUL character, a duplicate key, too
+// deep nesting, an oversized string, list or number. The caller then decodes it into its type.
+func CheckJSON(data []byte, lim Limits) error {
+	_, problems, err := decodeDocument(data, lim)
+	if err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		r := &reader{problems: problems}
+		_, err := r.finish(nil)
+		return err
+	}
+	return nil
+}
