@@ -1,6 +1,7 @@
 package web
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -81,7 +82,9 @@ func (s *Server) limitRequests(next http.Handler) http.Handler {
 	})
 }
 
-// deadlineBody lifts the body deadline when the body has been read to its end.
+// deadlineBody lifts the body deadline when the body has been read to its end. After any other
+// error (the deadline passed) it stays: the server then cannot wait for the rest of the body
+// before it answers, and closes the connection after the 408.
 type deadlineBody struct {
 	io.ReadCloser
 	lift func()
@@ -90,7 +93,7 @@ type deadlineBody struct {
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err != nil {
+	if errors.Is(err, io.EOF) {
 		b.once.Do(b.lift)
 	}
 	return n, err
