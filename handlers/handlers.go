@@ -47,6 +47,9 @@ type Config struct {
 	// WorkRecheck is how often a waiting long poll looks for work without being woken (default
 	// 15 s): the safety net of a lost notification from another master.
 	WorkRecheck time.Duration
+	// MemoryReserveGb is the memory the scheduler keeps free on every slave: a job asking for
+	// more than the largest slave's memory less this is refused at submit.
+	MemoryReserveGb int
 }
 
 // Handlers serves the API. Create it with New.
@@ -57,6 +60,8 @@ type Handlers struct {
 	// sched wakes the scheduler loop (submit, a slave back online, job end); work wakes slaves' long
 	// polls (jobs assigned, jobs to stop).
 	sched, work *scheduler.Signal
+	// capacity caches the largest slave, for the submit check.
+	capacity capacityCache
 }
 
 // New makes the handlers. sched and work may be nil (a fresh signal is made).

@@ -25,17 +25,6 @@ const maxJobBody = 1 << 20
 // maxPageSize is the largest page GET jobs serves.
 const maxPageSize = 200
 
-func readBody(r *http.Request, limit int64) ([]byte, error) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, errorf(http.StatusBadRequest, "read request body: %v", err)
-	}
-	if int64(len(body)) > limit {
-		return nil, errorf(http.StatusRequestEntityTooLarge, "request body larger than %d bytes", limit)
-	}
-	return body, nil
-}
-
 func boolParam(r *http.Request, name string) (bool, error) {
 	v := r.URL.Query().Get(name)
 	if v == "" {
@@ -75,12 +64,15 @@ func (h *Handlers) SubmitJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body, err := readBody(r, maxJobBody)
+	body, err := readBody(w, r, maxJobBody)
 	if err != nil {
 		return err
 	}
 	j, err := job.Parse(body, h.cfg.JobOptions)
 	if err != nil {
+		return err
+	}
+	if err := h.checkCapacity(r.Context(), j); err != nil {
 		return err
 	}
 	project, err := h.resolveProject(r, c, j.Owner.ProjectURN)
@@ -468,7 +460,7 @@ func (h *Handlers) SetJobStatus(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body, err := readBody(r, 1024)
+	body, err := readBody(w, r, 1024)
 	if err != nil {
 		return err
 	}
@@ -645,7 +637,7 @@ func (h *Handlers) readLog(w http.ResponseWriter, r *http.Request, rec *store.Jo
 
 // Convert is POST convert: a v1 (or v2) document in, the normalised v2 request out.
 func (h *Handlers) Convert(w http.ResponseWriter, r *http.Request) error {
-	body, err := readBody(r, maxJobBody)
+	body, err := readBody(w, r, maxJobBody)
 	if err != nil {
 		return err
 	}

@@ -3,9 +3,11 @@ package handlers
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -138,9 +140,13 @@ func localPath(p, fallback string) string {
 func parseForm(w http.ResponseWriter, r *http.Request) error {
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
 	if err := r.ParseForm(); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) || errors.Is(err, os.ErrDeadlineExceeded) {
+			return bodyError(err)
+		}
 		return errorf(http.StatusBadRequest, "read form: %v", err)
 	}
-	return nil
+	return checkForm(r)
 }
 
 // capture is a ResponseWriter that keeps what a handler wrote, for handlers called in-process.

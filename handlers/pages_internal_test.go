@@ -48,7 +48,7 @@ func TestFormRoundTrip(t *testing.T) {
 	text := `{"name": "n", "description": "d", "owner": {"projectUrn": "urn:p"},
 	"request": {"resources": {"cpus": 2, "gpus": 1, "cpuMemoryGb": 4, "gpuModel": ["V100", "A100"], "clusterId": 3},
 	"docker": {"image": "img:1", "command": ["sh", "-c", "echo 'a b'"], "environment": {"A": "1", "B": "x=y"},
-	  "portMappings": [8888, {"containerPort": 80, "hostPort": 8080}, {"containerPort": 81, "hostPort": 8081, "hostIp": "127.0.0.1"}],
+	  "portMappings": [8888, {"containerPort": 80, "hostPort": 30080}, {"containerPort": 81, "hostPort": 30081, "hostIp": "127.0.0.1"}],
 	  "storage": ["/project", {"hostPath": "/data/x", "containerPath": "/x"}, {"hostPath": "tmpfs", "containerPath": "/scratch", "sizeGb": 2}]},
 	"scheduling": {"interactive": true, "restartable": false, "minDuration": "1 h", "maxDuration": 7200}}}`
 	doc, err := decodeDoc(text)
@@ -58,7 +58,7 @@ func TestFormRoundTrip(t *testing.T) {
 	f := formFromDoc(doc)
 	want := views.JobForm{Name: "n", Description: "d", Project: "urn:p", Image: "img:1", Command: `sh -c 'echo '\''a b'\'''`,
 		CPUs: "2", GPUs: "1", CPUMemoryGb: "4", GPUModel: "V100, A100", ClusterID: "3", Interactive: true,
-		MinDuration: "1 h", MaxDuration: "7200s", Ports: "8888, 8080:80, 127.0.0.1:8081:81",
+		MinDuration: "1 h", MaxDuration: "7200s", Ports: "8888, 30080:80, 127.0.0.1:30081:81",
 		Storage: "/project\n/data/x:/x\ntmpfs:/scratch:2", Environment: "A=1\nB=x=y"}
 	if f != want {
 		t.Fatalf("form\n got %+v\nwant %+v", f, want)

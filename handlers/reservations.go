@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"slices"
@@ -38,6 +37,41 @@ type reservationRequest struct {
 	End        time.Time `json:"end"`
 	Users      []string  `json:"users"`
 	Projects   []string  `json:"projects"`
+}
+
+// Bounds of a reservation request: far above any real one, far below what hurts.
+const (
+	maxReservationHolders = 1000
+	maxReservationSlaves  = 256
+	maxReservationGPUs    = 4096
+	maxNameBytes          = 256
+)
+
+// validate checks the parts of a reservation that need no database, each error naming its field.
+func (req reservationRequest) validate() error {
+	if err := checkText("name", req.Name, maxNameBytes); err != nil {
+		return err
+	}
+	switch {
+	case req.ClusterID < 0:
+		return fieldError("clusterId", "must be a cluster id, not %d", req.ClusterID)
+	case req.GPUs > maxReservationGPUs:
+		return fieldError("gpus", "must be at most %d, not %d", maxReservationGPUs, req.GPUs)
+	case len(req.SlaveNames) > maxReservationSlaves:
+		return fieldError("slaveNames", "has %d entries: at most %d are accepted", len(req.SlaveNames), maxReservationSlaves)
+	case len(req.Users) > maxReservationHolders:
+		return fieldError("users", "has %d entries: at most %d are accepted", len(req.Users), maxReservationHolders)
+	case len(req.Projects) > maxReservationHolders:
+		return fieldError("projects", "has %d entries: at most %d are accepted", len(req.Projects), maxReservationHolders)
+	}
+	for field, list := range map[string][]string{"slaveNames": req.SlaveNames, "users": req.Users, "projects": req.Projects} {
+		for _, s := range list {
+			if err := checkText(field, s, maxNameBytes); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func holds(c *Caller, r store.Reservation) bool {
@@ -111,13 +145,9 @@ func (h *Handlers) CreateReservation(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	body, err := readBody(r, 1<<16)
-	if err != nil {
-		return err
-	}
 	var req reservationRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return errorf(http.StatusBadRequest, "invalid reservation: %v", err)
+	if err := decodeJSON(w, r, 1<<16, &req); err != nil {
+		return err
 	}
 	created, err := h.createReservation(r, c, req)
 	if err != nil {
@@ -135,6 +165,9 @@ func (h *Handlers) CreateReservation(w http.ResponseWriter, r *http.Request) err
 func (h *Handlers) createReservation(r *http.Request, c *Caller, req reservationRequest) (store.Reservation, error) {
 	if !c.Admin() {
 		return store.Reservation{}, errorf(http.StatusForbidden, "only admins create reservations")
+	}
+	if err := req.validate(); err != nil {
+		return store.Reservation{}, err
 	}
 	ctx := r.Context()
 	now, err := h.store.Now(ctx)

@@ -43,23 +43,21 @@ func requireSlave(r *http.Request) (*Caller, error) {
 	return c, nil
 }
 
-func decodeBody(r *http.Request, v any) error {
-	body, err := readBody(r, maxProtocolBody)
-	if err != nil {
+// decodeBody reads a protocol message strictly (decodeJSON) and checks its fields (validate).
+func decodeBody(w http.ResponseWriter, r *http.Request, v validator) error {
+	if err := decodeJSON(w, r, maxProtocolBody, v); err != nil {
 		return err
 	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return errorf(http.StatusBadRequest, "invalid protocol message: %v", err)
-	}
-	return nil
+	return v.validate()
 }
 
 // SlaveJoin exchanges a one-time join token and a CSR for a slave certificate.
 func (h *Handlers) SlaveJoin(w http.ResponseWriter, r *http.Request) error {
-	var req protocol.JoinRequest
-	if err := decodeBody(r, &req); err != nil {
+	var msg joinRequest
+	if err := decodeBody(w, r, &msg); err != nil {
 		return err
 	}
+	req := protocol.JoinRequest(msg)
 	if h.cfg.CA == nil {
 		return errorf(http.StatusServiceUnavailable, "this master cannot sign certificates")
 	}
@@ -91,10 +89,11 @@ func (h *Handlers) SlaveRegister(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var inv protocol.Inventory
-	if err := decodeBody(r, &inv); err != nil {
+	var msg inventory
+	if err := decodeBody(w, r, &msg); err != nil {
 		return err
 	}
+	inv := protocol.Inventory(msg)
 	ctx := r.Context()
 	known, err := h.store.GetSlave(ctx, c.SlaveName)
 	if err != nil {
@@ -130,10 +129,11 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	var hb protocol.Heartbeat
-	if err := decodeBody(r, &hb); err != nil {
+	var msg heartbeat
+	if err := decodeBody(w, r, &msg); err != nil {
 		return err
 	}
+	hb := protocol.Heartbeat(msg)
 	ctx := r.Context()
 	usage, _ := json.Marshal(hb.Jobs)
 	cameOnline, err := h.store.SlaveHeartbeat(ctx, c.SlaveName, hb.InstanceID, usage)
@@ -330,10 +330,11 @@ func (h *Handlers) SlaveNext(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req protocol.NextRequest
-	if err := decodeBody(r, &req); err != nil {
+	var msg nextRequest
+	if err := decodeBody(w, r, &msg); err != nil {
 		return err
 	}
+	req := protocol.NextRequest(msg)
 	wait := min(max(req.Wait, 0), h.cfg.MaxLongPoll)
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
@@ -493,10 +494,11 @@ func (h *Handlers) SlaveUpdate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var u protocol.StateUpdate
-	if err := decodeBody(r, &u); err != nil {
+	var msg stateUpdate
+	if err := decodeBody(w, r, &msg); err != nil {
 		return err
 	}
+	u := protocol.StateUpdate(msg)
 	if ok, why := job.CanTransition(u.From, u.To, job.ActorSlave); !ok || u.To.Ended() {
 		if why == "" {
 			why = "use done to end a job"
@@ -517,10 +519,11 @@ func (h *Handlers) SlaveLog(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var chunk protocol.LogChunk
-	if err := decodeBody(r, &chunk); err != nil {
+	var msg logChunk
+	if err := decodeBody(w, r, &msg); err != nil {
 		return err
 	}
+	chunk := protocol.LogChunk(msg)
 	ctx := r.Context()
 	rec, err := h.slaveJob(ctx, c, chunk.JobUUID)
 	if err != nil {
@@ -546,10 +549,8 @@ func (h *Handlers) SlaveLogState(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req struct {
-		JobUUID string `json:"jobUuid"`
-	}
-	if err := decodeBody(r, &req); err != nil {
+	var req logStateQuery
+	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
 	ctx := r.Context()
@@ -572,10 +573,11 @@ func (h *Handlers) SlaveDone(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var d protocol.Completion
-	if err := decodeBody(r, &d); err != nil {
+	var in completion
+	if err := decodeBody(w, r, &in); err != nil {
 		return err
 	}
+	d := protocol.Completion(in)
 	if !slices.Contains([]job.Status{job.StatusFinished, job.StatusFailed, job.StatusHalted}, d.To) {
 		return fieldError("to", "must be FINISHED, FAILED or HALTED, not %s", d.To)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -26,7 +27,11 @@ var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
 // decodeDocument turns submission text into a tree. Text that is not JSON gives a *SyntaxError
 // with the line and column of the fault. Duplicate keys and too deep nesting are returned as
 // problems beside the tree (the text is JSON, but not a job).
-func decodeDocument(data []byte) (any, []Problem, error) {
+func decodeDocument(data []byte, lim Limits) (any, []Problem, error) {
+	lim = lim.withDefaults()
+	if len(data) > lim.DocumentBytes {
+		return nil, nil, &ValidationError{Problems: []Problem{{Message: fmt.Sprintf("the document is %d bytes, larger than the limit of %d bytes", len(data), lim.DocumentBytes)}}}
+	}
 	skip := 0
 	if bytes.HasPrefix(data, utf8BOM) {
 		skip = len(utf8BOM)
@@ -48,7 +53,7 @@ func decodeDocument(data []byte) (any, []Problem, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	t := &treeReader{dec: dec}
+	t := &treeReader{dec: dec, body: body, lim: lim}
 	v, err := t.value("", 0)
 	if err != nil {
 		// Cannot happen for text json.Unmarshal accepted; keep the error rather than panic.
@@ -128,13 +133,63 @@ func stripTrailingCommas(b []byte) []byte {
 
 // treeReader builds the tree from valid JSON tokens, noting duplicate keys (encoding/json would
 // silently keep the last one, so a user's first value would vanish without a word).
+//
+// It also checks every scalar where it stands, so that the problem names its path: strings
+// must be valid UTF-8 (encoding/json would silently replace bad bytes by U+FFFD), hold no NUL
+// (Postgres refuses it, and no program expects it) and stay within the string limit; numbers
+// are bounded in length (a 1e999999 costs nothing to send and much to compute with); lists are
+// bounded in length.
 type treeReader struct {
 	dec      *json.Decoder
+	body     []byte
+	lim      Limits
 	problems []Problem
 }
 
-func (t *treeReader) value(path string, depth int) (any, error) {
+func (t *treeReader) add(path, msg string) {
+	t.problems = append(t.problems, Problem{Path: path, Message: msg})
+}
+
+// maxNumberText bounds the text of a JSON number: no count, port or duration needs more.
+const maxNumberText = 40
+
+// token reads the next token and checks it when it is a string or a number.
+// A key is checked as its object's content (key set): its own path would carry the bad text.
+func (t *treeReader) token(path string, key bool) (json.Token, error) {
+	start := t.dec.InputOffset()
 	tok, err := t.dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch x := tok.(type) {
+	case string:
+		end := t.dec.InputOffset()
+		if start >= 0 && end <= int64(len(t.body)) && start <= end && !utf8.Valid(t.body[start:end]) {
+			t.add(path, what(key, "is not valid UTF-8 text"))
+		} else if strings.ContainsRune(x, 0) {
+			t.add(path, what(key, "must not contain a NUL character"))
+		} else if len(x) > t.lim.StringBytes {
+			t.add(path, fmt.Sprintf("is %d bytes long, longer than the limit of %d bytes", len(x), t.lim.StringBytes))
+		}
+	case json.Number:
+		if len(x) > maxNumberText {
+			t.add(path, fmt.Sprintf("is a number of %d characters: at most %d are accepted", len(x), maxNumberText))
+			return json.Number("0"), nil
+		}
+	}
+	return tok, nil
+}
+
+// what words a message about a string for a value or for a key of the object at the path.
+func what(key bool, msg string) string {
+	if key {
+		return "has a key that " + msg
+	}
+	return msg
+}
+
+func (t *treeReader) value(path string, depth int) (any, error) {
+	tok, err := t.token(path, false)
 	if err != nil {
 		return nil, err
 	}
@@ -150,12 +205,16 @@ func (t *treeReader) value(path string, depth int) (any, error) {
 	case '{':
 		m := map[string]any{}
 		for t.dec.More() {
-			kt, err := t.dec.Token()
+			kt, err := t.token(path, true)
 			if err != nil {
 				return nil, err
 			}
 			k, _ := kt.(string)
 			kp := joinPath(path, k)
+			if !utf8.ValidString(k) || strings.ContainsRune(k, 0) {
+				// Reported at the parent; a path with such a key would carry it on.
+				kp = joinPath(path, strconv.QuoteToASCII(k))
+			}
 			v, err := t.value(kp, depth+1)
 			if err != nil {
 				return nil, err
@@ -175,6 +234,9 @@ func (t *treeReader) value(path string, depth int) (any, error) {
 				return nil, err
 			}
 			list = append(list, v)
+		}
+		if len(list) > t.lim.ListItems {
+			t.add(path, fmt.Sprintf("has %d entries: at most %d are accepted", len(list), t.lim.ListItems))
 		}
 		_, err := t.dec.Token() // ']'
 		return list, err
@@ -215,4 +277,21 @@ func joinPath(path, key string) string {
 // indexPath appends a list index to a problem path.
 func indexPath(path string, i int) string {
 	return fmt.Sprintf("%s[%d]", path, i)
+}
+
+// CheckJSON checks any JSON document the master accepts besides a job (a reservation, a slave
+// protocol message) as a job's text is checked: valid JSON (else a *SyntaxError), and a
+// *ValidationError naming the path of invalid UTF-8, a NUL character, a duplicate key, too
+// deep nesting, an oversized string, list or number. The caller then decodes it into its type.
+func CheckJSON(data []byte, lim Limits) error {
+	_, problems, err := decodeDocument(data, lim)
+	if err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		r := &reader{problems: problems}
+		_, err := r.finish(nil)
+		return err
+	}
+	return nil
 }

@@ -16,6 +16,9 @@ func testOptions() Options {
 	o := DefaultOptions()
 	o.Now = func() time.Time { return testNow }
 	o.KnownFeatures = []string{"infiniband", "nvlink"}
+	// Rule tests write host ports freely; the default range is tested in limits_test.go.
+	o.Limits.HostPortMin, o.Limits.HostPortMax = 1, 65535
+	o.Limits.PortMappings = 1000
 	return o
 }
 

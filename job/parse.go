@@ -24,6 +24,8 @@ type Options struct {
 	// Now is the clock, injected so that tests and the trace simulator decide what "the past"
 	// is (a notAfter in the past is refused).
 	Now func() time.Time
+	// Limits bound every part of a job; zero fields take DefaultLimits.
+	Limits Limits
 }
 
 // DefaultOptions are imec's defaults: minDuration 1 week, maxDuration 2 weeks, no features.
@@ -32,6 +34,7 @@ func DefaultOptions() Options {
 		DefaultMinDuration: 7 * 24 * time.Hour,
 		DefaultMaxDuration: 14 * 24 * time.Hour,
 		Now:                time.Now,
+		Limits:             DefaultLimits(),
 	}
 }
 
@@ -46,6 +49,7 @@ func (o Options) withDefaults() Options {
 	if o.Now == nil {
 		o.Now = d.Now
 	}
+	o.Limits = o.Limits.withDefaults()
 	return o
 }
 
@@ -59,7 +63,7 @@ func (o Options) withDefaults() Options {
 // *ValidationError listing every problem with the path of its field. Trailing commas before
 // '}' and ']' are tolerated, because imec's documentation prints them.
 func Parse(data []byte, opts Options) (*Job, error) {
-	tree, pre, err := decodeDocument(data)
+	tree, pre, err := decodeDocument(data, opts.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -83,6 +87,9 @@ type reader struct {
 	problems []Problem
 	// rewrite maps the paths of a converted version 1 document back to what the user wrote.
 	rewrite func(string) string
+	// legacy is set for a version 1 document: its counts may be numeric strings ("4"), as
+	// imec's old clients wrote them. A version 2 document must use JSON numbers.
+	legacy bool
 }
 
 func newReader(opts Options) *reader {
@@ -226,7 +233,8 @@ func (r *reader) optBool(m map[string]any, p, key string) bool {
 
 var intTextRe = regexp.MustCompile(`^[+-]?\d+$`)
 
-// integer reads a JSON integer (2, 2.0, 2e1) or a string holding one ("2"). Counts are kept
+// integer reads a JSON integer (2, 2.0, 2e1), or in a version 1 document a string holding one
+// ("2"). Counts are kept
 // within 32 bits: nothing in a job is larger, and the store keeps them in int columns.
 func (r *reader) integer(p string, v any) (int, bool) {
 	var text string
@@ -234,6 +242,10 @@ func (r *reader) integer(p string, v any) (int, bool) {
 	case json.Number:
 		text = string(x)
 	case string:
+		if !r.legacy {
+			r.add(p, "must be a number, not the string "+describe(v))
+			return 0, false
+		}
 		text = strings.TrimSpace(x)
 		if !intTextRe.MatchString(text) {
 			r.add(p, "must be an integer, not "+describe(v))
@@ -286,6 +298,36 @@ func (r *reader) intField(m map[string]any, p, key string, required bool, lo int
 		return 0
 	}
 	return n
+}
+
+// atMost reports a value above its limit, naming the limit and what sets it.
+func (r *reader) atMost(p string, n, limit int, what string) bool {
+	if n > limit {
+		r.addf(p, "must be at most %d%s, not %d", limit, what, n)
+		return false
+	}
+	return true
+}
+
+// maxBytes reports a string longer than its limit.
+func (r *reader) maxBytes(p, s string, limit int) bool {
+	if len(s) > limit {
+		r.addf(p, "is %d bytes long: at most %d bytes are accepted", len(s), limit)
+		return false
+	}
+	return true
+}
+
+// maxItems reports a list longer than its limit; its entries are then not read one by one.
+func (r *reader) maxItems(p string, list []any, limit int) bool {
+	if len(list) > r.opts.Limits.ListItems {
+		return false // reported when the document was read
+	}
+	if len(list) > limit {
+		r.addf(p, "has %d entries: at most %d are accepted", len(list), limit)
+		return false
+	}
+	return true
 }
 
 // strList reads a list of strings; with single, one string stands for a list of one (imec's

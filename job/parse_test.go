@@ -102,10 +102,11 @@ func TestParseRules(t *testing.T) {
 		{name: "cpus required", set: []kv{{"request.resources.cpus", remove}}, problems: []string{"request.resources.cpus: is required"}},
 		{name: "cpus 0", set: []kv{{"request.resources.cpus", 0}}, problems: []string{"request.resources.cpus: must be at least 1, not 0"}},
 		{name: "cpus 2.5", set: []kv{{"request.resources.cpus", 2.5}}, problems: []string{"request.resources.cpus: must be an integer, not 2.5"}},
-		{name: "cpus string", set: []kv{{"request.resources.cpus", "two"}}, problems: []string{`request.resources.cpus: must be an integer, not "two"`}},
+		{name: "cpus string", set: []kv{{"request.resources.cpus", "two"}}, problems: []string{`request.resources.cpus: must be a number, not the string "two"`}},
+		{name: "cpus numeric string refused", set: []kv{{"request.resources.gpus", "1"}}, problems: []string{`request.resources.gpus: must be a number, not the string "1"`}},
 		{name: "cpus bool", set: []kv{{"request.resources.cpus", true}}, problems: []string{"request.resources.cpus: must be an integer, not true"}},
 		{name: "cpus huge", set: []kv{{"request.resources.cpus", 1e12}}, problems: []string{"request.resources.cpus: must be at most 2147483647"}},
-		{name: "numeric strings and integral floats accepted", set: []kv{{"request.resources.cpus", "2"}, {"request.resources.cpuMemoryGb", 4.0}}, check: func(t *testing.T, j *Job) {
+		{name: "integral floats accepted", set: []kv{{"request.resources.cpus", 2}, {"request.resources.cpuMemoryGb", 4.0}}, check: func(t *testing.T, j *Job) {
 			if j.Request.Resources.CPUs != 2 || j.Request.Resources.CPUMemoryGb != 4 {
 				t.Errorf("resources = %+v", j.Request.Resources)
 			}

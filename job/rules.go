@@ -33,9 +33,11 @@ func (r *reader) job(top map[string]any) *Job {
 		if strings.TrimSpace(s) == "" {
 			r.add("name", "must not be empty")
 		}
+		r.maxBytes("name", s, r.opts.Limits.NameBytes)
 		j.Name = s
 	}
 	j.Description = r.optString(top, "", "description")
+	r.maxBytes("description", j.Description, r.opts.Limits.DescriptionBytes)
 	j.DeploymentEnvironment = r.optString(top, "", "deploymentEnvironment")
 	if v, ok := get(top, "owner"); ok {
 		if m, ok := r.object("owner", v); ok {
@@ -114,6 +116,12 @@ func (r *reader) resources(p string, m map[string]any) Resources {
 		SlaveName:       r.optString(m, p, "slaveName"),
 		SlaveInstanceID: r.optString(m, p, "slaveInstanceId"),
 	}
+	lim := r.opts.Limits
+	const limited = " (this cluster's limit)"
+	r.atMost(joinPath(p, "cpus"), res.CPUs, lim.CPUs, limited)
+	r.atMost(joinPath(p, "gpus"), res.GPUs, lim.GPUs, limited)
+	r.atMost(joinPath(p, "cpuMemoryGb"), res.CPUMemoryGb, lim.MemoryGb, limited)
+	r.atMost(joinPath(p, "gpuMemoryGb"), res.GPUMemoryGb, lim.MemoryGb, limited)
 	if v, ok := get(m, "gpuModel"); ok {
 		kp := joinPath(p, "gpuModel")
 		res.GPUModel = r.strList(kp, v, true)
@@ -159,7 +167,9 @@ func (r *reader) docker(p string, m map[string]any) Docker {
 	if v, ok := get(m, "image"); !ok {
 		r.add(joinPath(p, "image"), "is required")
 	} else if s, ok := r.str(joinPath(p, "image"), v); ok {
-		if _, err := ParseImage(s); err != nil {
+		if !r.maxBytes(joinPath(p, "image"), s, r.opts.Limits.ImageBytes) {
+			// not parsed: the size is the problem
+		} else if _, err := ParseImage(s); err != nil {
 			r.add(joinPath(p, "image"), "invalid image: "+err.Error())
 		}
 		d.Image = s
@@ -212,17 +222,33 @@ func (r *reader) docker(p string, m map[string]any) Docker {
 }
 
 func (r *reader) command(p string, v any) Command {
+	lim := r.opts.Limits
 	switch x := v.(type) {
 	case string:
-		if _, err := SplitCommand(x); err != nil {
+		if !r.maxBytes(p, x, lim.CommandBytes) {
+			return Command{}
+		}
+		if words, err := SplitCommand(x); err != nil {
 			r.add(p, "cannot split the command into words: "+err.Error())
+		} else if len(words) > lim.CommandWords {
+			r.addf(p, "has %d words: at most %d are accepted", len(words), lim.CommandWords)
 		}
 		if x == "" {
 			return Command{}
 		}
 		return Command{Text: x}
 	case []any:
+		if !r.maxItems(p, x, lim.CommandWords) {
+			return Command{}
+		}
 		list := r.strList(p, x, false)
+		total := 0
+		for _, w := range list {
+			total += len(w)
+		}
+		if total > lim.CommandBytes {
+			r.addf(p, "is %d bytes long: at most %d bytes are accepted", total, lim.CommandBytes)
+		}
 		if len(list) == 0 {
 			return Command{}
 		}
@@ -236,9 +262,22 @@ func (r *reader) environment(p string, m map[string]any) map[string]string {
 	if len(m) == 0 {
 		return nil
 	}
+	lim := r.opts.Limits
+	if len(m) > lim.EnvVars {
+		r.addf(p, "has %d variables: at most %d are accepted", len(m), lim.EnvVars)
+		return nil
+	}
 	env := make(map[string]string, len(m))
 	for _, k := range sortedKeys(m) {
 		kp := joinPath(p, k)
+		if len(k) > lim.EnvNameBytes {
+			kp = joinPath(p, k[:32]+"…")
+			r.addf(kp, "the name is %d bytes long: at most %d bytes are accepted", len(k), lim.EnvNameBytes)
+			continue
+		}
+		if s, ok := m[k].(string); ok && !r.maxBytes(kp, s, lim.EnvValueBytes) {
+			continue
+		}
 		if !envNameRe.MatchString(k) {
 			r.addf(kp, "%q is not a valid environment variable name (letters, digits and '_', not starting with a digit)", k)
 			continue
@@ -269,8 +308,12 @@ func (r *reader) storage(p string, v any) []Storage {
 		r.add(p, "must be a list, not "+describe(v))
 		return nil
 	}
+	if !r.maxItems(p, list, r.opts.Limits.Storage) {
+		return nil
+	}
 	var out []Storage
 	seen := map[string]int{}
+	tmpfsGb := 0
 	for i, e := range list {
 		ep := indexPath(p, i)
 		s, ok := r.storageEntry(ep, e)
@@ -281,6 +324,13 @@ func (r *reader) storage(p string, v any) []Storage {
 			r.addf(ep, "containerPath %s is mounted twice (also by entry %d)", s.ContainerPath, j)
 		} else {
 			seen[path.Clean(s.ContainerPath)] = i
+		}
+		if s.HostPath == TmpfsHostPath {
+			tmpfsGb += s.SizeGb
+			if r.atMost(joinPath(ep, "sizeGb"), s.SizeGb, r.opts.Limits.TmpfsGb, " (this cluster's limit for RAM disks)") &&
+				tmpfsGb > r.opts.Limits.TmpfsGb {
+				r.addf(joinPath(ep, "sizeGb"), "makes the RAM disks %d GB together: at most %d GB are accepted", tmpfsGb, r.opts.Limits.TmpfsGb)
+			}
 		}
 		out = append(out, s)
 	}
@@ -382,6 +432,9 @@ func (r *reader) portMappings(p string, v any) []PortMapping {
 		r.add(p, "must be a list, not "+describe(v))
 		return nil
 	}
+	if !r.maxItems(p, list, r.opts.Limits.PortMappings) {
+		return nil
+	}
 	var out []PortMapping
 	type pair struct{ c, h int }
 	seenPair := map[pair]int{}
@@ -448,6 +501,11 @@ func (r *reader) portMapping(p string, v any) (PortMapping, bool) {
 		}
 		if h, given := get(x, "hostPort"); given {
 			n, good := r.port(joinPath(p, "hostPort"), h)
+			if lim := r.opts.Limits; good && (n < lim.HostPortMin || n > lim.HostPortMax) {
+				r.addf(joinPath(p, "hostPort"), "must be within the host port range %d-%d of this cluster, not %d (leave hostPort out to get a free port)",
+					lim.HostPortMin, lim.HostPortMax, n)
+				good = false
+			}
 			pm.HostPort, ok = n, ok && good
 		}
 		if ip := r.optString(x, p, "hostIp"); ip != "" {

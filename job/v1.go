@@ -16,7 +16,7 @@ const V1DefaultSystemMemoryMB = 2000
 // IsV1 reports whether data is a version 1 job (an object with a "jobDefinition" key), so that
 // callers can say "converted from version 1" or offer the conversion.
 func IsV1(data []byte) bool {
-	tree, _, err := decodeDocument(data)
+	tree, _, err := decodeDocument(data, Limits{})
 	if err != nil {
 		return false
 	}
@@ -33,7 +33,7 @@ func IsV1(data []byte) bool {
 // that must be sure they were given the old format. Problems are reported with the version 1
 // paths the user wrote (`jobDefinition.dockerImage`, `jobDefinition.resources.cpuCores`).
 func ConvertV1(data []byte, opts Options) (*Job, error) {
-	tree, pre, err := decodeDocument(data)
+	tree, pre, err := decodeDocument(data, opts.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -65,6 +65,7 @@ func (r *reader) onlyKeysV1(p string, m map[string]any, allowed ...string) {
 // version 2 rules, translating problem paths back to where the user wrote each value.
 func (r *reader) convertV1(top map[string]any) (*Job, error) {
 	const jd = "jobDefinition"
+	r.legacy = true
 	for _, k := range sortedKeys(top) {
 		switch k {
 		case jd, "owner":

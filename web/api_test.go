@@ -48,8 +48,10 @@ type world struct {
 	alice, bob, carol, dave, eve *testmaster.User
 }
 
-func newWorld(t *testing.T) *world {
-	m := testmaster.Start(t, testmaster.Options{})
+func newWorld(t *testing.T) *world { return newWorldWith(t, testmaster.Options{}) }
+
+func newWorldWith(t *testing.T, opts testmaster.Options) *world {
+	m := testmaster.Start(t, opts)
 	return &world{
 		m:     m,
 		alice: m.AddUser("alice", false, "", "vision"),

@@ -88,7 +88,7 @@ func TestCreateJobForm(t *testing.T) {
 		form.Set("gpus", "2")
 		form.Set("cpuMemoryGb", "16")
 		form.Set("gpuModel", "V100, A100")
-		form.Set("ports", "8888, 9000:6006")
+		form.Set("ports", "8888, 30900:6006")
 		form.Set("storage", "/project\r\ntmpfs:/scratch:4")
 		form.Set("environment", "EPOCHS=10\r\nMODE=fast")
 		form.Set("interactive", "true")
@@ -98,7 +98,7 @@ func TestCreateJobForm(t *testing.T) {
 		req := j.Request
 		if j.Name != "from-form" || req.Resources.CPUs != 4 || req.Resources.GPUs != 2 || req.Resources.CPUMemoryGb != 16 ||
 			!slices.Equal(req.Resources.GPUModel, []string{"V100", "A100"}) || !req.Scheduling.Interactive ||
-			req.Docker.Environment["MODE"] != "fast" || len(req.Docker.PortMappings) != 2 || req.Docker.PortMappings[1].HostPort != 9000 ||
+			req.Docker.Environment["MODE"] != "fast" || len(req.Docker.PortMappings) != 2 || req.Docker.PortMappings[1].HostPort != 30900 ||
 			len(req.Docker.Storage) != 2 || req.Docker.Storage[1].SizeGb != 4 || req.Docker.Command.Text != "python3 train.py --epochs '10 20'" {
 			t.Errorf("job from the form: %+v", req)
 		}

@@ -117,5 +117,5 @@ func (s *Server) routes() http.Handler {
 	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	root.HandleFunc("GET /readyz", s.ready)
 	root.Handle("/", s.authenticate(s.csrfProtect(mux)))
-	return s.recoverer(s.logRequests(root))
+	return s.recoverer(s.logRequests(s.limitRequests(root)))
 }

@@ -9,13 +9,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opengpulab/gpulab/internal/testmaster"
+	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/store"
 )
 
 // Every seed example the job package accepts is accepted by the API too: it answers a UUID and
-// GET returns the job with its defaults filled.
+// GET returns the job with its defaults filled. imec's examples ask for host port 8080, outside
+// the default host port range: this master opens every port, as an operator may (the default
+// range refuses them with a 400 naming the field, see TestHostileInput).
 func TestSeedExamplesThroughTheAPI(t *testing.T) {
-	w := newWorld(t)
+	opts := job.DefaultOptions()
+	opts.Limits.HostPortMin, opts.Limits.HostPortMax = 1, 65535
+	w := newWorldWith(t, testmaster.Options{Job: &opts})
 	// The examples name this reservation: it must exist and be alice's for the API to take them.
 	ctx := context.Background()
 	if _, err := w.m.Store.CreateCluster(ctx, store.Cluster{ID: 1, Name: "one"}); err != nil {

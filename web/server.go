@@ -41,6 +41,8 @@ type Config struct {
 	// SessionKeys sign and encrypt session cookies (the first makes new cookies, all are
 	// accepted). Masters sharing them share sessions; none: a random key for this process.
 	SessionKeys []SessionKey
+	// Limits bound connections and requests (timeouts, header size, connections per client).
+	Limits Limits
 }
 
 // Server is the master's HTTPS server.
@@ -60,6 +62,7 @@ func New(cfg Config, st *store.Store, h *handlers.Handlers, log *slog.Logger) *S
 	for _, a := range cfg.Admins {
 		admins[a] = true
 	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	srv := &Server{cfg: cfg, store: st, h: h, log: log, admins: admins, sessions: newSessionStore(cfg.SessionKeys)}
 	if cfg.OIDC.Issuer != "" {
 		srv.oidc = newOIDCLogin(cfg.OIDC)
@@ -98,11 +101,13 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.routes(),
 		TLSConfig:         tlsCfg,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: s.cfg.Limits.ReadHeaderTimeout,
+		IdleTimeout:       s.cfg.Limits.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.Limits.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(tls.NewListener(l, tlsCfg)) }()
+	go func() { errc <- srv.Serve(tls.NewListener(limitConns(l, s.cfg.Limits.MaxConnsPerIP), tlsCfg)) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)

@@ -51,6 +51,7 @@ type config struct {
 	MaxRunningUser     int
 	MaxRunningProject  int
 	TallyHalfLife      time.Duration
+	limits             limitFlags
 }
 
 // addCommon registers the flags every command needs (database, data folder, authority).
@@ -79,6 +80,7 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.HaltLease, "halt-lease", envDuration(getenv, "GPULAB_HALT_LEASE", store.DefaultLeases.Halting), "a halt not begun, or not ended, this long fails the job (env GPULAB_HALT_LEASE)")
 	fs.DurationVar(&c.SchedulerInterval, "scheduler-interval", envDuration(getenv, "GPULAB_SCHEDULER_INTERVAL", 5*time.Second), "longest time between scheduler passes (env GPULAB_SCHEDULER_INTERVAL)")
 	fs.IntVar(&c.MemoryReserveGb, "memory-reserve-gb", 1, "memory kept free on every slave for its system")
+	c.limits.addLimits(fs, getenv)
 	fs.DurationVar(&c.TallyHalfLife, "tally-half-life", envDuration(getenv, "GPULAB_TALLY_HALF_LIFE", 7*24*time.Hour), "usage tally half-life (env GPULAB_TALLY_HALF_LIFE)")
 	fs.IntVar(&c.MaxRunningUser, "max-running-per-user", 10, "running jobs one user may have at once (0: no cap)")
 	fs.IntVar(&c.MaxRunningProject, "max-running-per-project", 20, "running jobs one project may have at once (0: no cap)")
@@ -195,6 +197,9 @@ func (c *config) jobOptions() (job.Options, error) {
 		return opts, fmt.Errorf("--default-min-duration (%s) is longer than --default-max-duration (%s)", c.DefaultMinDuration, c.DefaultMaxDuration)
 	}
 	opts.DefaultMinDuration, opts.DefaultMaxDuration = min, max
+	if opts.Limits, err = c.limits.jobLimits(); err != nil {
+		return opts, err
+	}
 	return opts, nil
 }
 

@@ -82,6 +82,8 @@ type Options struct {
 	DevIdP []IdPUser
 	// SessionKeys sign and encrypt the session cookies (default: random).
 	SessionKeys []web.SessionKey
+	// Web bounds connections and requests (default web.DefaultLimits).
+	Web web.Limits
 }
 
 // Start runs a master for the test's duration.
@@ -155,7 +157,7 @@ func Start(t testing.TB, opts Options) *Master {
 		CA: ca, HeartbeatInterval: opts.HeartbeatInterval, MaxLongPoll: cmp.Or(opts.MaxLongPoll, 5*time.Second), FenceAfter: lc.JobGrace,
 		MissingGrace: opts.MissingGrace, WorkRecheck: opts.WorkRecheck}, log, wake, work)
 	wcfg := web.Config{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}, Admins: opts.Admins, Authority: Authority,
-		OIDC: oidcCfg, SessionKeys: opts.SessionKeys}
+		OIDC: oidcCfg, SessionKeys: opts.SessionKeys, Limits: opts.Web}
 	srv := web.New(wcfg, st, h, log)
 	loopDone := make(chan struct{})
 	listenDone := make(chan struct{})

@@ -1,0 +1,92 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/protocol"
+)
+
+// capacityTTL is how long the largest slave is remembered: slaves join rarely, and a submit
+// must not read every inventory.
+const capacityTTL = 15 * time.Second
+
+// capacity is the most any one registered slave could hold: a job asking for more could never
+// run anywhere (a job runs on one slave), so it is refused at submit instead of waiting forever.
+type capacity struct {
+	GPUs, CPUs, MemoryGb int
+	// Slaves is how many registered slaves it was computed from; 0: none, no check.
+	Slaves int
+}
+
+// capacityCache keeps the capacity for capacityTTL.
+type capacityCache struct {
+	mu   sync.Mutex
+	at   time.Time
+	last capacity
+}
+
+// maxCapacity returns the largest resources of any registered slave, cached.
+func (h *Handlers) maxCapacity(ctx context.Context) (capacity, error) {
+	h.capacity.mu.Lock()
+	defer h.capacity.mu.Unlock()
+	if !h.capacity.at.IsZero() && time.Since(h.capacity.at) < capacityTTL {
+		return h.capacity.last, nil
+	}
+	slaves, err := h.store.ListSlaves(ctx)
+	if err != nil {
+		return capacity{}, err
+	}
+	var c capacity
+	for _, s := range slaves {
+		if s.InstanceID == "" || len(s.Inventory) == 0 {
+			continue // joined, never registered: nothing is known of it
+		}
+		var inv protocol.Inventory
+		if err := json.Unmarshal(s.Inventory, &inv); err != nil {
+			continue // an inventory the master cannot read counts for nothing
+		}
+		gpus := len(inv.GPUs)
+		var most []protocol.GPU
+		if len(s.CapacityGPUs) > 0 && json.Unmarshal(s.CapacityGPUs, &most) == nil {
+			gpus = max(gpus, len(most))
+		}
+		c.Slaves++
+		c.GPUs = max(c.GPUs, gpus)
+		c.CPUs = max(c.CPUs, inv.CPUs)
+		c.MemoryGb = max(c.MemoryGb, int(inv.MemoryMiB/1024)-h.cfg.MemoryReserveGb)
+	}
+	h.capacity.last, h.capacity.at = c, time.Now()
+	return c, nil
+}
+
+// checkCapacity refuses a job that asks for more than the largest slave holds, naming the field.
+// Without registered slaves only the static limits (job.Limits) apply.
+func (h *Handlers) checkCapacity(ctx context.Context, j *job.Job) error {
+	c, err := h.maxCapacity(ctx)
+	if err != nil {
+		return fmt.Errorf("largest slave: %w", err)
+	}
+	if c.Slaves == 0 {
+		return nil
+	}
+	res := j.Request.Resources
+	var problems []job.Problem
+	tooMuch := func(field string, asked, most int, unit string) {
+		if asked > most {
+			problems = append(problems, job.Problem{Path: "request.resources." + field,
+				Message: fmt.Sprintf("asks for %d %s, but the largest slave of this cluster has %d: the job could never run", asked, unit, most)})
+		}
+	}
+	tooMuch("gpus", res.GPUs, c.GPUs, "GPUs")
+	tooMuch("cpus", res.CPUs, c.CPUs, "CPUs")
+	tooMuch("cpuMemoryGb", j.Request.TotalMemoryGb(), c.MemoryGb, "GB of memory (RAM disks included)")
+	if len(problems) > 0 {
+		return &job.ValidationError{Problems: problems}
+	}
+	return nil
+}
