@@ -7,10 +7,12 @@ import (
 	"github.com/opengpulab/gpulab/internal/testenv"
 )
 
-// TestMain removes the jobs' network the tests' runtimes created (one per test process).
+// TestMain removes the jobs' network the tests' runtimes created (one per test process) and
+// the development registry's build.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	testenv.RemoveJobNetwork()
+	testenv.RemoveRegistryBuild()
 	os.Exit(code)
 }
 
