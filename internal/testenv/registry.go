@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/registry"
 	"github.com/docker/docker/client"
@@ -162,7 +163,7 @@ func UntagImage(t testing.TB, cli *client.Client, ref string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := cli.ImageRemove(ctx, ref, image.RemoveOptions{}); err != nil && !strings.Contains(err.Error(), "No such image") {
+	if _, err := cli.ImageRemove(ctx, ref, image.RemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
 		t.Logf("untag %s: %v", ref, err)
 	}
 }
