@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -27,6 +28,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/registry"
+	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/docker/go-connections/nat"
@@ -53,6 +55,9 @@ type Docker interface {
 	ContainerRemove(ctx context.Context, containerID string, options container.RemoveOptions) error
 	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
 	ContainerStats(ctx context.Context, containerID string, stream bool) (container.StatsResponseReader, error)
+	Info(ctx context.Context) (system.Info, error)
+	NetworkInspect(ctx context.Context, networkID string, options network.InspectOptions) (network.Inspect, error)
+	NetworkCreate(ctx context.Context, name string, options network.CreateOptions) (network.CreateResponse, error)
 }
 
 var _ Docker = (*client.Client)(nil)
@@ -98,6 +103,20 @@ type Config struct {
 	// Off by default: an engine without the NVIDIA runtime refuses them, and a demo slave with
 	// fake GPUs must run GPU jobs there. Tests of the hand-off turn it on (stub-hook engine).
 	FakeGPUDeviceRequests bool
+	// Hardening is the operator's bounds on every job container; nil: DefaultHardening().
+	Hardening *Hardening
+	// PrivateImages is the file that records the images pulled with credentials
+	// (<state-dir>/private-images.json), so that they stay private across slave restarts;
+	// empty: kept in memory only.
+	PrivateImages string
+}
+
+// hardening is the hardening in force: the operator's, else the defaults.
+func (c Config) hardening() Hardening {
+	if c.Hardening != nil {
+		return *c.Hardening
+	}
+	return DefaultHardening()
 }
 
 func (c Config) withDefaults() Config {
@@ -119,6 +138,14 @@ type Runtime struct {
 	d   Docker
 	cfg Config
 	log *slog.Logger
+	// prep is what Prepare found out: the hardening in force on this engine.
+	prep struct {
+		sync.Mutex
+		done      bool
+		h         Hardening
+		warnedICC bool // guarded by networkMu
+	}
+	private *privateImages
 }
 
 // New returns a Runtime; zero durations in cfg take their defaults and a nil log discards.
@@ -126,7 +153,7 @@ func New(d Docker, cfg Config, log *slog.Logger) *Runtime {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Runtime{d: d, cfg: cfg.withDefaults(), log: log}
+	return &Runtime{d: d, cfg: cfg.withDefaults(), log: log, private: newPrivateImages(cfg.PrivateImages)}
 }
 
 // StartError is a job that could not be started. Reason is written for the job's owner (it
@@ -169,6 +196,13 @@ func (r *Runtime) Start(ctx context.Context, a protocol.Assignment) (*Started, e
 	if err != nil {
 		return nil, &StartError{Reason: "image: " + err.Error(), Err: err}
 	}
+	h, err := r.prepare(ctx)
+	if err != nil {
+		return nil, &StartError{Reason: "slave: " + err.Error(), Err: err}
+	}
+	if err := checkAssignment(a, h); err != nil {
+		return nil, &StartError{Reason: err.Error(), Err: err}
+	}
 	// The job's own folder (.ssh) goes with a failed start; Resolve may have made it for an
 	// entry before refusing a later one.
 	keepJobDir := false
@@ -187,14 +221,24 @@ func (r *Runtime) Start(ctx context.Context, a protocol.Assignment) (*Started, e
 	if err := r.writeSSHKeys(a, mounts); err != nil {
 		return nil, &StartError{Reason: "storage: cannot write the job's SSH keys", Err: err}
 	}
-	cc, hc, err := Spec(a, r.cfg, mounts)
+	cfg := r.cfg
+	cfg.Hardening = &h
+	cc, hc, err := Spec(a, cfg, mounts)
 	if err != nil {
 		return nil, &StartError{Reason: "container: " + err.Error(), Err: err}
 	}
 	if err := r.ensureImage(ctx, img); err != nil {
 		return nil, err
 	}
+	if err := r.ensureNetwork(ctx, h.Network); err != nil {
+		return nil, startError("network", err)
+	}
 	id, err := r.create(ctx, j.UUID, cc, hc)
+	if err != nil && hc.StorageOpt != nil && isStorageOptRefusal(err) {
+		r.dropRootfsSize(err)
+		hc.StorageOpt = nil
+		id, err = r.create(ctx, j.UUID, cc, hc)
+	}
 	if errors.Is(err, errJobRunning) {
 		keepJobDir = true // the folder belongs to the running container
 		return nil, &StartError{Reason: "create: " + err.Error(), Err: err}
@@ -240,18 +284,57 @@ func (r *Runtime) writeSSHKeys(a protocol.Assignment, mounts []storage.Mount) er
 	return nil
 }
 
-// ensureImage pulls the image when the engine does not have it, with the credentials of the
-// image string, and reads the whole progress stream: a pull fails inside the stream
-// (errorDetail) as often as in the answer.
+// ensureImage makes the image available to the job. An image with credentials is pulled with
+// them on every start, also when the engine has it: the registry, not the engine's cache,
+// decides whether they may read it; it is then recorded private. An image without credentials
+// is pulled only when missing, and refused when it is recorded private (by its repository or
+// its image id): nobody runs an image he has no credentials for. The whole progress stream is
+// read: a pull fails inside the stream (errorDetail) as often as in the answer.
 func (r *Runtime) ensureImage(ctx context.Context, img job.Image) error {
 	ref := img.Reference()
-	_, err := r.d.ImageInspect(ctx, ref)
+	repo := repository(img)
+	if img.HasCredentials() {
+		// Recorded before the pull: a slave that dies during it leaves the image private.
+		if err := r.private.add(repo, ""); err != nil {
+			return &StartError{Reason: "image " + ref + ": the slave cannot record it as private", Err: err}
+		}
+		if err := r.pull(ctx, img); err != nil {
+			return err
+		}
+		info, err := r.d.ImageInspect(ctx, ref)
+		if err != nil {
+			return startError("image "+ref, err)
+		}
+		if err := r.private.add(repo, info.ID); err != nil {
+			return &StartError{Reason: "image " + ref + ": the slave cannot record it as private", Err: err}
+		}
+		return nil
+	}
+	if r.private.has(repo, "") {
+		return privateImageError(ref)
+	}
+	info, err := r.d.ImageInspect(ctx, ref)
 	if err == nil {
+		if r.private.has(repo, info.ID) {
+			return privateImageError(ref)
+		}
 		return nil
 	}
 	if !cerrdefs.IsNotFound(err) {
 		return startError("image "+ref, err)
 	}
+	return r.pull(ctx, img)
+}
+
+// privateImageError refuses a job without credentials that names a private image.
+func privateImageError(ref string) error {
+	return &StartError{Reason: "image " + ref + " is private on this slave (it was pulled with registry credentials): " +
+		"give the job's image with the registry credentials (user:password@registry/repository:tag)"}
+}
+
+// pull pulls the image with the image string's credentials, bounded by PullTimeout.
+func (r *Runtime) pull(ctx context.Context, img job.Image) error {
+	ref := img.Reference()
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.PullTimeout)
 	defer cancel()
 	auth, err := registryAuth(img)
