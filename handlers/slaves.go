@@ -433,18 +433,17 @@ func writeConflict(w http.ResponseWriter, c protocol.Conflict) {
 }
 
 // slaveJob loads a job and checks it is on the calling slave; another slave's job (or one placed
-// again and not yet given out) is a conflict without its state.
+// again and not yet given out) is a conflict without its state, worded exactly as for a job
+// that does not exist, so a slave certificate cannot probe other slaves' jobs.
 func (h *Handlers) slaveJob(ctx context.Context, c *Caller, id string) (*store.JobRecord, error) {
 	if _, err := uuid.Parse(id); err != nil {
 		return nil, fieldError("jobUuid", "is not a job uuid")
 	}
 	rec, err := h.store.GetJob(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, &conflictError{protocol.Conflict{JobUUID: id, Message: "the master has no job " + id}}
-	} else if err != nil {
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
-	if rec.Job.State.Scheduling.AssignedSlaveName != c.SlaveName {
+	if err != nil || rec.Job.State.Scheduling.AssignedSlaveName != c.SlaveName {
 		return nil, &conflictError{protocol.Conflict{JobUUID: id, Message: fmt.Sprintf("job %s is not on slave %s", id, c.SlaveName)}}
 	}
 	return rec, nil

@@ -233,6 +233,18 @@ func (r *Runtime) Start(ctx context.Context, a protocol.Assignment) (*Started, e
 	if err := r.ensureNetwork(ctx, h.Network); err != nil {
 		return nil, startError("network", err)
 	}
+
+	// Storage pinning (storage.Pin): Docker gets staging paths bound to the inodes checked,
+	// opened only now, after the pull, so that what was checked is what is mounted.
+	pins, err := r.pinStorage(a, cfg, mounts, &cc, &hc)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := pins.Release(); err != nil {
+			r.log.Warn("release storage pins", "job", j.UUID, "err", err)
+		}
+	}()
 	id, err := r.create(ctx, j.UUID, cc, hc)
 	if err != nil && hc.StorageOpt != nil && isStorageOptRefusal(err) {
 		r.dropRootfsSize(err)
@@ -257,10 +269,37 @@ func (r *Runtime) Start(ctx context.Context, a protocol.Assignment) (*Started, e
 	if err != nil {
 		return fail("inspect", err)
 	}
+	if info.State != nil {
+		if err := pins.Verify(info.State.Pid); err != nil {
+			return fail("storage", err)
+		}
+	}
 	keepJobDir = true
 	ports := publishedPorts(j.Request.Docker.PortMappings, info)
 	r.log.Info("job container started", "job", j.UUID, "container", shortID(id), "image", img.Reference(), "ports", ports)
 	return &Started{ContainerID: id, Ports: ports}, nil
+}
+
+// unpinnedStorage turns pinning off: only the storage race test sets it, to show that the
+// race is won without it.
+var unpinnedStorage = false
+
+// pinStorage pins the job's bind sources (storage.Pin) and makes the container's spec again
+// with the staging paths. The caller releases the pins once the container has started (or
+// failed to): the container holds its own copy of each mount.
+func (r *Runtime) pinStorage(a protocol.Assignment, cfg Config, mounts []storage.Mount, cc **container.Config, hc **container.HostConfig) (*storage.Pins, error) {
+	if unpinnedStorage {
+		return nil, nil
+	}
+	pinned, pins, err := storage.Pin(r.cfg.ScratchRoot, a.Job.UUID, mounts)
+	if err != nil {
+		return nil, &StartError{Reason: "storage: " + err.Error(), Err: err}
+	}
+	if *cc, *hc, err = Spec(a, cfg, pinned); err != nil {
+		_ = pins.Release()
+		return nil, &StartError{Reason: "container: " + err.Error(), Err: err}
+	}
+	return pins, nil
 }
 
 // writeSSHKeys puts request.extra.sshPubKeys in the authorized_keys of the job's .ssh folder,
