@@ -677,7 +677,9 @@ func TestLimitsInInspect(t *testing.T) {
 		case "/ram":
 			sawTmpfs = m.Type == "tmpfs"
 		case "/root/.ssh":
-			sawSSH = m.Source == sshDir
+			// Docker binds the staging path the folder was pinned on (storage.Pin).
+			pinned := filepath.Join(e.cfg.ScratchRoot, "pins", a.Job.UUID) + string(filepath.Separator)
+			sawSSH = m.Source == sshDir || strings.HasPrefix(m.Source, pinned)
 		}
 	}
 	if !sawTmpfs || !sawSSH {
