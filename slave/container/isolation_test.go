@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/network"
+
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
 )
@@ -64,6 +66,10 @@ func TestJobsCannotReachEachOther(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	srv := e.start(e.assignment("sh", "-c", serverScript))
+	n, err := e.cli.NetworkInspect(context.Background(), testenv.JobNetwork(), network.InspectOptions{})
+	if err != nil || n.Driver != "bridge" || n.Options["com.docker.network.bridge.enable_icc"] != "false" || n.Labels[LabelNetwork] != "jobs" {
+		t.Errorf("the jobs' network: %+v, %v; want a bridge with inter-container traffic off", n, err)
+	}
 	ip := e.containerIP(srv.ContainerID, testenv.JobNetwork())
 	waitServing(t, ip)
 	code, out := e.reach(ip)
