@@ -70,6 +70,9 @@ const (
 	DefaultPullTimeout = 10 * time.Minute
 )
 
+// createTimeout bounds a container's create, which a stopping slave does not cut short.
+const createTimeout = 2 * time.Minute
+
 // HaltExitCode is the exit code by which a job says it halted cleanly after SIGUSR1.
 const HaltExitCode = 123
 
@@ -234,11 +237,16 @@ func (r *Runtime) Start(ctx context.Context, a protocol.Assignment) (*Started, e
 	if err := r.ensureNetwork(ctx, h.Network); err != nil {
 		return nil, startError("network", err)
 	}
-	id, err := r.create(ctx, j.UUID, cc, hc)
+	// A create is never abandoned half-way when the slave stops (ctx ends): the engine would
+	// finish it anyway and leave a container nobody removes. It completes; the start below
+	// then fails on the ended ctx and removes it.
+	cctx, cancelCreate := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	defer cancelCreate()
+	id, err := r.create(cctx, j.UUID, cc, hc)
 	if err != nil && hc.StorageOpt != nil && isStorageOptRefusal(err) {
 		r.dropRootfsSize(err)
 		hc.StorageOpt = nil
-		id, err = r.create(ctx, j.UUID, cc, hc)
+		id, err = r.create(cctx, j.UUID, cc, hc)
 	}
 	if errors.Is(err, errJobRunning) {
 		keepJobDir = true // the folder belongs to the running container
