@@ -7,6 +7,7 @@
 //
 //	gpulab-devregistry --listen 127.0.0.1:0 --user alice:PASSWORD
 //
+// Without --user it is open: anybody pulls and pushes without credentials (a public registry).
 // It prints its address ("127.0.0.1:PORT") on stdout once it serves. The Docker Engine talks
 // plain HTTP to a registry on 127.0.0.0/8 without further configuration.
 package main
@@ -54,27 +55,26 @@ func run(ctx context.Context, args []string) error {
 	var users listFlag
 	fs := flag.NewFlagSet("gpulab-devregistry", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:5000", "HTTP listen address (127.0.0.1:0: a free port; the address is printed on stdout)")
-	fs.Var(&users, "user", "NAME:PASSWORD of a user who may push and pull (repeatable; at least one)")
+	fs.Var(&users, "user", "NAME:PASSWORD of a user who may push and pull (repeatable; none: anybody may, without credentials)")
 	if err := fs.Parse(args); err != nil {
 		return err
-	}
-	if len(users) == 0 {
-		return errors.New("at least one --user NAME:PASSWORD is required")
 	}
 	dir, err := os.MkdirTemp("", "gpulab-devregistry-")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	htpasswd := filepath.Join(dir, "htpasswd")
-	if err := writeHtpasswd(htpasswd, users); err != nil {
-		return err
-	}
 
 	cfg := &configuration.Configuration{}
 	cfg.Version = "0.1"
 	cfg.Storage = configuration.Storage{"inmemory": configuration.Parameters{}}
-	cfg.Auth = configuration.Auth{"htpasswd": configuration.Parameters{"realm": "gpulab-devregistry", "path": htpasswd}}
+	if len(users) > 0 {
+		htpasswd := filepath.Join(dir, "htpasswd")
+		if err := writeHtpasswd(htpasswd, users); err != nil {
+			return err
+		}
+		cfg.Auth = configuration.Auth{"htpasswd": configuration.Parameters{"realm": "gpulab-devregistry", "path": htpasswd}}
+	}
 	cfg.HTTP.Secret = rand.Text() // one registry: any secret will do, but say it so the registry does not warn
 	cfg.Log.Level = "warn"
 	cfg.Log.AccessLog.Disabled = true

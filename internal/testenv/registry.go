@@ -79,18 +79,23 @@ func RemoveRegistryBuild() {
 	}
 }
 
-// StartRegistry starts a development registry with one user (a random password) for the
-// test's duration. If it cannot be built, the test is skipped (it fails under
-// GPULAB_REQUIRE_SERVICES=1).
-func StartRegistry(t testing.TB) *Registry {
+// StartRegistry starts a development registry for the test's duration: private (one user
+// with a random password: nothing is read or written without credentials) or public (no
+// users). If it cannot be built, the test is skipped (it fails under GPULAB_REQUIRE_SERVICES=1).
+func StartRegistry(t testing.TB, private bool) *Registry {
 	t.Helper()
 	bin, err := registryBinary()
 	if err != nil {
 		Missing(t, "development registry (internal/devregistry)", err.Error())
 	}
-	reg := &Registry{User: "alice", Password: "pw-" + rand.Text()}
+	reg := &Registry{}
+	args := []string{"--listen", "127.0.0.1:0"}
+	if private {
+		reg.User, reg.Password = "alice", "pw-"+rand.Text()
+		args = append(args, "--user", reg.User+":"+reg.Password)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, "--listen", "127.0.0.1:0", "--user", reg.User+":"+reg.Password)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 5 * time.Second
 	stdout, err := cmd.StdoutPipe()
@@ -124,9 +129,12 @@ func StartRegistry(t testing.TB) *Registry {
 	return reg
 }
 
-// Auth is the X-Registry-Auth value of the registry's user.
+// Auth is the X-Registry-Auth value of the registry's user ("" for a public registry).
 func (r *Registry) Auth(t testing.TB) string {
 	t.Helper()
+	if r.User == "" {
+		return ""
+	}
 	auth, err := registry.EncodeAuthConfig(registry.AuthConfig{Username: r.User, Password: r.Password, ServerAddress: r.Addr})
 	if err != nil {
 		t.Fatal(err)
@@ -134,18 +142,22 @@ func (r *Registry) Auth(t testing.TB) string {
 	return auth
 }
 
-// PushPrivate pushes the local image src to the registry as REGISTRY/private/NAME:TAG (a name
-// of this test) and removes the local tag again, so that the engine has the image only under
-// its own name: a job must pull the new name. It returns the pushed reference.
-func (r *Registry) PushPrivate(t testing.TB, cli *client.Client, src, name string) string {
+// Push pushes the local image src to the registry as REGISTRY/REPO:TAG (TAG: this process's
+// suffix) and removes the local tag again, so that the engine has the image only under its own
+// name: a job must pull the new name. It returns the pushed reference.
+func (r *Registry) Push(t testing.TB, cli *client.Client, src, repo string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ref := r.Addr + "/private/" + strings.ToLower(name) + ":" + Suffix()
+	ref := r.Addr + "/" + repo + ":" + Suffix()
 	if err := cli.ImageTag(ctx, src, ref); err != nil {
 		t.Fatalf("tag %s: %v", ref, err)
 	}
-	rc, err := cli.ImagePush(ctx, ref, image.PushOptions{RegistryAuth: r.Auth(t)})
+	auth := r.Auth(t)
+	if auth == "" { // the engine wants the header also for a registry without users
+		auth, _ = registry.EncodeAuthConfig(registry.AuthConfig{})
+	}
+	rc, err := cli.ImagePush(ctx, ref, image.PushOptions{RegistryAuth: auth})
 	if err != nil {
 		t.Fatalf("push %s: %v", ref, err)
 	}

@@ -1,8 +1,11 @@
 package container
 
 import (
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/docker/docker/api/types/system"
 
 	"github.com/opengpulab/gpulab/job"
 )
@@ -87,5 +90,31 @@ func TestHardeningOff(t *testing.T) {
 	}
 	if hc.Privileged || len(hc.CapAdd) != 0 || len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL" {
 		t.Errorf("Privileged %v CapAdd %v CapDrop %v", hc.Privileged, hc.CapAdd, hc.CapDrop)
+	}
+}
+
+func TestRootfsUnsupported(t *testing.T) {
+	for _, tc := range []struct {
+		info system.Info
+		ok   bool
+	}{
+		{system.Info{Driver: "overlay2", DriverStatus: [][2]string{{"Backing Filesystem", "xfs"}, {"Supports d_type", "true"}}}, true},
+		{system.Info{Driver: "overlay2", DriverStatus: [][2]string{{"Backing Filesystem", "extfs"}}}, false},
+		{system.Info{Driver: "btrfs"}, true},
+		{system.Info{Driver: "zfs"}, true},
+		{system.Info{Driver: "vfs"}, false},
+		{system.Info{Driver: "fuse-overlayfs"}, false},
+	} {
+		if why := rootfsUnsupported(tc.info); (why == "") != tc.ok {
+			t.Errorf("%s %v: %q, want supported=%v", tc.info.Driver, tc.info.DriverStatus, why, tc.ok)
+		}
+	}
+	for _, msg := range []string{
+		"--storage-opt is supported only for overlay over xfs with 'pquota' mount option",
+		"Failed to enable quota for btrfs",
+	} {
+		if !isStorageOptRefusal(errors.New(msg)) {
+			t.Errorf("%q not taken for a refused size limit", msg)
+		}
 	}
 }

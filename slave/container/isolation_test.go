@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
 )
@@ -64,6 +68,10 @@ func TestJobsCannotReachEachOther(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
 	srv := e.start(e.assignment("sh", "-c", serverScript))
+	n, err := e.cli.NetworkInspect(context.Background(), testenv.JobNetwork(), network.InspectOptions{})
+	if err != nil || n.Driver != "bridge" || n.Options["com.docker.network.bridge.enable_icc"] != "false" || n.Labels[LabelNetwork] != "jobs" {
+		t.Errorf("the jobs' network: %+v, %v; want a bridge with inter-container traffic off", n, err)
+	}
 	ip := e.containerIP(srv.ContainerID, testenv.JobNetwork())
 	waitServing(t, ip)
 	code, out := e.reach(ip)
@@ -124,4 +132,35 @@ func TestHostPortsFromRange(t *testing.T) {
 		}
 		e.assertGone(ContainerName(b.Job.UUID))
 	}
+}
+
+// engineFinishesCreate is an engine whose create completes even when the caller gives up
+// (as the real engine does when the client's request is cancelled mid-way): it cancels the
+// caller's context during the create, then answers as a cancelled client call does.
+type engineFinishesCreate struct {
+	Docker
+	cancel context.CancelFunc
+}
+
+func (d engineFinishesCreate) ContainerCreate(ctx context.Context, cc *container.Config, hc *container.HostConfig,
+	nc *network.NetworkingConfig, p *ocispec.Platform, name string) (container.CreateResponse, error) {
+	d.cancel() // the slave stops meanwhile
+	resp, err := d.Docker.ContainerCreate(context.WithoutCancel(ctx), cc, hc, nc, p, name)
+	if ctx.Err() != nil {
+		return container.CreateResponse{}, ctx.Err()
+	}
+	return resp, err
+}
+
+func TestStopDuringCreateLeavesNoContainer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rt := New(engineFinishesCreate{Docker: e.cli, cancel: cancel}, e.cfg, nil)
+	a := e.assignment("true")
+	if _, err := rt.Start(ctx, a); err == nil {
+		t.Fatal("Start succeeded on a stopping slave")
+	}
+	e.assertGone(ContainerName(a.Job.UUID))
 }

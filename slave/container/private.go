@@ -70,17 +70,33 @@ func (p *privateImages) load() error {
 }
 
 // add records a repository and (when known) an image id as private, and saves the record
-// before it returns: a crash right after a pull must not make the image public.
-func (p *privateImages) add(repo, id string) error {
+// before it returns: a crash right after a pull must not make the image public. added: the
+// repository was not recorded before.
+func (p *privateImages) add(repo, id string) (added bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.repos[repo] && (id == "" || p.ids[id]) {
-		return nil
+		return false, nil
 	}
+	added = !p.repos[repo]
 	p.repos[repo] = true
 	if id != "" {
 		p.ids[id] = true
 	}
+	return added, p.save()
+}
+
+// remove takes a repository back (its pull with credentials failed: nothing proved it private).
+func (p *privateImages) remove(repo string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.repos, repo)
+	return p.save()
+}
+
+// save writes the record to a temporary file and renames it over the old one, so that a crash
+// leaves one or the other whole. The caller holds mu.
+func (p *privateImages) save() error {
 	if p.path == "" {
 		return nil
 	}
@@ -113,11 +129,33 @@ func (p *privateImages) add(repo, id string) error {
 	return nil
 }
 
-// has reports whether a repository or an image id is recorded private.
-func (p *privateImages) has(repo, id string) bool {
+// hasRepo reports whether a repository is recorded private.
+func (p *privateImages) hasRepo(repo string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.repos[repo] || id != "" && p.ids[id]
+	return p.repos[repo]
+}
+
+// hasID reports whether an image id is recorded private.
+func (p *privateImages) hasID(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ids[id]
+}
+
+// anyPublic reports whether one of an image's local names (RepoTags, RepoDigests) belongs to a
+// repository not recorded private: the same content is public under that name, and naming it
+// by its id reveals nothing.
+func (p *privateImages) anyPublic(names []string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, n := range names {
+		named, err := reference.ParseNormalizedNamed(n)
+		if err == nil && !p.repos[named.Name()] {
+			return true
+		}
+	}
+	return false
 }
 
 // repository is an image's repository as the engine names it ("docker.io/library/ubuntu"),

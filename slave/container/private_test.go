@@ -2,21 +2,46 @@ package container
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/docker/docker/api/types/container"
+
 	"github.com/opengpulab/gpulab/internal/testenv"
 )
+
+// uniqueImage is the test image with a label of this test (an image id of its own), removed
+// when the test ends.
+func uniqueImage(t *testing.T, e *env) string {
+	t.Helper()
+	ctx := context.Background()
+	c, err := e.cli.ContainerCreate(ctx, &container.Config{Image: e.image, Cmd: []string{"true"}}, nil, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = e.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}) }()
+	ref := "gpulab-test-private:" + strings.ToLower(rand.Text())
+	if _, err := e.cli.ContainerCommit(ctx, c.ID, container.CommitOptions{Reference: ref,
+		Config: &container.Config{Cmd: []string{"/bin/sh"}, Env: []string{"PATH=/bin"}, Labels: map[string]string{"test": ref}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testenv.UntagImage(t, e.cli, ref) })
+	return ref
+}
 
 func TestPrivateImageNeedsCredentials(t *testing.T) {
 	t.Parallel()
 	record := filepath.Join(t.TempDir(), "private-images.json")
 	e := newEnv(t, func(c *Config) { c.PrivateImages = record })
-	reg := testenv.StartRegistry(t)
-	ref := reg.PushPrivate(t, e.cli, e.image, "busybox")
+	reg := testenv.StartRegistry(t, true)
+	src := uniqueImage(t, e)
+	ref := reg.Push(t, e.cli, src, "private/busybox")
+	// Now only in the registry: the engine gets it back by a pull, under the private name only.
+	testenv.UntagImage(t, e.cli, src)
 	t.Cleanup(func() { testenv.UntagImage(t, e.cli, ref) })
 	withCreds := reg.User + ":" + reg.Password + "@" + ref
 
@@ -63,6 +88,16 @@ func TestPrivateImageNeedsCredentials(t *testing.T) {
 	refused(e.rt, reg.User+":wrong-password@"+ref, "pull "+ref)
 	started(e.rt, withCreds)
 
+	// Nor by its id, whole or short.
+	info, err := e.cli.ImageInspect(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused(e.rt, info.ID, private)
+	refused(e.rt, strings.TrimPrefix(info.ID, "sha256:")[:12], private)
+	// The private image shares its layers with the public test image: that one still runs.
+	started(e.rt, e.image)
+
 	// A restarted slave reads the record again.
 	restarted := New(e.cli, e.cfg, nil)
 	refused(restarted, ref, private)
@@ -72,4 +107,38 @@ func TestPrivateImageNeedsCredentials(t *testing.T) {
 	cfg := e.cfg
 	cfg.PrivateImages = filepath.Join(t.TempDir(), "other.json")
 	started(New(e.cli, cfg, nil), ref)
+}
+
+// A public image pulled with credentials stays public: naming an image with a password (or a
+// failed pull with credentials) does not make it private for everybody else.
+func TestPublicImageStaysPublic(t *testing.T) {
+	t.Parallel()
+	record := filepath.Join(t.TempDir(), "private-images.json")
+	e := newEnv(t, func(c *Config) { c.PrivateImages = record })
+	reg := testenv.StartRegistry(t, false)
+	ref := reg.Push(t, e.cli, e.image, "public/busybox")
+	t.Cleanup(func() { testenv.UntagImage(t, e.cli, ref) })
+	run := func(image string) error {
+		a := e.assignment("true")
+		a.Job.Request.Docker.Image = image
+		s, err := e.rt.Start(context.Background(), a)
+		if err == nil {
+			e.wait(s.ContainerID)
+		}
+		return err
+	}
+	if err := run("bob:any-password@" + ref); err != nil {
+		t.Fatalf("with credentials: %v", err)
+	}
+	if err := run(ref); err != nil {
+		t.Errorf("without credentials, after a pull with credentials: %v", err)
+	}
+	// A pull with credentials that fails (no registry there) records nothing either.
+	unreachable := "127.0.0.1:1/some/image:1"
+	if err := run("bob:pw@" + unreachable); err == nil {
+		t.Fatal("a pull from no registry succeeded")
+	}
+	if b, err := os.ReadFile(record); err == nil && (strings.Contains(string(b), "public/busybox") || strings.Contains(string(b), "some/image")) {
+		t.Errorf("recorded private: %s", b)
+	}
 }

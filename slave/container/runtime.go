@@ -56,6 +56,7 @@ type Docker interface {
 	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
 	ContainerStats(ctx context.Context, containerID string, stream bool) (container.StatsResponseReader, error)
 	Info(ctx context.Context) (system.Info, error)
+	DistributionInspect(ctx context.Context, imageRef, encodedRegistryAuth string) (registry.DistributionInspect, error)
 	NetworkInspect(ctx context.Context, networkID string, options network.InspectOptions) (network.Inspect, error)
 	NetworkCreate(ctx context.Context, name string, options network.CreateOptions) (network.CreateResponse, error)
 }
@@ -68,6 +69,9 @@ const (
 	DefaultHaltGrace   = 15 * time.Second
 	DefaultPullTimeout = 10 * time.Minute
 )
+
+// createTimeout bounds a container's create, which a stopping slave does not cut short.
+const createTimeout = 2 * time.Minute
 
 // HaltExitCode is the exit code by which a job says it halted cleanly after SIGUSR1.
 const HaltExitCode = 123
@@ -245,11 +249,16 @@ func (r *Runtime) Start(ctx context.Context, a protocol.Assignment) (*Started, e
 			r.log.Warn("release storage pins", "job", j.UUID, "err", err)
 		}
 	}()
-	id, err := r.create(ctx, j.UUID, cc, hc)
+	// A create is never abandoned half-way when the slave stops (ctx ends): the engine would
+	// finish it anyway and leave a container nobody removes. It completes; the start below
+	// then fails on the ended ctx and removes it.
+	cctx, cancelCreate := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	defer cancelCreate()
+	id, err := r.create(cctx, j.UUID, cc, hc)
 	if err != nil && hc.StorageOpt != nil && isStorageOptRefusal(err) {
 		r.dropRootfsSize(err)
 		hc.StorageOpt = nil
-		id, err = r.create(ctx, j.UUID, cc, hc)
+		id, err = r.create(cctx, j.UUID, cc, hc)
 	}
 	if errors.Is(err, errJobRunning) {
 		keepJobDir = true // the folder belongs to the running container
@@ -325,36 +334,53 @@ func (r *Runtime) writeSSHKeys(a protocol.Assignment, mounts []storage.Mount) er
 
 // ensureImage makes the image available to the job. An image with credentials is pulled with
 // them on every start, also when the engine has it: the registry, not the engine's cache,
-// decides whether they may read it; it is then recorded private. An image without credentials
-// is pulled only when missing, and refused when it is recorded private (by its repository or
-// its image id): nobody runs an image he has no credentials for. The whole progress stream is
-// read: a pull fails inside the stream (errorDetail) as often as in the answer.
+// decides whether they may read it. It is recorded private when the registry refuses to
+// describe it without credentials (a public image pulled with credentials stays public, so
+// nobody can make "ubuntu" private by naming it with a password). An image without credentials
+// is pulled only when missing, and refused when its repository is recorded private, or when it
+// is a private image named by its id: nobody runs an image he has no credentials for. The
+// whole progress stream of a pull is read: it fails inside the stream as often as in the answer.
 func (r *Runtime) ensureImage(ctx context.Context, img job.Image) error {
 	ref := img.Reference()
 	repo := repository(img)
 	if img.HasCredentials() {
-		// Recorded before the pull: a slave that dies during it leaves the image private.
-		if err := r.private.add(repo, ""); err != nil {
-			return &StartError{Reason: "image " + ref + ": the slave cannot record it as private", Err: err}
+		private := !r.anonymouslyReadable(ctx, ref)
+		added := false
+		if private {
+			// Recorded before the pull, so that a slave that dies during it leaves the image
+			// private; taken back if the pull fails (nothing was proven then).
+			var err error
+			if added, err = r.private.add(repo, ""); err != nil {
+				return &StartError{Reason: "image " + ref + ": the slave cannot record it as private", Err: err}
+			}
 		}
 		if err := r.pull(ctx, img); err != nil {
+			if added {
+				if rerr := r.private.remove(repo); rerr != nil {
+					r.log.Warn("take back a private image record", "image", ref, "err", rerr)
+				}
+			}
 			return err
+		}
+		if !private {
+			return nil
 		}
 		info, err := r.d.ImageInspect(ctx, ref)
 		if err != nil {
 			return startError("image "+ref, err)
 		}
-		if err := r.private.add(repo, info.ID); err != nil {
+		if _, err := r.private.add(repo, info.ID); err != nil {
 			return &StartError{Reason: "image " + ref + ": the slave cannot record it as private", Err: err}
 		}
+		r.log.Info("image recorded private", "image", ref, "id", shortID(strings.TrimPrefix(info.ID, "sha256:")))
 		return nil
 	}
-	if r.private.has(repo, "") {
+	if r.private.hasRepo(repo) {
 		return privateImageError(ref)
 	}
 	info, err := r.d.ImageInspect(ctx, ref)
 	if err == nil {
-		if r.private.has(repo, info.ID) {
+		if r.private.hasID(info.ID) && !r.private.anyPublic(append(info.RepoTags, info.RepoDigests...)) {
 			return privateImageError(ref)
 		}
 		return nil
@@ -363,6 +389,15 @@ func (r *Runtime) ensureImage(ctx context.Context, img job.Image) error {
 		return startError("image "+ref, err)
 	}
 	return r.pull(ctx, img)
+}
+
+// anonymouslyReadable asks the registry, through the engine, for the image's manifest without
+// credentials: a private image's registry refuses.
+func (r *Runtime) anonymouslyReadable(ctx context.Context, ref string) bool {
+	dctx, cancel := context.WithTimeout(ctx, r.cfg.PullTimeout)
+	defer cancel()
+	_, err := r.d.DistributionInspect(dctx, ref, "")
+	return err == nil
 }
 
 // privateImageError refuses a job without credentials that names a private image.
