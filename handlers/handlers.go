@@ -47,6 +47,9 @@ type Config struct {
 	// WorkRecheck is how often a waiting long poll looks for work without being woken (default
 	// 15 s): the safety net of a lost notification from another master.
 	WorkRecheck time.Duration
+	// UserCertValidity and SlaveCertValidity are the lifetimes of the certificates issued
+	// (0: pki's defaults, 90 days and a year).
+	UserCertValidity, SlaveCertValidity time.Duration
 }
 
 // Handlers serves the API. Create it with New.

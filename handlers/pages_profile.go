@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/store"
 	"github.com/opengpulab/gpulab/views"
 )
@@ -65,13 +64,9 @@ func (h *Handlers) DownloadCertificate(w http.ResponseWriter, r *http.Request) e
 		v.CertError = "The two passwords differ: type the same password twice, or leave both empty."
 		return h.render(w, r, http.StatusBadRequest, views.ProfilePage(v))
 	}
-	cert, key, err := h.cfg.CA.IssueClient(pki.ClientSpec{Kind: pki.KindUser, URN: c.User.URN, Email: c.User.Email, Name: c.User.Name})
+	cert, data, err := h.issueUserCertificate(r.Context(), c.User, password)
 	if err != nil {
-		return fmt.Errorf("issue certificate for %s: %w", c.User.Name, err)
-	}
-	data, err := pki.ClientPEM(cert, key, password)
-	if err != nil {
-		return fmt.Errorf("encode certificate for %s: %w", c.User.Name, err)
+		return err
 	}
 	h.log.InfoContext(r.Context(), "user certificate issued", "user", c.User.Name, "serial", cert.SerialNumber.String(),
 		"encrypted", password != "", "via", c.Via)

@@ -15,9 +15,18 @@ type User struct {
 	Email     string    `db:"email" json:"email"`
 	IsAdmin   bool      `db:"is_admin" json:"isAdmin"`
 	CreatedAt time.Time `db:"created_at" json:"createdAt"`
+	// Issuer and Subject are the OpenID provider's identity of the user ("" until his first
+	// portal login, or until an admin links one): the key of a login, never the name.
+	Issuer  string `db:"issuer" json:"issuer,omitempty"`
+	Subject string `db:"subject" json:"subject,omitempty"`
+	// EmailVerified says the provider vouched for Email (admins are matched by it).
+	EmailVerified bool `db:"email_verified" json:"emailVerified"`
+	// Disabled users are refused (401) on every request, whatever their credentials.
+	Disabled bool `db:"disabled" json:"disabled"`
 }
 
-const userColumns = `id, urn, name, email, is_admin, created_at`
+const userColumns = `id, urn, name, email, is_admin, created_at, COALESCE(issuer, '') AS issuer, COALESCE(subject, '') AS subject,
+email_verified, disabled`
 
 const upsertUser = `INSERT INTO users (urn, name, email, is_admin) VALUES ($1, $2, $3, $4)
 ON CONFLICT (urn) DO UPDATE SET email = CASE WHEN EXCLUDED.email <> '' THEN EXCLUDED.email ELSE users.email END,
@@ -68,6 +77,7 @@ func (s *Store) GetUserWithProjects(ctx context.Context, urn string) (User, []in
 		Projects pq.Int64Array `db:"project_ids"`
 	}
 	err := s.q.GetContext(ctx, &row, `SELECT u.id, u.urn, u.name, u.email, u.is_admin, u.created_at,
+    COALESCE(u.issuer, '') AS issuer, COALESCE(u.subject, '') AS subject, u.email_verified, u.disabled,
     ARRAY(SELECT m.project_id FROM memberships m JOIN projects p ON p.id = m.project_id WHERE m.user_id = u.id ORDER BY p.name) AS project_ids
 FROM users u WHERE u.urn = $1`, urn)
 	if err != nil {

@@ -42,6 +42,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
+	// issue 10: admins by verified e-mail or ISSUER#SUBJECT; a bare name is a usage error.
+	if _, err := web.ParseAdmins(splitList(c.Admins)); err != nil {
+		return fmt.Errorf("%w: --admins: %w", errUsage, err)
+	}
 	var sessionKeys []web.SessionKey
 	if oidcCfg.Issuer != "" {
 		var created bool
@@ -78,7 +82,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		log.Info("made a new CA", "dir", absPath(c.DataDir))
 	}
 	wcfg := web.Config{Addr: c.Listen, CA: ca, Hosts: c.hosts(), Admins: splitList(c.Admins), Authority: c.Authority,
-		OIDC: oidcCfg, SessionKeys: sessionKeys}
+		OIDC: oidcCfg, SessionKeys: sessionKeys, AutoCreateCertUsers: c.AutoCreateCertUsers}
 	if oidcCfg.Issuer != "" {
 		log.Info("portal login configured", "issuer", oidcCfg.Issuer, "client_id", oidcCfg.ClientID, "redirect_url", oidcCfg.RedirectURL,
 			"username_claim", oidcCfg.UsernameClaim)
@@ -94,7 +98,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
 	h := handlers.New(st, handlers.Config{Authority: c.Authority, Version: version, LatestClientVersion: latestClientVersion,
-		JobOptions: opts, CA: ca, HeartbeatInterval: c.HeartbeatInterval, TallyHalfLife: c.TallyHalfLife, FenceAfter: c.JobGrace}, log, wake, work)
+		JobOptions: opts, CA: ca, HeartbeatInterval: c.HeartbeatInterval, TallyHalfLife: c.TallyHalfLife, FenceAfter: c.JobGrace,
+		UserCertValidity: c.UserCertValidity, SlaveCertValidity: c.SlaveCertValidity}, log, wake, work)
 	srv := web.New(wcfg, st, h, log)
 	loop := scheduler.NewLoop(st, scheduler.LoopConfig{Interval: c.SchedulerInterval, HeartbeatGrace: c.HeartbeatGrace,
 		JobGrace: c.JobGrace, FenceMargin: c.FenceMargin, MemoryReserveGb: c.MemoryReserveGb,
