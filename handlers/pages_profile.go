@@ -38,6 +38,9 @@ func (h *Handlers) profileView(r *http.Request, c *Caller) (views.ProfileView, e
 	if v.SSHKeys, err = h.store.ListSSHKeys(r.Context(), c.User.ID); err != nil {
 		return v, err
 	}
+	if v.Certificates, err = h.store.ListCertificates(r.Context(), store.CertUser, c.User.Name); err != nil {
+		return v, err
+	}
 	return v, nil
 }
 
@@ -76,6 +79,22 @@ func (h *Handlers) DownloadCertificate(w http.ResponseWriter, r *http.Request) e
 	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 	_, _ = w.Write(data)
 	return nil
+}
+
+// RevokeCertificateForm is POST /profile/certificates/{serial}/revoke: the user revokes one of
+// his certificates (an admin any); it is refused at its next request on every master.
+func (h *Handlers) RevokeCertificateForm(w http.ResponseWriter, r *http.Request) error {
+	c, err := requireUser(r)
+	if err != nil {
+		return err
+	}
+	if err := parseForm(w, r); err != nil {
+		return err
+	}
+	if _, err := h.revokeCertificate(r.Context(), c, r.PathValue("serial")); err != nil {
+		return err
+	}
+	return seeOther(w, r, "/profile#cert-heading")
 }
 
 // CertificateFileName is the name the profile's certificate download is saved under.
