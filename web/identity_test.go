@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"html"
@@ -156,6 +157,29 @@ func TestDisabledSlaveGetsNothing(t *testing.T) {
 	work, err := other.Next(ctx, protocol.NextRequest{InstanceID: "i1"})
 	if err != nil || len(work.Assignments) != 0 {
 		t.Fatalf("slave B was offered slave A's job: %+v %v", work, err)
+	}
+
+	// A slave disabled while its job was being assigned (a scheduler pass that read it before)
+	// is offered nothing: no job, no secret.
+	db, err := sql.Open("postgres", w.m.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = db.Close() }()
+	setDisabled := func(d bool) {
+		t.Helper()
+		if _, err := db.ExecContext(ctx, `UPDATE slaves SET disabled = $2 WHERE name = $1`, w.name, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setDisabled(true)
+	work, err = w.slave.Next(ctx, protocol.NextRequest{InstanceID: "i1"})
+	if err != nil || len(work.Assignments) != 0 {
+		t.Fatalf("a disabled slave was offered its assigned job: %+v %v", work, err)
+	}
+	setDisabled(false)
+	if work, err = w.slave.Next(ctx, protocol.NextRequest{InstanceID: "i1"}); err != nil || len(work.Assignments) != 1 {
+		t.Fatalf("the slave enabled again is not offered its job: %+v %v", work, err)
 	}
 
 	if status, body, _ := w.m.Do(w.alice, "PUT", v40+"/slaves/"+w.name+"/disabled", strings.NewReader(`{"disabled": true}`)); status != 403 {
