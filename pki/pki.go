@@ -222,7 +222,7 @@ func clientTemplate(spec ClientSpec) (*x509.Certificate, error) {
 	if err != nil || u.Scheme != "urn" {
 		return nil, fmt.Errorf("client certificate URN %q is not a urn: URI", spec.URN)
 	}
-	if spec.Validity <= 0 {
+	if spec.Validity == 0 {
 		spec.Validity = DefaultValidity(spec.Kind)
 	}
 	tmpl := &x509.Certificate{
