@@ -70,6 +70,7 @@ func TestIdentityCommands(t *testing.T) {
 		{[]string{"slave", "enable", "gpu1"}, 0, "enabled"},
 		{[]string{"slave", "disable", "nope"}, 1, `no slave "nope"`},
 		{[]string{"serve", "--admins", "alice"}, 2, "bare name"},
+		{[]string{"serve", "--user-cert-validity", "-1h"}, 2, "must be positive"},
 	}
 	for _, s := range steps {
 		code, out, errOut := master(t, db, data, s.args...)

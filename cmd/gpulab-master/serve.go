@@ -46,6 +46,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if _, err := web.ParseAdmins(splitList(c.Admins)); err != nil {
 		return fmt.Errorf("%w: --admins: %w", errUsage, err)
 	}
+	if c.UserCertValidity <= 0 || c.SlaveCertValidity <= 0 {
+		return fmt.Errorf("%w: --user-cert-validity and --slave-cert-validity must be positive", errUsage)
+	}
 	var sessionKeys []web.SessionKey
 	if oidcCfg.Issuer != "" {
 		var created bool
