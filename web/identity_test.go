@@ -230,12 +230,13 @@ func TestLoginKeyedByIssuerAndSubject(t *testing.T) {
 	// dave got a certificate by hand before ever logging in: his login takes his account.
 	m1.AddUser("dave", false, "")
 
+	var browser *http.Client
 	login := func(m *testmaster.Master, email, password string) (int, string) {
 		t.Helper()
 		jar, _ := cookiejar.New(nil)
-		c := m.Client(nil)
-		c.Jar = jar
-		status, _, body, err := m.Login(c, email, password)
+		browser = m.Client(nil)
+		browser.Jar = jar
+		status, _, body, err := m.Login(browser, email, password)
 		if err != nil {
 			t.Fatalf("login %s at %s: %v", email, m.URL, err)
 		}
@@ -243,6 +244,28 @@ func TestLoginKeyedByIssuerAndSubject(t *testing.T) {
 	}
 	if status, body := login(m1, "alice@example.org", "alice-secret-1"); status != 200 {
 		t.Fatalf("first alice: %d %.300s", status, body)
+	}
+	// Her session is refused at once when she is disabled, and works again when enabled.
+	sessionStatus := func() int {
+		t.Helper()
+		resp, err := browser.Get(m1.URL + v31 + "/session")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	if err := m1.Store.SetUserDisabled(ctx, "alice", true); err != nil {
+		t.Fatal(err)
+	}
+	if got := sessionStatus(); got != 401 {
+		t.Fatalf("a disabled user's session: %d, want 401", got)
+	}
+	if err := m1.Store.SetUserDisabled(ctx, "alice", false); err != nil {
+		t.Fatal(err)
+	}
+	if got := sessionStatus(); got != 200 {
+		t.Fatalf("an enabled user's session: %d", got)
 	}
 	first, err := m1.Store.GetUserByName(ctx, "alice")
 	if err != nil || first.Issuer != m1.IdP.Issuer || first.Subject == "" || !first.EmailVerified || !first.IsAdmin {
