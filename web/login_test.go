@@ -96,7 +96,7 @@ type sessionInfo struct {
 // The whole browser login against a real provider (Dex) and a real master: the login form,
 // the callback, the session cookie, the API with the cookie, CSRF protection, logout.
 func TestBrowserLogin(t *testing.T) {
-	m := testmaster.Start(t, testmaster.Options{Admins: []string{"alice"}, DevIdP: []testmaster.IdPUser{
+	m := testmaster.Start(t, testmaster.Options{Admins: []string{"alice@example.org"}, DevIdP: []testmaster.IdPUser{
 		{Name: "alice", Email: "alice@example.org", Password: "alice-secret-1"},
 		{Name: "Bad Name", Email: "bad+name@example.org", Password: "bad-secret-1"},
 	}})
