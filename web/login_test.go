@@ -177,10 +177,13 @@ func TestBrowserLogin(t *testing.T) {
 	if status, body := submit("X-CSRF-Token", info.CSRFToken, "Origin", m.URL); status != 201 {
 		t.Fatalf("submit with the token: %d %s", status, body)
 	}
-	// A client certificate needs no token, wherever the request says it comes from.
+	// A client certificate needs no token; from a browser (Origin), it must be same-origin.
 	bob := m.AddUser("bob", false, "", "vision")
-	if status, body, _ := m.Do(bob, "POST", v31+"/jobs?hold=true", strings.NewReader(helloWorld), "Origin", "https://evil.example"); status != 201 {
+	if status, body, _ := m.Do(bob, "POST", v31+"/jobs?hold=true", strings.NewReader(helloWorld)); status != 201 {
 		t.Fatalf("certificate submit: %d %s", status, body)
+	}
+	if status, body, _ := m.Do(bob, "POST", v31+"/jobs?hold=true", strings.NewReader(helloWorld), "Origin", "https://evil.example"); status != 403 {
+		t.Fatalf("cross-site certificate submit: %d %s", status, body)
 	}
 
 	// Logout is a CSRF-protected POST, then the session is gone.
