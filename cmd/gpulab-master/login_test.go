@@ -207,9 +207,9 @@ func TestSecretFiles(t *testing.T) {
 	keys := write("keys", "k1\nk2\n", 0o600)
 	open := write("open", "x\n", 0o644)
 	cases := []struct {
-		name                    string
-		c                       config
-		env                     map[string]string
+		name                     string
+		c                        config
+		env                      map[string]string
 		secret, sessionKeys, err string
 	}{
 		{"files", config{OIDCClientSecretFile: secret, SessionKeysFile: keys}, nil, "client-secret-from-file", "k1,k2", ""},
