@@ -542,6 +542,13 @@ func TestAuthorizationMatrixEveryRoute(t *testing.T) {
 		c := slaveCerts[name]
 		actors = append(actors, actor{name: "slave " + name, slave: name, client: w.m.Client(&c)})
 	}
+	// TODO(issue 10, disabling and revocation, on another branch): add the actors
+	//   - a disabled user (admin or not) and a user whose certificate serial is revoked: every
+	//     route but the public ones answers 401, on the next request, without a restart;
+	//   - a disabled slave and a slave whose certificate is revoked: 401 on every slave route,
+	//     and before that a disabled slave gets no assignments and no job secrets in next;
+	//   - the admin endpoints that disable and revoke, in routeRules (admin), with a user
+	//     revoking his own certificate by serial (keyOwner-like: another's serial reads 404).
 	// The admin comes last: what he is allowed to change, the others tried before him.
 	actors = append(actors, actor{name: "dave (admin)", user: w.dave, client: w.m.Client(&w.dave.TLS)})
 
