@@ -607,7 +607,8 @@ func TestLimitsInInspect(t *testing.T) {
 		case "/ram":
 			sawTmpfs = m.Type == "tmpfs"
 		case "/root/.ssh":
-			sawSSH = m.Source == sshDir
+			// Docker mounts the staging path that storage.Pin bound the job's .ssh folder onto.
+			sawSSH = m.Type == "bind" && strings.HasPrefix(m.Source, filepath.Join(e.cfg.ScratchRoot, "pins", a.Job.UUID)+"/")
 		}
 	}
 	if !sawTmpfs || !sawSSH {
