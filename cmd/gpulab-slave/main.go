@@ -264,6 +264,9 @@ func runSlave(ctx context.Context, args []string, getenv func(string) string, st
 	if unpinned {
 		log.Warn("offering more CPUs than the machine has: jobs are not pinned to CPUs, only limited in CPU time", "cpus", inv.CPUs, "machine", runtime.NumCPU())
 	}
+	if err := storage.ReleaseStalePins(*scratch); err != nil {
+		log.Warn("staging mounts of an earlier run left", "err", err)
+	}
 	rt := container.New(dc, container.Config{Storage: storageMap, ScratchRoot: *scratch, SlaveName: id.Name, SlaveHost: host,
 		SlaveDNSName: *dnsName, SlaveInstanceID: inv.InstanceID, SlavePID: inv.PID, Version: version, Unpinned: unpinned}, log)
 	log.Info("slave starting", "name", id.Name, "cluster", id.ClusterID, "master", *master, "cpus", inv.CPUs, "memory_mib", inv.MemoryMiB,

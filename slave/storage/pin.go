@@ -257,3 +257,27 @@ func unmount(path string) error {
 		return fmt.Errorf("unmount %s: %w", path, err)
 	}
 }
+
+// ReleaseStalePins releases the staging mounts a slave killed during a start left behind (Pin
+// releases them as soon as the container has started). Call it at the slave's start, before
+// any job starts.
+func ReleaseStalePins(scratchRoot string) error {
+	if !filepath.IsAbs(scratchRoot) {
+		return nil
+	}
+	entries, err := os.ReadDir(filepath.Join(scratchRoot, "pins"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("release stale storage pins: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		if plainName(e.Name()) {
+			p := &Pins{dir: pinsDir(scratchRoot, e.Name())}
+			errs = append(errs, p.releaseDir())
+		}
+	}
+	return errors.Join(errs...)
+}
