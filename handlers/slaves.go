@@ -287,7 +287,7 @@ func (h *Handlers) slaveView(ctx context.Context, slave string, held []protocol.
 			unknown = append(unknown, hj.JobUUID)
 		}
 	}
-	others, err := h.store.JobStatuses(ctx, unknown)
+	others, err := h.store.JobStatuses(ctx, slave, unknown)
 	if err != nil {
 		return nil, nil, err
 	}

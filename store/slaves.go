@@ -155,15 +155,16 @@ FROM jobs WHERE assigned_slave_name = $1 AND status IN `+liveStatuses+` ORDER BY
 	return out, mapErr(err, "list jobs of slave "+slaveName)
 }
 
-// JobStatuses returns the current state and attempt of the given jobs (missing ones are left
-// out).
-func (s *Store) JobStatuses(ctx context.Context, uuids []string) (map[string]SlaveJob, error) {
+// JobStatuses returns the current state and attempt of the given jobs that were last placed
+// on the slave (others and missing ones are left out: a slave learns nothing of other slaves'
+// jobs by listing their ids).
+func (s *Store) JobStatuses(ctx context.Context, slave string, uuids []string) (map[string]SlaveJob, error) {
 	out := map[string]SlaveJob{}
 	if len(uuids) == 0 {
 		return out, nil
 	}
 	var rows []SlaveJob
-	if err := s.q.SelectContext(ctx, &rows, `SELECT uuid::text AS uuid, status, attempt FROM jobs WHERE uuid = ANY($1::uuid[])`, pq.Array(uuids)); err != nil {
+	if err := s.q.SelectContext(ctx, &rows, `SELECT uuid::text AS uuid, status, attempt FROM jobs WHERE uuid = ANY($1::uuid[]) AND assigned_slave_name = $2`, pq.Array(uuids), slave); err != nil {
 		return nil, mapErr(err, "job states")
 	}
 	for _, r := range rows {

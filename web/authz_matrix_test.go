@@ -585,6 +585,13 @@ func TestAuthorizationMatrixEveryRoute(t *testing.T) {
 		c := slaveCerts[name]
 		actors = append(actors, actor{name: "slave " + name, slave: name, client: w.m.Client(&c)})
 	}
+	// TODO(issue 10, disabling and revocation, on another branch): add the actors
+	//   - a disabled user (admin or not) and a user whose certificate serial is revoked: every
+	//     route but the public ones answers 401, on the next request, without a restart;
+	//   - a disabled slave and a slave whose certificate is revoked: 401 on every slave route,
+	//     and before that a disabled slave gets no assignments and no job secrets in next;
+	//   - the admin endpoints that disable and revoke, in routeRules (admin), with a user
+	//     revoking his own certificate by serial (keyOwner-like: another's serial reads 404).
 	// The admin comes last: what he is allowed to change, the others tried before him.
 	actors = append(actors, actor{name: "dave (admin)", user: w.dave, client: w.m.Client(&w.dave.TLS)})
 
@@ -697,15 +704,23 @@ func TestAuthorizationMatrixEveryRoute(t *testing.T) {
 	onB := f.fresh(slaveBJob)
 	before := f.digest()
 	for _, path := range []string{protocol.HeartbeatPath, protocol.NextPath} {
-		held := []protocol.RunningJob{{JobUUID: onB, Attempt: 1, Status: job.StatusRunning, Usage: &protocol.Usage{CPUPercent: 999, MemoryMiB: 1}}}
+		unknown := uuid.NewString()
+		held := []protocol.RunningJob{{JobUUID: onB, Attempt: 1, Status: job.StatusRunning, Usage: &protocol.Usage{CPUPercent: 999, MemoryMiB: 1}},
+			{JobUUID: unknown, Attempt: 1, Status: job.StatusRunning}}
 		var body any = protocol.Heartbeat{InstanceID: "ia", Accepting: true, Jobs: held}
 		if path == protocol.NextPath {
 			body = protocol.NextRequest{InstanceID: "ia", Jobs: held}
 		}
 		b, _ := json.Marshal(body)
 		status, got := slaveA.do(t, w.m.URL, "POST", path, string(b), "application/json")
-		if status != http.StatusOK || !strings.Contains(got, onB) || !strings.Contains(got, `"cancel"`) {
-			t.Errorf("slave A holding slave B's job in %s: %d %s, want a stop order for it", path, status, clip(got))
+		var reply struct{ Stops []protocol.StopOrder }
+		_ = json.Unmarshal([]byte(got), &reply)
+		reasons := map[string]string{}
+		for _, st := range reply.Stops {
+			reasons[st.JobUUID] = string(st.Mode) + ": " + st.Reason
+		}
+		if status != http.StatusOK || !strings.HasPrefix(reasons[onB], "cancel") || reasons[onB] != reasons[unknown] {
+			t.Errorf("slave A holding slave B's job in %s: %d %s, want a stop order for it, as for a job that does not exist", path, status, clip(got))
 		}
 	}
 	if after := f.digest(); after != before {

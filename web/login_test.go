@@ -177,8 +177,7 @@ func TestBrowserLogin(t *testing.T) {
 	if status, body := submit("X-CSRF-Token", info.CSRFToken, "Origin", m.URL); status != 201 {
 		t.Fatalf("submit with the token: %d %s", status, body)
 	}
-	// A client certificate needs no token; from a script (no Origin) it submits, but a browser
-	// presenting it to a cross-site page's post is refused.
+	// A client certificate needs no token; from a browser (Origin), it must be same-origin.
 	bob := m.AddUser("bob", false, "", "vision")
 	if status, body, _ := m.Do(bob, "POST", v31+"/jobs?hold=true", strings.NewReader(helloWorld)); status != 201 {
 		t.Fatalf("certificate submit: %d %s", status, body)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/opengpulab/gpulab/internal/secretfile"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/store"
 )
@@ -39,7 +40,8 @@ func userCert(ctx context.Context, args []string, getenv func(string) string, st
 	user := fs.String("user", "", "user name (required); the URN is urn:publicid:IDN+<authority>+user+<name>")
 	email := fs.String("email", "", "e-mail address, put in the certificate's RFC822 SubjectAltName (required)")
 	out := fs.String("out", "", "write the PEM here (mode 0600) instead of stdout")
-	password := fs.String("password", getenv("GPULAB_CERT_PASSWORD"), "encrypt the key with this password (env GPULAB_CERT_PASSWORD)")
+	password := fs.String("password", "", "encrypt the key with this password; prefer --password-file or the env GPULAB_CERT_PASSWORD (flags show in ps)")
+	passwordFile := fs.String("password-file", getenv("GPULAB_CERT_PASSWORD_FILE"), "file (mode 0600) holding the password that encrypts the key (env GPULAB_CERT_PASSWORD_FILE)")
 	days := fs.Int("days", int(pki.DefaultUserValidity/(24*time.Hour)), "validity in days")
 	admin := fs.Bool("admin", false, "make the user an admin")
 	st, err := adminSetup(ctx, fs, &c, args, getenv)
@@ -47,6 +49,12 @@ func userCert(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer func() { _ = st.Close() }()
+	if *password == "" && *passwordFile == "" {
+		*password = getenv("GPULAB_CERT_PASSWORD") // read after parsing: -h never shows it
+	}
+	if *password, err = secretfile.Either("--password", *password, *passwordFile); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
 	if !pki.NamePattern.MatchString(*user) {
 		return fmt.Errorf("--user %q: must be lowercase letters, digits, '.', '_' or '-': %w", *user, errUsage)
 	}

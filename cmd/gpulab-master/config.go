@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opengpulab/gpulab/internal/secretfile"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/store"
@@ -38,20 +39,22 @@ type config struct {
 	OIDCUsernameClaim  string
 	OIDCScopes         string
 	SessionKeys        string
-	HeartbeatInterval  time.Duration
-	HeartbeatGrace     time.Duration
-	JobGrace           time.Duration
-	FenceMargin        time.Duration
-	AssignLease        time.Duration
-	StartLease         time.Duration
-	StartDeadline      time.Duration
-	HaltLease          time.Duration
-	SchedulerInterval  time.Duration
-	MemoryReserveGb    int
-	MaxRunningUser     int
-	MaxRunningProject  int
-	TallyHalfLife      time.Duration
-	limits             limitFlags
+	// Files holding the secrets above (secretfile: mode 0600), so they stay off the command line.
+	OIDCClientSecretFile, SessionKeysFile string
+	HeartbeatInterval                     time.Duration
+	HeartbeatGrace                        time.Duration
+	JobGrace                              time.Duration
+	FenceMargin                           time.Duration
+	AssignLease                           time.Duration
+	StartLease                            time.Duration
+	StartDeadline                         time.Duration
+	HaltLease                             time.Duration
+	SchedulerInterval                     time.Duration
+	MemoryReserveGb                       int
+	MaxRunningUser                        int
+	MaxRunningProject                     int
+	TallyHalfLife                         time.Duration
+	limits                                limitFlags
 
 	// issue 10: identities and revocation.
 	AutoCreateCertUsers bool
@@ -107,18 +110,31 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.OIDCRedirectURL, "oidc-redirect-url", getenv("GPULAB_OIDC_REDIRECT_URL"), "callback URL registered at the provider (default https://<first --hostnames or localhost>:<port>/auth/callback; env GPULAB_OIDC_REDIRECT_URL)")
 	fs.StringVar(&c.OIDCUsernameClaim, "oidc-username-claim", envOr(getenv, "GPULAB_OIDC_USERNAME_CLAIM", "preferred_username"), "ID-token claim holding the user name; without it, the e-mail's local part (env GPULAB_OIDC_USERNAME_CLAIM)")
 	fs.StringVar(&c.OIDCScopes, "oidc-scopes", envOr(getenv, "GPULAB_OIDC_SCOPES", "openid,profile,email"), "comma-separated scopes asked of the provider (env GPULAB_OIDC_SCOPES)")
-	fs.StringVar(&c.SessionKeys, "session-keys", "", "comma-separated session cookie keys, 96 bytes each in hex or base64, the first current; none: made once and kept in <data-dir>/session-keys; prefer the env GPULAB_SESSION_KEYS")
+	fs.StringVar(&c.SessionKeys, "session-keys", "", "comma-separated session cookie keys, 96 bytes each in hex or base64, the first current; none: made once and kept in <data-dir>/session-keys; prefer --session-keys-file (flags show in ps)")
+	fs.StringVar(&c.OIDCClientSecretFile, "oidc-client-secret-file", getenv("GPULAB_OIDC_CLIENT_SECRET_FILE"), "file (mode 0600) holding the client secret at the OpenID provider (env GPULAB_OIDC_CLIENT_SECRET_FILE)")
+	fs.StringVar(&c.SessionKeysFile, "session-keys-file", getenv("GPULAB_SESSION_KEYS_FILE"), "file (mode 0600) holding the session cookie keys, one a line or comma-separated, the first current (env GPULAB_SESSION_KEYS_FILE)")
 }
 
 // fillSecrets takes secrets not given as flags from the environment (after parsing, so that
 // -h never prints them).
-func (c *config) fillSecrets(getenv func(string) string) {
-	if c.OIDCClientSecret == "" {
+// A secret file (--oidc-client-secret-file, --session-keys-file) is read here too; giving a
+// secret both directly and as a file is refused.
+func (c *config) fillSecrets(getenv func(string) string) error {
+	if c.OIDCClientSecret == "" && c.OIDCClientSecretFile == "" {
 		c.OIDCClientSecret = getenv("GPULAB_OIDC_CLIENT_SECRET")
 	}
-	if c.SessionKeys == "" {
+	if c.SessionKeys == "" && c.SessionKeysFile == "" {
 		c.SessionKeys = getenv("GPULAB_SESSION_KEYS")
 	}
+	var err error
+	if c.OIDCClientSecret, err = secretfile.Either("--oidc-client-secret", c.OIDCClientSecret, c.OIDCClientSecretFile); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if c.SessionKeys, err = secretfile.Either("--session-keys", c.SessionKeys, c.SessionKeysFile); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	c.SessionKeys = strings.ReplaceAll(c.SessionKeys, "\n", ",")
+	return nil
 }
 
 // oidcConfig is the portal login's configuration (login off without an issuer).

@@ -32,7 +32,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c.fillSecrets(getenv)
+	if err := c.fillSecrets(getenv); err != nil {
+		return err
+	}
 	log := newLogger(stderr, c.LogLevel)
 	opts, err := c.jobOptions()
 	if err != nil {
