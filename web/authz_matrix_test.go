@@ -25,6 +25,7 @@ import (
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/internal/testmaster"
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/protocol"
 	"github.com/opengpulab/gpulab/store"
 	"github.com/opengpulab/gpulab/web"
@@ -69,6 +70,9 @@ const (
 	login
 	// certOwner: the user a certificate was issued to, and admins; others 404 as for none.
 	certOwner
+	// asset: the stylesheet and scripts, served before any credentials are read, so to
+	// everybody, disabled and revoked callers included (every other route answers them 401).
+	asset
 )
 
 // subject is the object a route acts on, made fresh for every call.
@@ -199,7 +203,7 @@ var routeRules = map[string]rule{
 	})},
 
 	// The portal.
-	"GET /static/{file...}": {public, noSubject, fixed("/static/style.css")},
+	"GET /static/{file...}": {asset, noSubject, fixed("/static/style.css")},
 	"GET /{$}":              {anyUser, noSubject, fixed("/")},
 	"GET /jobs":             {anyUser, noSubject, fixed("/jobs")},
 	"GET /jobs/new":         {anyUser, noSubject, fixed("/jobs/new")},
@@ -306,6 +310,12 @@ type actor struct {
 	user   *testmaster.User // nil: anonymous or a slave
 	slave  string           // a slave certificate's slave
 	client *http.Client
+	// refused: the caller's user is disabled or his certificate revoked (for a slave: its
+	// certificate revoked). Every route but the assets answers 401, public ones included.
+	refused bool
+	// disabledSlave: a slave an admin disabled. Its certificate still opens the slave
+	// protocol (it reports the jobs it runs), but it is offered no job and no job secret.
+	disabledSlave bool
 }
 
 type matrixFixture struct {
@@ -314,6 +324,7 @@ type matrixFixture struct {
 	vision, audio int64
 	seq           atomic.Int64
 	users         map[string]string // id → name of victim users
+	waiting       string            // the job assigned to the disabled slave node-c
 }
 
 func (f *matrixFixture) n() int64 { return f.seq.Add(1) }
@@ -420,12 +431,13 @@ func (f *matrixFixture) digest() string {
 	f.t.Helper()
 	var b strings.Builder
 	for _, q := range []string{
-		`SELECT id, name, is_admin FROM users ORDER BY id`,
+		`SELECT id, name, is_admin, disabled FROM users ORDER BY id`,
 		`SELECT user_id, project_id FROM memberships ORDER BY 1, 2`,
 		`SELECT id, name FROM projects ORDER BY id`,
 		`SELECT id, is_private FROM clusters ORDER BY id`,
 		`SELECT cluster_id, project_id FROM cluster_projects ORDER BY 1, 2`,
-		`SELECT name, accepting_jobs FROM slaves ORDER BY name`,
+		`SELECT name, accepting_jobs, disabled FROM slaves ORDER BY name`,
+		`SELECT serial, revoked_at IS NOT NULL FROM certificates ORDER BY serial`,
 		`SELECT uuid, status, attempt, coalesce(assigned_slave_name, '') FROM jobs ORDER BY uuid`,
 		`SELECT count(*) FROM job_events`,
 		`SELECT count(*) FROM job_logs`,
@@ -476,6 +488,10 @@ func (a actor) do(t *testing.T, base, method, path, body, contentType string) (i
 // want is what the rule says an actor gets: 0 when he may call the route.
 func want(acc access, a actor, w *world) int {
 	switch {
+	case acc == asset:
+		return 0
+	case a.refused:
+		return http.StatusUnauthorized
 	case acc == public || acc == login:
 		return 0
 	case acc == tokenOnly:
@@ -550,7 +566,8 @@ func want(acc access, a actor, w *world) int {
 
 // TestAuthorizationMatrixEveryRoute calls every route of the tables as every kind of caller:
 // anonymous, a user in no project, the owner, a member of the owner's project, a user of
-// another project, two slaves (A acting on B's jobs) and an admin.
+// another project, two slaves (A acting on B's jobs), the callers whose rights an admin took
+// away while the master ran (withdrawnActors) and an admin.
 func TestAuthorizationMatrixEveryRoute(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
@@ -585,13 +602,8 @@ func TestAuthorizationMatrixEveryRoute(t *testing.T) {
 		c := slaveCerts[name]
 		actors = append(actors, actor{name: "slave " + name, slave: name, client: w.m.Client(&c)})
 	}
-	// TODO(issue 10, disabling and revocation, on another branch): add the actors
-	//   - a disabled user (admin or not) and a user whose certificate serial is revoked: every
-	//     route but the public ones answers 401, on the next request, without a restart;
-	//   - a disabled slave and a slave whose certificate is revoked: 401 on every slave route,
-	//     and before that a disabled slave gets no assignments and no job secrets in next;
-	//   - the admin endpoints that disable and revoke, in routeRules (admin), with a user
-	//     revoking his own certificate by serial (keyOwner-like: another's serial reads 404).
+	withdrawn := f.withdrawnActors(ctx)
+	actors = append(actors, withdrawn...)
 	// The admin comes last: what he is allowed to change, the others tried before him.
 	actors = append(actors, actor{name: "dave (admin)", user: w.dave, client: w.m.Client(&w.dave.TLS)})
 
@@ -606,7 +618,7 @@ func TestAuthorizationMatrixEveryRoute(t *testing.T) {
 
 	routes := allRoutes()
 	sort.Strings(routes)
-	calls, refusals := 0, 0
+	calls, refusals, withdrawnRefusals, disabledPolls := 0, 0, 0, 0
 	for _, route := range routes {
 		rl, ok := routeRules[route]
 		if !ok {
@@ -637,7 +649,13 @@ func TestAuthorizationMatrixEveryRoute(t *testing.T) {
 						// Slave A claims slave B's jobs, with usage: it must change nothing of theirs.
 						body = protocol.Heartbeat{InstanceID: inst, Accepting: true, Jobs: f.runningOnB(t, a)}
 					default:
-						body = protocol.NextRequest{InstanceID: inst, Jobs: f.runningOnB(t, a)}
+						req := protocol.NextRequest{InstanceID: inst, Jobs: f.runningOnB(t, a)}
+						if a.disabledSlave {
+							// A long poll, short for the test: the job waiting for it
+							// must not come, however long it waits.
+							req.Wait = 300 * time.Millisecond
+						}
+						body = req
 					}
 					b, _ := json.Marshal(body)
 					_, path, _ := strings.Cut(route, " ")
@@ -664,6 +682,20 @@ func TestAuthorizationMatrixEveryRoute(t *testing.T) {
 				status, got := a.do(t, w.m.URL, method, path, body, ct)
 				calls++
 				name := fmt.Sprintf("%s %s as %s", method, path, a.name)
+				if a.refused || a.disabledSlave {
+					if strings.Contains(got, matrixImageSecret) || strings.Contains(got, matrixEnvSecret) {
+						t.Errorf("%s: %d, the answer holds a secret of the job waiting for node-c: %s", name, status, clip(got))
+					}
+				}
+				if a.disabledSlave {
+					disabledPolls += f.checkDisabledSlave(route, name, status, got)
+				}
+				if a.refused && status == http.StatusUnauthorized {
+					withdrawnRefusals++
+					if !strings.Contains(got, "disabled") && !strings.Contains(got, "revoked") {
+						t.Errorf("%s: 401 %s, want it to say why (disabled or revoked)", name, clip(got))
+					}
+				}
 				switch {
 				case status == http.StatusServiceUnavailable && rl.access == login:
 					continue
@@ -700,7 +732,7 @@ func TestAuthorizationMatrixEveryRoute(t *testing.T) {
 
 	// Slave A lists slave B's running job in its heartbeat and long poll, with usage: the
 	// job stays B's, RUNNING, its usage untouched, and A is told to stop it.
-	slaveA := actors[len(actors)-3] // node-a
+	slaveA := actors[len(actors)-len(withdrawn)-3] // node-a
 	onB := f.fresh(slaveBJob)
 	before := f.digest()
 	for _, path := range []string{protocol.HeartbeatPath, protocol.NextPath} {
@@ -731,7 +763,162 @@ func TestAuthorizationMatrixEveryRoute(t *testing.T) {
 		t.Errorf("slave A set the usage of slave B's job: %s %v", usage, err)
 	}
 
-	t.Logf("authorization matrix: %d routes, %d actors, %d calls, %d refused as the rules say", len(routes), len(actors), calls, refusals)
+	t.Logf("authorization matrix: %d routes, %d actors, %d calls, %d refused as the rules say; of the actors %d disabled or revoked "+
+		"while the master ran: %d refusals with 401, and %d long polls of the disabled slave offered nothing of the job waiting for it",
+		len(routes), len(actors), calls, refusals, len(withdrawn), withdrawnRefusals, disabledPolls)
+}
+
+// Secrets of the job waiting for the disabled slave node-c (its image's registry password and
+// an environment value): no answer to a disabled or revoked caller may hold them.
+const (
+	matrixImageSecret = "matrix-registry-pw-7f3a"
+	matrixEnvSecret   = "matrix-env-token-91c2"
+)
+
+// withdrawnActors makes the callers whose rights are taken away while the master runs. Each is
+// shown to work first, then an admin (or the certificate's owner) disables or revokes it
+// through the API, so the matrix's calls are the next requests after that, on the same
+// master, without a restart:
+//   - frank, a member of alice's project, and gina, an admin, both disabled;
+//   - a second certificate of carol, revoked by carol, and one of dave (an admin), revoked by
+//     dave: their users and first certificates keep working (carol and dave stay actors);
+//   - slave node-c, disabled, with a job assigned to it (an image password and an environment
+//     secret in it) as by a scheduler pass that read the slave just before it was disabled;
+//   - slave node-d, its certificate revoked.
+func (f *matrixFixture) withdrawnActors(ctx context.Context) []actor {
+	t, w, m := f.t, f.w, f.w.m
+	t.Helper()
+	as := func(u *testmaster.User, method, path, body string) {
+		t.Helper()
+		if status, got, _ := m.Do(u, method, path, strings.NewReader(body)); status != http.StatusOK {
+			t.Fatalf("%s %s as %s: %d %s", method, path, u.Name, status, got)
+		}
+	}
+	works := func(a actor, method, path, body string) {
+		t.Helper()
+		if status, got := a.do(t, m.URL, method, path, body, "application/json"); status != http.StatusOK {
+			t.Fatalf("%s before its rights were taken away: %d %s", a.name, status, clip(got))
+		}
+	}
+	var out []actor
+
+	for _, u := range []struct {
+		name string
+		u    *testmaster.User
+	}{{"frank (disabled, in alice's project)", m.AddUser("frank", false, "", "vision")}, {"gina (disabled admin)", m.AddUser("gina", true, "", "admins")}} {
+		a := actor{name: u.name, user: u.u, client: m.Client(&u.u.TLS), refused: true}
+		works(a, "GET", apiV+"session", "")
+		as(w.dave, "PUT", apiV+"users/"+u.u.Name+"/disabled", `{"disabled": true}`)
+		out = append(out, a)
+	}
+
+	for _, u := range []struct {
+		name string
+		u    *testmaster.User
+	}{{"carol's revoked certificate", w.carol}, {"dave's revoked certificate (admin)", w.dave}} {
+		cert, serial := f.secondCert(u.u)
+		a := actor{name: u.name, user: u.u, client: m.Client(&cert), refused: true}
+		works(a, "GET", apiV+"session", "")
+		as(u.u, "POST", apiV+"certificates/"+serial+"/revoke", "")
+		out = append(out, a)
+	}
+
+	slaves := map[string]actor{}
+	for _, name := range []string{"node-c", "node-d"} {
+		cert := m.SlaveCert(name, 1)
+		inv, _ := json.Marshal(protocol.Inventory{Name: name, CPUs: 8, MemoryMiB: 32768})
+		if _, err := m.Store.RegisterSlave(ctx, store.SlaveRegistration{Name: name, InstanceID: "i" + name[len(name)-1:], Host: name, ClusterID: 1, Inventory: inv}); err != nil {
+			t.Fatal(err)
+		}
+		hb, _ := json.Marshal(protocol.Heartbeat{InstanceID: "i" + name[len(name)-1:], Accepting: true})
+		a := actor{name: "slave " + name, slave: name, client: m.Client(&cert)}
+		works(a, "POST", protocol.HeartbeatPath, string(hb))
+		slaves[name] = a
+	}
+
+	// node-c: offered its job (secrets included) while enabled, so the checks below can fail.
+	doc := strings.Replace(jobDoc("secret", projectURN("vision")), `"debian:stable"`, `"deploy:`+matrixImageSecret+`@registry.example.org/team/img:v1", "environment": {"TOKEN": "`+matrixEnvSecret+`"}`, 1)
+	f.waiting = f.w.submit(t, w.alice, doc, "")
+	f.assignToC(ctx)
+	next, _ := json.Marshal(protocol.NextRequest{InstanceID: "ic"})
+	if status, got := slaves["node-c"].do(t, m.URL, "POST", protocol.NextPath, string(next), "application/json"); status != http.StatusOK ||
+		!strings.Contains(got, matrixImageSecret) || !strings.Contains(got, matrixEnvSecret) {
+		t.Fatalf("node-c before it was disabled is not offered its job with its secrets: %d %s", status, clip(got))
+	}
+	as(w.dave, "PUT", apiV+"slaves/node-c/disabled", `{"disabled": true}`)
+	if rec, err := m.Store.GetJob(ctx, f.waiting); err != nil || rec.Job.State.Status != job.StatusQueued {
+		t.Fatalf("the job node-c had not taken is not queued again when node-c was disabled: %v", err)
+	}
+	// A scheduler pass that read node-c just before: the job waits for it again.
+	if _, err := m.Store.DB().ExecContext(ctx, `UPDATE slaves SET disabled = false WHERE name = 'node-c'`); err != nil {
+		t.Fatal(err)
+	}
+	f.assignToC(ctx)
+	if _, err := m.Store.DB().ExecContext(ctx, `UPDATE slaves SET disabled = true WHERE name = 'node-c'`); err != nil {
+		t.Fatal(err)
+	}
+	c := slaves["node-c"]
+	c.disabledSlave = true
+	out = append(out, c)
+
+	d := slaves["node-d"]
+	serial := d.client.Transport.(*http.Transport).TLSClientConfig.Certificates[0].Leaf.SerialNumber.String()
+	as(w.dave, "POST", apiV+"certificates/"+serial+"/revoke", "")
+	d.refused = true
+	return append(out, d)
+}
+
+// assignToC assigns the waiting job to node-c, as a scheduler pass would.
+func (f *matrixFixture) assignToC(ctx context.Context) {
+	f.t.Helper()
+	done, err := f.w.m.Store.AssignJobs(ctx, []store.Assignment{{JobUUID: f.waiting, Message: "assigned", Placement: store.Placement{
+		SlaveName: "node-c", SlaveInstanceID: "ic", ClusterID: 1, Resources: job.StateResources{ClusterID: 1, SlaveName: "node-c", CPUIDs: []int{0}, CPUMemoryGb: 1}}}})
+	if err != nil || len(done) != 1 {
+		f.t.Fatalf("assign the waiting job to node-c: %v %v", done, err)
+	}
+}
+
+// checkDisabledSlave checks an answer to the disabled slave node-c: the slave protocol answers
+// it (it reports the jobs it runs), the long poll offers nothing though the job still waits
+// for it, and it stays disabled whatever it sends. It returns 1 for a long poll.
+func (f *matrixFixture) checkDisabledSlave(route, name string, status int, got string) int {
+	t, ctx := f.t, context.Background()
+	t.Helper()
+	if disabled, err := f.w.m.Store.SlaveDisabled(ctx, "node-c"); err != nil || !disabled {
+		t.Errorf("%s: node-c is no longer disabled (%v)", name, err)
+	}
+	switch route {
+	case "POST " + protocol.RegisterPath, "POST " + protocol.HeartbeatPath:
+		if status != http.StatusOK {
+			t.Errorf("%s: %d %s, want 200 (a disabled slave still reports its jobs)", name, status, clip(got))
+		}
+	case "POST " + protocol.NextPath:
+		var work protocol.Work
+		if err := json.Unmarshal([]byte(got), &work); status != http.StatusOK || err != nil || len(work.Assignments) != 0 {
+			t.Errorf("%s: %d %s, want 200 without assignments", name, status, clip(got))
+		}
+		var st, on string
+		if err := f.w.m.Store.DB().QueryRowContext(ctx, `SELECT status, coalesce(assigned_slave_name, '') FROM jobs WHERE uuid = $1`, f.waiting).Scan(&st, &on); err != nil ||
+			st != string(job.StatusAssigned) || on != "node-c" {
+			t.Errorf("%s: the job is no longer waiting for node-c (%s on %q, %v): the check proves nothing", name, st, on, err)
+		}
+		return 1
+	}
+	return 0
+}
+
+// secondCert issues and records another certificate of u (as a renewal in the portal does).
+func (f *matrixFixture) secondCert(u *testmaster.User) (tls.Certificate, string) {
+	f.t.Helper()
+	cert, key, err := f.w.m.CA.IssueClient(pki.ClientSpec{Kind: pki.KindUser, URN: u.URN, Email: u.Email, Name: u.Name})
+	if err != nil {
+		f.t.Fatalf("issue a certificate of %s: %v", u.Name, err)
+	}
+	serial := cert.SerialNumber.String()
+	if err := f.w.m.Store.RecordCertificate(context.Background(), serial, store.CertUser, u.Name, cert.NotAfter); err != nil {
+		f.t.Fatalf("record the certificate of %s: %v", u.Name, err)
+	}
+	return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}, serial
 }
 
 // runningOnB lists, for slave A, the jobs on slave B (as if it held them, with usage); for

@@ -313,7 +313,11 @@ func (m *Master) Do(u *User, method, path string, body io.Reader, header ...stri
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := m.Client(cert).Do(req)
+	// A client per call: its connection is closed after it, or a test of many calls keeps
+	// hundreds open and meets the master's cap of connections per client address.
+	c := m.Client(cert)
+	defer c.CloseIdleConnections()
+	resp, err := c.Do(req)
 	if err != nil {
 		m.t.Fatalf("%s %s: %v", method, path, err)
 	}
