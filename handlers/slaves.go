@@ -513,8 +513,20 @@ func (h *Handlers) SlaveUpdate(w http.ResponseWriter, r *http.Request) error {
 		}
 		return fieldError("to", "%s", why)
 	}
-	if _, err := h.slaveJob(r.Context(), c, u.JobUUID); err != nil {
+	rec, err := h.slaveJob(r.Context(), c, u.JobUUID)
+	if err != nil {
 		return err
+	}
+	if u.From == job.StatusAssigned {
+		// A disabled slave takes no job: one assigned to it by a scheduler pass that read it just
+		// before it was disabled stays untaken (its lease queues it again), though the slave
+		// learns its uuid from its heartbeat's view.
+		if disabled, err := h.store.SlaveDisabled(r.Context(), c.SlaveName); err != nil {
+			return err
+		} else if disabled {
+			return &conflictError{protocol.Conflict{JobUUID: u.JobUUID, Status: rec.Job.State.Status, Attempt: rec.Attempt,
+				Message: fmt.Sprintf("slave %s is disabled: it takes no job", c.SlaveName)}}
+		}
 	}
 	return h.slaveChange(w, r, c, u.JobUUID, store.Change{From: []job.Status{u.From}, To: u.To, Attempt: store.Attempt(u.Attempt),
 		Resources: u.Resources, Event: store.Event{Actor: "slave " + c.SlaveName, Message: u.Reason}})

@@ -763,6 +763,21 @@ func TestAuthorizationMatrixEveryRoute(t *testing.T) {
 		t.Errorf("slave A set the usage of slave B's job: %s %v", usage, err)
 	}
 
+	// The disabled slave learns the uuid of the job waiting for it from its heartbeat's view,
+	// but cannot take the job with it: the start is refused and nothing changes.
+	before = f.digest()
+	var attempt int
+	if err := w.m.Store.DB().QueryRowContext(ctx, `SELECT attempt FROM jobs WHERE uuid = $1`, f.waiting).Scan(&attempt); err != nil {
+		t.Fatal(err)
+	}
+	upd, _ := json.Marshal(protocol.StateUpdate{JobUUID: f.waiting, Attempt: attempt, From: job.StatusAssigned, To: job.StatusStarting})
+	if status, got := withdrawn[len(withdrawn)-2].do(t, w.m.URL, "POST", protocol.UpdatePath, string(upd), "application/json"); status != http.StatusConflict {
+		t.Errorf("the disabled slave starting the job waiting for it: %d %s, want 409", status, clip(got))
+	}
+	if after := f.digest(); after != before {
+		t.Errorf("the disabled slave's start of the job waiting for it changed the database:\nbefore %s\nafter  %s", before, after)
+	}
+
 	t.Logf("authorization matrix: %d routes, %d actors, %d calls, %d refused as the rules say; of the actors %d disabled or revoked "+
 		"while the master ran: %d refusals with 401, and %d long polls of the disabled slave offered nothing of the job waiting for it",
 		len(routes), len(actors), calls, refusals, len(withdrawn), withdrawnRefusals, disabledPolls)
