@@ -455,6 +455,17 @@ func (h *Handlers) slaveJob(ctx context.Context, c *Caller, id string) (*store.J
 	if err != nil || rec.Job.State.Scheduling.AssignedSlaveName != c.SlaveName {
 		return nil, &conflictError{protocol.Conflict{JobUUID: id, Message: fmt.Sprintf("job %s is not on slave %s", id, c.SlaveName)}}
 	}
+	if rec.Job.State.Status == job.StatusAssigned {
+		// A disabled slave takes no job: one a scheduler pass assigned to it just before it was
+		// disabled stays untaken (its lease queues it again), though the slave learns its uuid
+		// from its heartbeat's view; it may neither start it nor log into it nor end it.
+		if disabled, err := h.store.SlaveDisabled(ctx, c.SlaveName); err != nil {
+			return nil, err
+		} else if disabled {
+			return nil, &conflictError{protocol.Conflict{JobUUID: id, Status: rec.Job.State.Status, Attempt: rec.Attempt,
+				Message: fmt.Sprintf("slave %s is disabled: it takes no job", c.SlaveName)}}
+		}
+	}
 	return rec, nil
 }
 
@@ -513,20 +524,8 @@ func (h *Handlers) SlaveUpdate(w http.ResponseWriter, r *http.Request) error {
 		}
 		return fieldError("to", "%s", why)
 	}
-	rec, err := h.slaveJob(r.Context(), c, u.JobUUID)
-	if err != nil {
+	if _, err := h.slaveJob(r.Context(), c, u.JobUUID); err != nil {
 		return err
-	}
-	if u.From == job.StatusAssigned {
-		// A disabled slave takes no job: one assigned to it by a scheduler pass that read it just
-		// before it was disabled stays untaken (its lease queues it again), though the slave
-		// learns its uuid from its heartbeat's view.
-		if disabled, err := h.store.SlaveDisabled(r.Context(), c.SlaveName); err != nil {
-			return err
-		} else if disabled {
-			return &conflictError{protocol.Conflict{JobUUID: u.JobUUID, Status: rec.Job.State.Status, Attempt: rec.Attempt,
-				Message: fmt.Sprintf("slave %s is disabled: it takes no job", c.SlaveName)}}
-		}
 	}
 	return h.slaveChange(w, r, c, u.JobUUID, store.Change{From: []job.Status{u.From}, To: u.To, Attempt: store.Attempt(u.Attempt),
 		Resources: u.Resources, Event: store.Event{Actor: "slave " + c.SlaveName, Message: u.Reason}})

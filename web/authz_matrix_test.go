@@ -764,18 +764,26 @@ func TestAuthorizationMatrixEveryRoute(t *testing.T) {
 	}
 
 	// The disabled slave learns the uuid of the job waiting for it from its heartbeat's view,
-	// but cannot take the job with it: the start is refused and nothing changes.
-	before = f.digest()
+	// but can do nothing with it: starting it, logging into it, ending it are refused (409)
+	// and change nothing.
 	var attempt int
 	if err := w.m.Store.DB().QueryRowContext(ctx, `SELECT attempt FROM jobs WHERE uuid = $1`, f.waiting).Scan(&attempt); err != nil {
 		t.Fatal(err)
 	}
-	upd, _ := json.Marshal(protocol.StateUpdate{JobUUID: f.waiting, Attempt: attempt, From: job.StatusAssigned, To: job.StatusStarting})
-	if status, got := withdrawn[len(withdrawn)-2].do(t, w.m.URL, "POST", protocol.UpdatePath, string(upd), "application/json"); status != http.StatusConflict {
-		t.Errorf("the disabled slave starting the job waiting for it: %d %s, want 409", status, clip(got))
-	}
-	if after := f.digest(); after != before {
-		t.Errorf("the disabled slave's start of the job waiting for it changed the database:\nbefore %s\nafter  %s", before, after)
+	code := 0
+	for path, msg := range map[string]any{
+		protocol.UpdatePath: protocol.StateUpdate{JobUUID: f.waiting, Attempt: attempt, From: job.StatusAssigned, To: job.StatusStarting},
+		protocol.LogPath:    protocol.LogChunk{JobUUID: f.waiting, Attempt: attempt, Seq: 0, Data: []byte("forged line\n")},
+		protocol.DonePath:   protocol.Completion{JobUUID: f.waiting, Attempt: attempt, From: job.StatusAssigned, To: job.StatusFailed, ExitCode: &code},
+	} {
+		before := f.digest()
+		b, _ := json.Marshal(msg)
+		if status, got := withdrawn[len(withdrawn)-2].do(t, w.m.URL, "POST", path, string(b), "application/json"); status != http.StatusConflict {
+			t.Errorf("the disabled slave acting on the job waiting for it (%s): %d %s, want 409", path, status, clip(got))
+		}
+		if after := f.digest(); after != before {
+			t.Errorf("the disabled slave acting on the job waiting for it (%s) changed the database:\nbefore %s\nafter  %s", path, before, after)
+		}
 	}
 
 	t.Logf("authorization matrix: %d routes, %d actors, %d calls, %d refused as the rules say; of the actors %d disabled or revoked "+
