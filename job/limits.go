@@ -64,6 +64,19 @@ func DefaultLimits() Limits {
 	}
 }
 
+// ClientLimits are for a client's local checks (the CLI converting a version 1 file offline):
+// the fixed limits of DefaultLimits, with every limit an operator may change (resources,
+// counts, the host port range) opened wide. The master, which knows its configuration, decides
+// those; a client must not refuse what the master would accept.
+func ClientLimits() Limits {
+	l := DefaultLimits()
+	const wide = 1 << 30
+	l.GPUs, l.CPUs, l.MemoryGb, l.TmpfsGb = wide, wide, wide, wide
+	l.PortMappings, l.EnvVars, l.Storage = l.ListItems, wide, l.ListItems
+	l.HostPortMin, l.HostPortMax = 1, 65535
+	return l
+}
+
 // withDefaults fills every zero field from DefaultLimits.
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits()
