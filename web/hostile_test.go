@@ -436,3 +436,43 @@ func newSlaveClient(t *testing.T, m *testmaster.Master, cert tls.Certificate) *p
 	}
 	return c
 }
+
+// TestSubmitWithinLargestSlave: without slaves only the static limits apply; with slaves a job
+// asking for more than the largest one has is refused at submit, naming the field; a slave that
+// joins counts at once.
+func TestSubmitWithinLargestSlave(t *testing.T) {
+	m := testmaster.Start(t, testmaster.Options{})
+	alice := m.AddUser("alice", false, "", "vision")
+	ctx := context.Background()
+	gpus := func(n int) []byte {
+		return hostileJob(func(j map[string]any) { resources(j)["gpus"] = n })
+	}
+	if status, body, _ := m.Do(alice, "POST", v31+"/jobs", bytes.NewReader(gpus(8))); status != http.StatusCreated {
+		t.Fatalf("8 GPUs without slaves: %d %s", status, body)
+	}
+	small := newSlaveClient(t, m, m.SlaveCert("small1", 1))
+	if _, err := small.Register(ctx, protocol.Inventory{InstanceID: "i1", CPUs: 4, MemoryMiB: 8192,
+		GPUs: []protocol.GPU{{Index: 0, UUID: "GPU-s", Model: "Fake"}}}); err != nil {
+		t.Fatal(err)
+	}
+	status, body, _ := m.Do(alice, "POST", v31+"/jobs", bytes.NewReader(gpus(2)))
+	if status != http.StatusBadRequest || !bytes.Contains(body, []byte("request.resources.gpus")) {
+		t.Fatalf("2 GPUs with a 1-GPU slave: %d %s", status, body)
+	}
+	big := newSlaveClient(t, m, m.SlaveCert("big1", 1))
+	if _, err := big.Register(ctx, protocol.Inventory{InstanceID: "i1", CPUs: 4, MemoryMiB: 8192,
+		GPUs: []protocol.GPU{{Index: 0, UUID: "GPU-b0", Model: "Fake"}, {Index: 1, UUID: "GPU-b1", Model: "Fake"}}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute) // guards the test only: the recheck is at most a second old
+	for {
+		status, body, _ = m.Do(alice, "POST", v31+"/jobs", bytes.NewReader(gpus(2)))
+		if status == http.StatusCreated {
+			break
+		}
+		if status != http.StatusBadRequest || time.Now().After(deadline) {
+			t.Fatalf("2 GPUs after a 2-GPU slave joined: %d %s", status, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
