@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -216,6 +217,25 @@ func hostileCases() []hostileCase {
 	get("NUL in a parameter", "name=%00", "name")
 	get("invalid UTF-8 in a parameter", "x=%ff%fe", `"x`)
 	get("bad escape", "x=%zz", "query")
+	cases = append(cases,
+		hostileCase{name: "NUL in a job id", as: "alice", method: "GET", path: jobs + "/abc%00def", status: 400, field: "path"},
+		hostileCase{name: "invalid UTF-8 in a job id", as: "alice", method: "GET", path: jobs + "/%ff%fe%fd%fc%fb%fa", status: 400, field: "path"},
+		hostileCase{name: "job id a path", as: "alice", method: "GET", path: jobs + "/..%2F..%2Fx", status: 400, field: "id"},
+		hostileCase{name: "NUL in a reservation id", as: "admin", method: "DELETE", path: v31 + "/reservations/r%00", status: 400, field: "path"},
+		hostileCase{name: "NUL in a slave name", as: "admin", method: "POST", path: "/admin/slaves/s%00/accepting", status: 400, field: "path"},
+	)
+	// Portal forms, posted as a script with a client certificate would.
+	form := func(name, path, body, field string) {
+		cases = append(cases, hostileCase{name: "form: " + name, as: "alice", method: "POST", path: path, body: []byte(body),
+			header: []string{"Content-Type", "application/x-www-form-urlencoded", "Accept", "application/json"}, status: 400, field: field})
+	}
+	form("ssh key name with NUL", "/profile/ssh-keys", "name=k%00&public_key=ssh-ed25519+AAAA", "name")
+	form("ssh key invalid UTF-8", "/profile/ssh-keys", "name=k&public_key=%ff", "public_key")
+	form("job form name with NUL", "/jobs/new", "name=a%00&image=busybox&cpus=1&gpus=0&cpuMemoryGb=1", "name")
+	form("job form JSON with NUL", "/jobs/new", "json="+url.QueryEscape(string(hostileJob(func(j map[string]any) { j["name"] = "a\x00" }))), "name")
+	form("job form JSON with 10,000 port mappings", "/jobs/new", "json="+url.QueryEscape(string(setDocker("portMappings", many(10000, func(i int) any { return 1 + i%60000 })))), "portMappings")
+	cases = append(cases, hostileCase{name: "form: 3 MiB", as: "alice", method: "POST", path: "/profile/ssh-keys", body: bytes.Repeat([]byte("a"), 3<<20),
+		header: []string{"Content-Type", "application/x-www-form-urlencoded", "Accept", "application/json"}, status: 413, field: "2097152"})
 
 	// Reservations (an admin's, so that validation is reached).
 	res := func(change func(r map[string]any)) []byte {

@@ -62,13 +62,14 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// limitRequests refuses an oversized or unreadable query string (400 naming it) and gives a
+// limitRequests refuses an unreadable path and an oversized or unreadable query string (400
+// naming it) and gives a
 // request's body its deadline. The deadline is lifted as soon as the body has been read to its
 // end, before the handler answers: a slave's long poll reads its small body at once and then
 // waits as long as it asks.
 func (s *Server) limitRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := handlers.CheckQuery(r); err != nil {
+		if err := handlers.CheckURL(r); err != nil {
 			s.h.WriteError(w, r, err)
 			return
 		}
