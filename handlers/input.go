@@ -56,7 +56,11 @@ func unmarshalStrict(body []byte, v any) error {
 	if err := job.CheckJSON(body, job.Limits{DocumentBytes: len(body) + 1, StringBytes: maxProtocolString, ListItems: maxProtocolList}); err != nil {
 		var ve *job.ValidationError
 		if errors.As(err, &ve) {
-			return &Error{Status: http.StatusBadRequest, Message: ve.Error(), Details: ve.Problems}
+			parts := make([]string, len(ve.Problems))
+			for i, p := range ve.Problems {
+				parts[i] = p.String()
+			}
+			return &Error{Status: http.StatusBadRequest, Message: "invalid request: " + strings.Join(parts, "; "), Details: ve.Problems}
 		}
 		return errorf(http.StatusBadRequest, "%v", err)
 	}

@@ -218,6 +218,7 @@ func hostileCases() []hostileCase {
 	get("invalid UTF-8 in a parameter", "x=%ff%fe", `"x`)
 	get("bad escape", "x=%zz", "query")
 	cases = append(cases,
+		hostileCase{name: "headers of 100 KiB", as: "alice", method: "GET", path: jobs, header: []string{"X-Big", strings.Repeat("h", 100<<10)}, status: 431, field: "Header"},
 		hostileCase{name: "NUL in a job id", as: "alice", method: "GET", path: jobs + "/abc%00def", status: 400, field: "path"},
 		hostileCase{name: "invalid UTF-8 in a job id", as: "alice", method: "GET", path: jobs + "/%ff%fe%fd%fc%fb%fa", status: 400, field: "path"},
 		hostileCase{name: "job id a path", as: "alice", method: "GET", path: jobs + "/..%2F..%2Fx", status: 400, field: "id"},
