@@ -108,16 +108,6 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// Check reports a limit set that cannot work (a host port range upside down or outside
-// 1-65535), for the master's flags.
-func (l Limits) Check() error {
-	l = l.withDefaults()
-	if l.HostPortMin < 1 || l.HostPortMax > 65535 || l.HostPortMin > l.HostPortMax {
-		return fmt.Errorf("host port range %d-%d: must be within 1-65535, lowest first", l.HostPortMin, l.HostPortMax)
-	}
-	return nil
-}
-
 // ParsePortRange reads a host port range "30000-32767".
 func ParsePortRange(s string) (lo, hi int, err error) {
 	if _, err := fmt.Sscanf(s, "%d-%d", &lo, &hi); err != nil {
