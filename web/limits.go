@@ -3,6 +3,7 @@ package web
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -105,12 +106,15 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 type connLimiter struct {
 	net.Listener
 	max int
+	log *slog.Logger
 	mu  sync.Mutex
 	n   map[string]int
+	// logged is when a refusal was last logged: a flood of refusals logs once a minute.
+	logged time.Time
 }
 
-func limitConns(l net.Listener, max int) net.Listener {
-	return &connLimiter{Listener: l, max: max, n: map[string]int{}}
+func limitConns(l net.Listener, max int, log *slog.Logger) net.Listener {
+	return &connLimiter{Listener: l, max: max, log: log, n: map[string]int{}}
 }
 
 func (l *connLimiter) Accept() (net.Conn, error) {
@@ -125,8 +129,15 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		}
 		l.mu.Lock()
 		if l.n[host] >= l.max {
+			logIt := time.Since(l.logged) > time.Minute
+			if logIt {
+				l.logged = time.Now()
+			}
 			l.mu.Unlock()
 			_ = c.Close()
+			if logIt {
+				l.log.Warn("connections refused: too many from one client (logged once a minute)", "client", host, "max_conns_per_ip", l.max)
+			}
 			continue
 		}
 		l.n[host]++
