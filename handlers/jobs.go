@@ -22,6 +22,13 @@ import (
 // maxJobBody bounds a submitted job document.
 const maxJobBody = 1 << 20
 
+// maxIntParam bounds every integer query parameter (a page of 2^63 overflows the offset), and
+// maxHoursParam max_hours (as a duration it must not overflow).
+const (
+	maxIntParam   = 1<<31 - 1
+	maxHoursParam = 100 * 365 * 24
+)
+
 // maxPageSize is the largest page GET jobs serves.
 const maxPageSize = 200
 
@@ -43,8 +50,8 @@ func intParam(r *http.Request, name string, min int) (int, error) {
 		return 0, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < min {
-		return 0, fieldError(name, "must be an integer of at least %d, not %q", min, v)
+	if err != nil || n < min || n > maxIntParam {
+		return 0, fieldError(name, "must be an integer from %d to %d, not %.64q", min, maxIntParam, v)
 	}
 	return n, nil
 }
@@ -347,6 +354,9 @@ func (h *Handlers) jobFilter(r *http.Request, c *Caller) (store.JobFilter, int, 
 	maxHours, err := intParam(r, "max_hours", 1)
 	if err != nil {
 		return f, 0, err
+	}
+	if maxHours > maxHoursParam {
+		return f, 0, fieldError("max_hours", "must be at most %d (100 years), not %d", maxHoursParam, maxHours)
 	}
 	if maxHours > 0 {
 		f.CreatedWithin = time.Duration(maxHours) * time.Hour

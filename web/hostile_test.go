@@ -217,6 +217,10 @@ func hostileCases() []hostileCase {
 	get("NUL in a parameter", "name=%00", "name")
 	get("invalid UTF-8 in a parameter", "x=%ff%fe", `"x`)
 	get("bad escape", "x=%zz", "query")
+	get("page beyond 64 bits of offset", "page=9223372036854775807", "page")
+	get("max_hours beyond a duration", "max_hours=9223372036854775807", "max_hours")
+	get("max_hours of a million years", "max_hours=8760000000", "max_hours")
+	get("allowed_states unknown", "allowed_states=RUNNING,BOGUS", "allowed_states")
 	cases = append(cases,
 		hostileCase{name: "headers of 100 KiB", as: "alice", method: "GET", path: jobs, header: []string{"X-Big", strings.Repeat("h", 100<<10)}, status: 431, field: "Header"},
 		hostileCase{name: "NUL in a job id", as: "alice", method: "GET", path: jobs + "/abc%00def", status: 400, field: "path"},
