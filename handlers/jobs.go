@@ -27,6 +27,8 @@ const maxJobBody = 1 << 20
 const (
 	maxIntParam   = 1<<31 - 1
 	maxHoursParam = 100 * 365 * 24
+	// maxNameParam bounds a name or URN in a query.
+	maxNameParam = 1024
 )
 
 // maxPageSize is the largest page GET jobs serves.
@@ -340,6 +342,16 @@ func (h *Handlers) jobFilter(r *http.Request, c *Caller) (store.JobFilter, int, 
 	f.UserURN, f.UserName = q.Get("user_urn"), q.Get("user_name")
 	f.ProjectURN, f.ProjectName = q.Get("project_urn"), q.Get("project_name")
 	f.AssignedSlaveName, f.ReservationID = q.Get("assigned_slave_name"), q.Get("reservation_id")
+	for _, name := range []string{"user_urn", "user_name", "project_urn", "project_name", "assigned_slave_name"} {
+		if v := q.Get(name); len(v) > maxNameParam {
+			return f, 0, fieldError(name, "is %d bytes long: at most %d bytes are accepted", len(v), maxNameParam)
+		}
+	}
+	if f.ReservationID != "" {
+		if _, err := uuid.Parse(f.ReservationID); err != nil || len(f.ReservationID) != 36 {
+			return f, 0, fieldError("reservation_id", "must be a reservation UUID, not %.64q", f.ReservationID)
+		}
+	}
 	var err error
 	if f.ClusterID, err = intParam(r, "cluster_id", 1); err != nil {
 		return f, 0, err

@@ -221,6 +221,23 @@ func hostileCases() []hostileCase {
 	get("max_hours beyond a duration", "max_hours=9223372036854775807", "max_hours")
 	get("max_hours of a million years", "max_hours=8760000000", "max_hours")
 	get("allowed_states unknown", "allowed_states=RUNNING,BOGUS", "allowed_states")
+	get("reservation_id not a UUID", "reservation_id=../../x", "reservation_id")
+	get("assigned_slave_name 10 KB", "assigned_slave_name="+strings.Repeat("s", 7<<10), "assigned_slave_name")
+	cases = append(cases,
+		hostileCase{name: "delete reservation not a UUID", as: "admin", method: "DELETE", path: v31 + "/reservations/..%2Fx", status: 400, field: `"id"`},
+		hostileCase{name: "job log offset negative", as: "alice", method: "GET", path: jobs + "/f6dbca7b-58fd-47e3-9ac4-9ad33e7f6030/log?offset=-1", status: 0, field: ""},
+		hostileCase{name: "usage with junk", as: "alice", method: "GET", path: v31 + "/usage?user=%ff", status: 400, field: "user"},
+		hostileCase{name: "admin user id not a number", as: "admin", method: "POST", path: "/admin/users/x/admin", body: []byte("admin=true"),
+			header: []string{"Content-Type", "application/x-www-form-urlencoded", "Accept", "application/json"}, status: 0, field: ""},
+		hostileCase{name: "admin project members of project x", as: "admin", method: "POST", path: "/admin/projects/x/members", body: []byte("user=alice"),
+			header: []string{"Content-Type", "application/x-www-form-urlencoded", "Accept", "application/json"}, status: 0, field: ""},
+		hostileCase{name: "admin slave unknown", as: "admin", method: "POST", path: "/admin/slaves/nope/accepting", body: []byte("accepting=true"),
+			header: []string{"Content-Type", "application/x-www-form-urlencoded", "Accept", "application/json"}, status: 0, field: ""},
+		hostileCase{name: "admin cluster id huge", as: "admin", method: "POST", path: "/admin/clusters", body: []byte("id=99999999999999999999&name=x"),
+			header: []string{"Content-Type", "application/x-www-form-urlencoded", "Accept", "application/json"}, status: 400, field: "id"},
+		hostileCase{name: "job action unknown", as: "alice", method: "POST", path: "/jobs/f6dbca7b-58fd-47e3-9ac4-9ad33e7f6030/explode", body: []byte("x=1"),
+			header: []string{"Content-Type", "application/x-www-form-urlencoded", "Accept", "application/json"}, status: 0, field: ""},
+	)
 	cases = append(cases,
 		hostileCase{name: "headers of 100 KiB", as: "alice", method: "GET", path: jobs, header: []string{"X-Big", strings.Repeat("h", 100<<10)}, status: 431, field: "Header"},
 		hostileCase{name: "NUL in a job id", as: "alice", method: "GET", path: jobs + "/abc%00def", status: 400, field: "path"},
