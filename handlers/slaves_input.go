@@ -54,10 +54,14 @@ func (m *joinRequest) validate() error {
 
 func (m *inventory) validate() error {
 	for _, f := range []struct{ name, v string }{{"name", m.Name}, {"instanceId", m.InstanceID}, {"host", m.Host}, {"dnsName", m.DNSName},
-		{"version", m.Version}, {"driverVersion", m.DriverVersion}, {"cudaVersion", m.CudaVersion}, {"gpuStatus", m.GPUStatus}} {
+		{"version", m.Version}, {"driverVersion", m.DriverVersion}, {"cudaVersion", m.CudaVersion}} {
 		if err := checkText(f.name, f.v, maxSlaveText); err != nil {
 			return err
 		}
+	}
+	// gpuStatus may carry an NVML error: a reason's bound.
+	if err := checkText("gpuStatus", m.GPUStatus, protocol.MaxReasonBytes); err != nil {
+		return err
 	}
 	switch {
 	case m.CPUs < 0 || m.CPUs > maxSlaveCPUs:

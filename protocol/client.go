@@ -80,6 +80,7 @@ func (c *Client) Join(ctx context.Context, req JoinRequest) (JoinReply, error) {
 
 // Register implements Master.
 func (c *Client) Register(ctx context.Context, inv Inventory) (Registration, error) {
+	inv.GPUStatus = CleanReason(inv.GPUStatus)
 	var out Registration
 	err := c.call(ctx, RegisterPath, inv, &out, 30*time.Second)
 	return out, err
