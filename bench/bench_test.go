@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/opengpulab/gpulab/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -19,7 +21,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	testenv.RemoveJobNetwork()
+	os.Exit(code)
 }
 
 // scenario is one benchmark of issue 6.

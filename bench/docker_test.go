@@ -55,8 +55,12 @@ func startRealSlave(t testing.TB, m *master, d *client.Client, name string) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelInfo})).With("slave", name)
+	// The hardening a slave has by default, in this process's own jobs' network.
+	h := slavecontainer.DefaultHardening()
+	h.Network = testenv.JobNetwork()
+	h.CapUlimits()
 	rt := slavecontainer.New(d, slavecontainer.Config{Storage: smap, ScratchRoot: t.TempDir(), SlaveName: name, SlaveHost: "127.0.0.1",
-		SlaveDNSName: "127.0.0.1", SlaveInstanceID: inv.InstanceID, SlavePID: inv.PID, Version: "bench"}, log)
+		SlaveDNSName: "127.0.0.1", SlaveInstanceID: inv.InstanceID, SlavePID: inv.PID, Version: "bench", Hardening: &h}, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	agent := slave.New(mc, rt, gpu.NewSampler(nil, nil), inv, slave.Config{}, log)
 	stopped := make(chan struct{})

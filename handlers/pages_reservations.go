@@ -93,7 +93,7 @@ func holdersText(v ReservationView) string {
 // with form fields named like the API's keys so that an error names the field to fix. Times
 // are UTC (datetime-local inputs carry no zone).
 func (h *Handlers) CreateReservationForm(w http.ResponseWriter, r *http.Request) error {
-	c, err := requireUser(r)
+	c, err := requireReservationAdmin(r)
 	if err != nil {
 		return err
 	}

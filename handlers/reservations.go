@@ -141,7 +141,7 @@ func (h *Handlers) ListReservations(w http.ResponseWriter, r *http.Request) erro
 
 // CreateReservation is POST reservations (admins): resources, a window and its holders.
 func (h *Handlers) CreateReservation(w http.ResponseWriter, r *http.Request) error {
-	c, err := requireUser(r)
+	c, err := requireReservationAdmin(r)
 	if err != nil {
 		return err
 	}
@@ -159,6 +159,16 @@ func (h *Handlers) CreateReservation(w http.ResponseWriter, r *http.Request) err
 	}
 	writeJSON(w, http.StatusCreated, v)
 	return nil
+}
+
+// requireReservationAdmin returns the caller if he may create reservations. It runs before the
+// body is read: a non-admin gets 403 whatever he sent, never a 400 about his body.
+func requireReservationAdmin(r *http.Request) (*Caller, error) {
+	c, err := requireUser(r)
+	if err == nil && !c.Admin() {
+		err = errorf(http.StatusForbidden, "only admins create reservations")
+	}
+	return c, err
 }
 
 // createReservation checks and stores a reservation for the API and the portal's form alike.

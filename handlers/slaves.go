@@ -69,9 +69,13 @@ func (h *Handlers) SlaveJoin(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	cert, err := h.cfg.CA.SignCSR([]byte(req.CSR), pki.ClientSpec{Kind: pki.KindSlave,
-		URN: pki.URN{Authority: h.cfg.Authority, Type: "slave", Name: name}.String(), Name: name, Validity: 5 * 365 * 24 * time.Hour})
+		URN: pki.URN{Authority: h.cfg.Authority, Type: "slave", Name: name}.String(), Name: name, Validity: h.cfg.SlaveCertValidity})
 	if err != nil {
 		return errorf(http.StatusBadRequest, "csr: %v", err)
+	}
+	// Recorded, so that an admin can list and revoke it (`gpulab-master cert revoke`).
+	if err := h.store.RecordCertificate(ctx, cert.SerialNumber.String(), store.CertSlave, name, cert.NotAfter); err != nil {
+		return err
 	}
 	if err := h.store.JoinSlave(ctx, name, cluster); err != nil {
 		return err
@@ -372,6 +376,11 @@ func (h *Handlers) pendingWork(ctx context.Context, slave string, req protocol.N
 		return work, err
 	}
 	work.Stops = stops
+	// A disabled slave gets no job, so none of a job's secrets (image credentials,
+	// environment): a stolen slave certificate learns nothing more once its slave is disabled.
+	if disabled, err := h.store.SlaveDisabled(ctx, slave); err != nil || disabled {
+		return work, err
+	}
 	holds := heldSet(req.Jobs)
 	for i, j := range live {
 		if _, taken := holds[j.UUID]; j.Status != job.StatusAssigned || taken {
@@ -434,18 +443,17 @@ func writeConflict(w http.ResponseWriter, c protocol.Conflict) {
 }
 
 // slaveJob loads a job and checks it is on the calling slave; another slave's job (or one placed
-// again and not yet given out) is a conflict without its state.
+// again and not yet given out) is a conflict without its state, worded exactly as for a job
+// that does not exist, so a slave certificate cannot probe other slaves' jobs.
 func (h *Handlers) slaveJob(ctx context.Context, c *Caller, id string) (*store.JobRecord, error) {
 	if _, err := uuid.Parse(id); err != nil {
 		return nil, fieldError("jobUuid", "is not a job uuid")
 	}
 	rec, err := h.store.GetJob(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, &conflictError{protocol.Conflict{JobUUID: id, Message: "the master has no job " + id}}
-	} else if err != nil {
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
-	if rec.Job.State.Scheduling.AssignedSlaveName != c.SlaveName {
+	if err != nil || rec.Job.State.Scheduling.AssignedSlaveName != c.SlaveName {
 		return nil, &conflictError{protocol.Conflict{JobUUID: id, Message: fmt.Sprintf("job %s is not on slave %s", id, c.SlaveName)}}
 	}
 	return rec, nil

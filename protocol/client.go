@@ -145,6 +145,13 @@ func (e *StatusError) Unwrap() error {
 	return nil
 }
 
+// Refused reports whether the master refused the slave's credentials (401: a revoked
+// certificate; 403: not a slave's): such an answer is no contact for the self-fencing, and the
+// next call tries the next master.
+func (e *StatusError) Refused() bool {
+	return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
+}
+
 // Temporary reports whether a retry may succeed (5xx, 429).
 func (e *StatusError) Temporary() bool {
 	return e.Status >= 500 || e.Status == http.StatusTooManyRequests
@@ -181,7 +188,8 @@ func (c *Client) call(ctx context.Context, path string, in, out any, timeout tim
 		failed()
 		return fmt.Errorf("%s at %s: read answer: %w", path, base, err)
 	}
-	if resp.StatusCode < 500 {
+	refused := resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden
+	if resp.StatusCode < 500 && !refused {
 		c.mu.Lock()
 		c.contact = time.Now()
 		c.mu.Unlock()

@@ -36,7 +36,7 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 
-"$m" serve --listen ":$port" --admins alice --oidc-redirect-url "https://localhost:$port/auth/callback" >"$dir/master.log" 2>&1 &
+"$m" serve --listen ":$port" --admins alice@example.org --oidc-redirect-url "https://localhost:$port/auth/callback" >"$dir/master.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
   curl -sk "https://localhost:$port/readyz" >/dev/null 2>&1 && break

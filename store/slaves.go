@@ -31,10 +31,12 @@ type Slave struct {
 	// CapacityGPUs are the most GPUs the slave has registered with (a protocol.GPU list): a
 	// request is impossible only against them, not against a momentary inventory.
 	CapacityGPUs json.RawMessage `db:"capacity_gpus"`
+	// Disabled slaves get no jobs and no job secrets (SetSlaveDisabled).
+	Disabled bool `db:"disabled"`
 }
 
 const slaveColumns = `id, name, instance_id, cluster_id, host, dns_name, version, inventory, usage, accepting_jobs,
-online, last_heartbeat, offline_since, registered_at, capacity_gpus`
+online, last_heartbeat, offline_since, registered_at, capacity_gpus, disabled`
 
 // ListSlaves lists slaves by cluster and name.
 func (s *Store) ListSlaves(ctx context.Context) ([]Slave, error) {
@@ -233,6 +235,7 @@ const assignJobs = `WITH input AS (
 		assigned_slave_name = i.slave, assigned_instance_id = i.instance, assigned_cluster_id = i.cluster, resources = i.resources,
 		scheduling = (j.scheduling - 'queuedExplanations' - 'estimatedStart') || jsonb_build_object('tallyIncrement', i.tally)
 	FROM input i WHERE j.uuid = i.uuid AND j.status = 'QUEUED'
+		AND NOT EXISTS (SELECT 1 FROM slaves s WHERE s.name = i.slave AND s.disabled)
 	RETURNING j.uuid, i.message
 )
 INSERT INTO job_events (job_uuid, kind, from_status, to_status, actor, message)

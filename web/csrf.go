@@ -16,8 +16,13 @@ import (
 // by the session must prove it comes from the portal itself: it carries the session's secret
 // token (form field handlers.CSRFFieldName, or header handlers.CSRFHeaderName for htmx and
 // scripts), and its Origin (or Referer), when the browser sends one, is the master's own.
-// Requests authenticated by a client certificate are exempt: a certificate is never sent
-// ambiently by a browser, and scripts and gpulab-cli have no token to send.
+//
+// A client certificate installed in a browser is sent ambiently too: the browser presents it
+// to any request for the master, also one a hostile page makes it send. Such a request has no
+// session token to show, so a certificate request that comes from a browser (it carries Origin
+// or a Sec-Fetch-* header, which scripts do not send) must be same-origin instead: Sec-Fetch-Site
+// same-origin or none (typed in, a bookmark) and, when given, an Origin that is the master's own.
+// Scripts, gpulab-cli and imec's gpulab-cli send neither header and keep working.
 
 // viaSession is Caller.Via of a caller identified by the session cookie.
 const viaSession = "session"
@@ -36,18 +41,52 @@ func stateChanging(method string) bool {
 func (s *Server) csrfProtect(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := handlers.CallerFrom(r.Context())
-		if !stateChanging(r.Method) || c == nil || c.Via != viaSession {
+		if !stateChanging(r.Method) || c == nil {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if err := s.checkCSRF(r); err != nil {
+		var err *handlers.Error
+		switch {
+		case c.Via == viaSession:
+			err = s.checkCSRF(r)
+		case fromBrowser(r):
+			err = s.checkBrowserOrigin(r)
+		}
+		if err != nil {
 			s.log.Warn("request refused as cross-site forgery", "method", r.Method, "path", r.URL.Path,
-				"user", c.User.URN, "reason", err.Message, "remote", r.RemoteAddr)
+				"user", c.User.URN, "slave", c.SlaveName, "via", c.Via, "reason", err.Message, "remote", r.RemoteAddr)
 			s.problem(w, r, err.Status, "Request refused", err.Message, "", "")
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// fromBrowser reports whether a request was sent by a browser: browsers add Origin to every
+// unsafe request and Sec-Fetch-* to every request; scripts and the CLIs send neither.
+func fromBrowser(r *http.Request) bool {
+	return r.Header.Get("Origin") != "" || r.Header.Get("Sec-Fetch-Site") != "" ||
+		r.Header.Get("Sec-Fetch-Mode") != "" || r.Header.Get("Sec-Fetch-Dest") != ""
+}
+
+// checkBrowserOrigin is the CSRF check of a browser request authenticated by a client
+// certificate: it has no session token, so it must be provably same-origin.
+func (s *Server) checkBrowserOrigin(r *http.Request) *handlers.Error {
+	switch site := r.Header.Get("Sec-Fetch-Site"); site {
+	case "", "same-origin", "none":
+	default:
+		return &handlers.Error{Status: http.StatusForbidden, Message: fmt.Sprintf(
+			"cross-site request refused: the browser says it comes from a %s page, and a client certificate is sent to any page that asks", site)}
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && !s.ownOrigin(r, origin) {
+		return &handlers.Error{Status: http.StatusForbidden, Message: fmt.Sprintf("cross-site request refused: it comes from %s, not from this master", origin)}
+	}
+	if r.Header.Get("Sec-Fetch-Site") == "" && r.Header.Get("Origin") == "" {
+		// Sec-Fetch-Mode or -Dest alone: a browser that names neither the site nor the
+		// origin cannot prove where the request comes from.
+		return &handlers.Error{Status: http.StatusForbidden, Message: "cross-site request refused: a browser request with a client certificate must carry Sec-Fetch-Site or Origin"}
+	}
+	return nil
 }
 
 func (s *Server) checkCSRF(r *http.Request) *handlers.Error {

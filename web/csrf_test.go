@@ -29,6 +29,7 @@ func TestCSRFProtect(t *testing.T) {
 	const token = "the-session-token"
 	sessionUser := &handlers.Caller{User: store.User{URN: "urn:publicid:IDN+test+user+alice"}, Kind: pki.KindUser, Via: viaSession}
 	certUser := &handlers.Caller{User: store.User{URN: "urn:publicid:IDN+test+user+bob"}, Kind: pki.KindUser, Via: "certificate"}
+	certSlave := &handlers.Caller{Kind: pki.KindSlave, SlaveName: "s1", Via: "certificate"}
 	form := func(v url.Values) (io.Reader, string) {
 		return strings.NewReader(v.Encode()), "application/x-www-form-urlencoded"
 	}
@@ -73,7 +74,22 @@ func TestCSRFProtect(t *testing.T) {
 		{name: "null origin", method: "POST", caller: sessionUser, header: map[string]string{"X-CSRF-Token": token, "Origin": "null"}, want: 403},
 		{name: "other Referer", method: "POST", caller: sessionUser, header: map[string]string{"X-CSRF-Token": token, "Referer": "https://evil.example/x"}, want: 403},
 		{name: "Sec-Fetch-Site cross-site", method: "POST", caller: sessionUser, header: map[string]string{"X-CSRF-Token": token, "Sec-Fetch-Site": "cross-site"}, want: 403},
-		{name: "certificate callers are exempt", method: "POST", caller: certUser, header: map[string]string{"Origin": "https://evil.example"}, want: 200},
+		{name: "certificate from a script (no browser headers)", method: "POST", caller: certUser, want: 200},
+		{name: "certificate script with its own User-Agent", method: "DELETE", caller: certUser, header: map[string]string{"User-Agent": "gpulab-cli/3.1"}, want: 200},
+		{name: "certificate cross-site POST", method: "POST", caller: certUser, header: map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}, want: 403, message: "cross-site"},
+		{name: "certificate cross-site by Origin only", method: "POST", caller: certUser, header: map[string]string{"Origin": "https://evil.example"}, want: 403, message: "evil.example"},
+		{name: "certificate cross-site by Sec-Fetch-Site only", method: "PUT", caller: certUser, header: map[string]string{"Sec-Fetch-Site": "cross-site"}, want: 403, message: "cross-site"},
+		{name: "certificate same-site sibling", method: "POST", caller: certUser, header: map[string]string{"Origin": "https://other.master.example:8443", "Sec-Fetch-Site": "same-site"}, want: 403},
+		{name: "certificate null origin", method: "POST", caller: certUser, header: map[string]string{"Origin": "null"}, want: 403},
+		{name: "certificate same-origin", method: "POST", caller: certUser, header: map[string]string{"Origin": "https://master.example:8443", "Sec-Fetch-Site": "same-origin"}, want: 200},
+		{name: "certificate same-origin without Origin", method: "POST", caller: certUser, header: map[string]string{"Sec-Fetch-Site": "same-origin"}, want: 200},
+		{name: "certificate typed in (none)", method: "POST", caller: certUser, header: map[string]string{"Sec-Fetch-Site": "none"}, want: 200},
+		{name: "certificate same-origin, old browser", method: "POST", caller: certUser, header: map[string]string{"Origin": "https://master.example:8443"}, want: 200},
+		{name: "certificate Sec-Fetch-Mode alone", method: "POST", caller: certUser, header: map[string]string{"Sec-Fetch-Mode": "no-cors"}, want: 403},
+		{name: "certificate same-origin but forged Origin", method: "POST", caller: certUser, header: map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "same-origin"}, want: 403},
+		{name: "certificate cross-site GET reads only", method: "GET", caller: certUser, header: map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}, want: 200},
+		{name: "slave certificate cross-site", method: "POST", caller: certSlave, header: map[string]string{"Origin": "https://evil.example"}, want: 403},
+		{name: "slave certificate script", method: "POST", caller: certSlave, want: 200},
 		{name: "no caller: the handler decides", method: "POST", want: 200},
 	}
 	srv := bareServer(t, Config{OIDC: OIDCConfig{Issuer: "https://idp.example", ClientID: "c", RedirectURL: "https://gpulab.example.org/auth/callback"}})

@@ -36,6 +36,13 @@ func APIRoutes(h *handlers.Handlers) []Route {
 		{"GET", "reservations", false, h.ListReservations},
 		{"POST", "reservations", false, h.CreateReservation},
 		{"DELETE", "reservations/{rid}", false, h.DeleteReservation},
+		// Identities, disabling and revocation (issue 10).
+		{"GET", "users", false, h.ListUsers},
+		{"PUT", "users/{name}/disabled", false, h.SetUserDisabled},
+		{"PUT", "users/{name}/login", false, h.LinkUserLogin},
+		{"GET", "certificates", false, h.ListCertificates},
+		{"POST", "certificates/{serial}/revoke", false, h.RevokeCertificate},
+		{"PUT", "slaves/{name}/disabled", false, h.SetSlaveDisabled},
 	}
 }
 
@@ -62,7 +69,8 @@ func SlaveRoutes(h *handlers.Handlers) []Route {
 //     the hidden field handlers.CSRFFieldName and in htmx's hx-headers as
 //     handlers.CSRFHeaderName);
 //   - csrfProtect: a POST, PUT, PATCH or DELETE authenticated by the session is refused (403)
-//     without that token or from another origin; certificate callers are exempt;
+//     without that token or from another origin; one authenticated by a client certificate
+//     that comes from a browser (Origin or Sec-Fetch-*) must be same-origin;
 //   - requireLogin, unless the route is Public: a browser (GET/HEAD, Accept: text/html) with
 //     no caller is redirected (303) to /login?next=<the page>, an htmx request gets 401 with
 //     HX-Redirect; anything else reaches the handler, which answers 401 when it needs a caller

@@ -99,6 +99,8 @@ var commands = []*command{
 	{name: "clusters", summary: "Show clusters and their slaves with free/total resources", run: (*app).cmdClusters},
 	{name: "convert", summary: "Convert a version 1 job definition to a version 2 job request", run: (*app).cmdConvert},
 	{name: "version", summary: "Show the client's and the master's versions", run: (*app).cmdVersion},
+	{name: "certs", summary: "List your API certificates, or revoke one by serial", run: (*app).cmdCerts},
+	{name: "admin", summary: "Admins: list users, disable/enable users and slaves", run: (*app).cmdAdmin},
 	{name: "help", summary: "Show the help of a command"}, // run by main: it needs this table
 }
 

@@ -52,6 +52,11 @@ type config struct {
 	MaxRunningProject  int
 	TallyHalfLife      time.Duration
 	limits             limitFlags
+
+	// issue 10: identities and revocation.
+	AutoCreateCertUsers bool
+	UserCertValidity    time.Duration
+	SlaveCertValidity   time.Duration
 }
 
 // addCommon registers the flags every command needs (database, data folder, authority).
@@ -62,11 +67,20 @@ func (c *config) addCommon(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.LogLevel, "log-level", envOr(getenv, "GPULAB_LOG_LEVEL", "info"), "debug, info, warn or error (env GPULAB_LOG_LEVEL)")
 }
 
+// addCertValidity registers the lifetimes of issued certificates (serve and the admin commands
+// that issue them).
+func (c *config) addCertValidity(fs *flag.FlagSet, getenv func(string) string) {
+	fs.DurationVar(&c.UserCertValidity, "user-cert-validity", envDuration(getenv, "GPULAB_USER_CERT_VALIDITY", pki.DefaultUserValidity), "lifetime of user certificates the master issues (env GPULAB_USER_CERT_VALIDITY)")
+	fs.DurationVar(&c.SlaveCertValidity, "slave-cert-validity", envDuration(getenv, "GPULAB_SLAVE_CERT_VALIDITY", pki.DefaultSlaveValidity), "lifetime of slave certificates the master issues at a join (env GPULAB_SLAVE_CERT_VALIDITY)")
+}
+
 // addServe registers the flags of `serve`.
 func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
+	c.addCertValidity(fs, getenv)
 	fs.StringVar(&c.Listen, "listen", envOr(getenv, "GPULAB_LISTEN", ":8443"), "HTTPS listen address (env GPULAB_LISTEN)")
 	fs.StringVar(&c.Hostnames, "hostnames", getenv("GPULAB_HOSTNAMES"), "comma-separated names and IPs for the server certificate, besides localhost, 127.0.0.1 and the host name (env GPULAB_HOSTNAMES)")
-	fs.StringVar(&c.Admins, "admins", getenv("GPULAB_ADMINS"), "comma-separated user names that are admins (env GPULAB_ADMINS)")
+	fs.StringVar(&c.Admins, "admins", getenv("GPULAB_ADMINS"), "comma-separated admins, each a verified e-mail address or ISSUER#SUBJECT of an OpenID login; a bare name is refused (env GPULAB_ADMINS)")
+	fs.BoolVar(&c.AutoCreateCertUsers, "auto-create-cert-users", getenv("GPULAB_AUTO_CREATE_CERT_USERS") == "1", "a valid certificate of a user the master does not know creates him; off: 401 (env GPULAB_AUTO_CREATE_CERT_USERS=1)")
 	fs.StringVar(&c.TLSCert, "tls-cert", getenv("GPULAB_TLS_CERT"), "server certificate PEM instead of one from the CA (env GPULAB_TLS_CERT)")
 	fs.StringVar(&c.TLSKey, "tls-key", getenv("GPULAB_TLS_KEY"), "key of --tls-cert (env GPULAB_TLS_KEY)")
 	fs.BoolVar(&c.NoMigrate, "no-migrate", getenv("GPULAB_NO_MIGRATE") == "1", "do not migrate the schema at start; refuse to start on an older one (env GPULAB_NO_MIGRATE=1)")

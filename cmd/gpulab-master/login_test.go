@@ -101,7 +101,7 @@ func TestServeWithPortalLogin(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan int, 1)
 		go func() {
-			done <- run(ctx, []string{"serve", "--listen", addr, "--hostnames", "127.0.0.1", "--admins", "carol", "--scheduler-interval", "1h"},
+			done <- run(ctx, []string{"serve", "--listen", addr, "--hostnames", "127.0.0.1", "--admins", "carol@example.org", "--scheduler-interval", "1h"},
 				func(k string) string { return env[k] }, &logs, &logs)
 		}()
 		stop := func() {

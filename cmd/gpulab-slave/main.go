@@ -177,12 +177,20 @@ func runSlave(ctx context.Context, args []string, getenv func(string) string, st
 	dnsName := fs.String("dns-name", getenv("GPULAB_SLAVE_DNSNAME"), "the name users reach published ports at (default: the host name)")
 	cpus := fs.Int("cpus", 0, "CPUs to offer (default: the machine's); more than the machine has leaves jobs unpinned, limited by CPU time only")
 	logLevel := fs.String("log-level", envOr(getenv, "GPULAB_LOG_LEVEL", "info"), "debug, info, warn or error")
+	hard := hardeningFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(*logLevel))
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	h, err := hard.hardening()
+	if err != nil {
+		return fmt.Errorf("%w: %w", err, errUsage)
+	}
+	if lowered := h.CapUlimits(); len(lowered) > 0 {
+		log.Warn("job ulimits lowered to this process's hard limits (the engine refuses more)", "lowered", lowered)
+	}
 	if len(storageSpecs) == 0 && getenv("GPULAB_SLAVE_STORAGE") != "" {
 		storageSpecs = strings.Split(getenv("GPULAB_SLAVE_STORAGE"), ",")
 	}
@@ -256,7 +264,14 @@ func runSlave(ctx context.Context, args []string, getenv func(string) string, st
 		log.Warn("offering more CPUs than the machine has: jobs are not pinned to CPUs, only limited in CPU time", "cpus", inv.CPUs, "machine", runtime.NumCPU())
 	}
 	rt := container.New(dc, container.Config{Storage: storageMap, ScratchRoot: *scratch, SlaveName: id.Name, SlaveHost: host,
-		SlaveDNSName: *dnsName, SlaveInstanceID: inv.InstanceID, SlavePID: inv.PID, Version: version, Unpinned: unpinned}, log)
+		SlaveDNSName: *dnsName, SlaveInstanceID: inv.InstanceID, SlavePID: inv.PID, Version: version, Unpinned: unpinned,
+		Hardening: &h, PrivateImages: filepath.Join(*stateDir, "private-images.json")}, log)
+	if err := rt.Prepare(ctx); err != nil {
+		return err
+	}
+	log.Info("job containers", "network", h.Network, "pids_limit", h.PidsLimit, "nofile", h.NoFile, "nproc", h.NProc,
+		"capabilities", strings.Join(h.Capabilities, ","), "no_new_privileges", !h.AllowNewPrivileges,
+		"host_ports", fmt.Sprintf("%d-%d", h.PortLow, h.PortHigh), "max_port_mappings", h.MaxPortMappings)
 	log.Info("slave starting", "name", id.Name, "cluster", id.ClusterID, "master", *master, "cpus", inv.CPUs, "memory_mib", inv.MemoryMiB,
 		"gpus", len(inv.GPUs), "gpu_status", inv.GPUStatus, "storage", inv.StorageRoots)
 	return slave.New(mc, rt, sampler, inv, slave.Config{}, log).Run(ctx)

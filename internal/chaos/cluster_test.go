@@ -247,7 +247,8 @@ func (c *cluster) addSlave(short string, gpus int, proxied bool, dockerHost stri
 	projects := filepath.Join(c.dir, "projects")
 	_ = os.MkdirAll(projects, 0o755)
 	args := []string{"run", "--state-dir", state, "--master", strings.Join(urls, ","),
-		"--scratch-root", filepath.Join(state, "scratch"), "--cpus", "32", "--storage", "/project=" + projects + "/{project}"}
+		"--scratch-root", filepath.Join(state, "scratch"), "--cpus", "32", "--storage", "/project=" + projects + "/{project}",
+		"--network", testenv.JobNetwork()}
 	if gpus > 0 {
 		args = append(args, "--fake-gpus", fmt.Sprintf("%dxV100-32GB", gpus))
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/opengpulab/gpulab/internal/faults"
+	"github.com/opengpulab/gpulab/internal/testenv"
 )
 
 // builder builds the master and slave binaries once for every scenario of the test binary.
@@ -15,6 +16,7 @@ var builder faults.Builder
 func TestMain(m *testing.M) {
 	code := m.Run()
 	builder.Close()
+	testenv.RemoveJobNetwork()
 	os.Exit(code)
 }
 

@@ -148,8 +148,10 @@ func (e *env) startSlave(o slaveOpts) *slaveRun {
 		Version: "test", PID: os.Getpid(), CPUs: cmp.Or(o.cpus, 4), MemoryMiB: 8192, GPUs: gi.GPUs, CudaVersion: gi.CudaVersion, GPUStatus: gi.Status,
 		StorageRoots: smap.Roots()}
 	log := slog.New(slog.NewTextHandler(testWriter{t, o.name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	h := testHardening()
 	rt := slavecontainer.New(o.docker, slavecontainer.Config{Storage: smap, ScratchRoot: e.scratch, SlaveName: o.name, SlaveHost: "127.0.0.1",
-		SlaveDNSName: "127.0.0.1", SlaveInstanceID: inv.InstanceID, SlavePID: inv.PID, Version: "test", FakeGPUDeviceRequests: o.deviceRequests}, log)
+		SlaveDNSName: "127.0.0.1", SlaveInstanceID: inv.InstanceID, SlavePID: inv.PID, Version: "test", FakeGPUDeviceRequests: o.deviceRequests,
+		Hardening: &h}, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	run := &slaveRun{name: o.name, cancel: cancel, stopped: make(chan struct{})}
 	if o.config.PollWait == 0 {

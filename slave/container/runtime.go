@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -27,6 +28,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/registry"
+	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/docker/go-connections/nat"
@@ -53,6 +55,10 @@ type Docker interface {
 	ContainerRemove(ctx context.Context, containerID string, options container.RemoveOptions) error
 	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
 	ContainerStats(ctx context.Context, containerID string, stream bool) (container.StatsResponseReader, error)
+	Info(ctx context.Context) (system.Info, error)
+	DistributionInspect(ctx context.Context, imageRef, encodedRegistryAuth string) (registry.DistributionInspect, error)
+	NetworkInspect(ctx context.Context, networkID string, options network.InspectOptions) (network.Inspect, error)
+	NetworkCreate(ctx context.Context, name string, options network.CreateOptions) (network.CreateResponse, error)
 }
 
 var _ Docker = (*client.Client)(nil)
@@ -63,6 +69,9 @@ const (
 	DefaultHaltGrace   = 15 * time.Second
 	DefaultPullTimeout = 10 * time.Minute
 )
+
+// createTimeout bounds a container's create, which a stopping slave does not cut short.
+const createTimeout = 2 * time.Minute
 
 // HaltExitCode is the exit code by which a job says it halted cleanly after SIGUSR1.
 const HaltExitCode = 123
@@ -98,6 +107,20 @@ type Config struct {
 	// Off by default: an engine without the NVIDIA runtime refuses them, and a demo slave with
 	// fake GPUs must run GPU jobs there. Tests of the hand-off turn it on (stub-hook engine).
 	FakeGPUDeviceRequests bool
+	// Hardening is the operator's bounds on every job container; nil: DefaultHardening().
+	Hardening *Hardening
+	// PrivateImages is the file that records the images pulled with credentials
+	// (<state-dir>/private-images.json), so that they stay private across slave restarts;
+	// empty: kept in memory only.
+	PrivateImages string
+}
+
+// hardening is the hardening in force: the operator's, else the defaults.
+func (c Config) hardening() Hardening {
+	if c.Hardening != nil {
+		return *c.Hardening
+	}
+	return DefaultHardening()
 }
 
 func (c Config) withDefaults() Config {
@@ -119,6 +142,14 @@ type Runtime struct {
 	d   Docker
 	cfg Config
 	log *slog.Logger
+	// prep is what Prepare found out: the hardening in force on this engine.
+	prep struct {
+		sync.Mutex
+		done      bool
+		h         Hardening
+		warnedICC bool // guarded by networkMu
+	}
+	private *privateImages
 }
 
 // New returns a Runtime; zero durations in cfg take their defaults and a nil log discards.
@@ -126,7 +157,7 @@ func New(d Docker, cfg Config, log *slog.Logger) *Runtime {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Runtime{d: d, cfg: cfg.withDefaults(), log: log}
+	return &Runtime{d: d, cfg: cfg.withDefaults(), log: log, private: newPrivateImages(cfg.PrivateImages)}
 }
 
 // StartError is a job that could not be started. Reason is written for the job's owner (it
@@ -169,6 +200,13 @@ func (r *Runtime) Start(ctx context.Context, a protocol.Assignment) (*Started, e
 	if err != nil {
 		return nil, &StartError{Reason: "image: " + err.Error(), Err: err}
 	}
+	h, err := r.prepare(ctx)
+	if err != nil {
+		return nil, &StartError{Reason: "slave: " + err.Error(), Err: err}
+	}
+	if err := checkAssignment(a, h); err != nil {
+		return nil, &StartError{Reason: err.Error(), Err: err}
+	}
 	// The job's own folder (.ssh) goes with a failed start; Resolve may have made it for an
 	// entry before refusing a later one.
 	keepJobDir := false
@@ -187,14 +225,41 @@ func (r *Runtime) Start(ctx context.Context, a protocol.Assignment) (*Started, e
 	if err := r.writeSSHKeys(a, mounts); err != nil {
 		return nil, &StartError{Reason: "storage: cannot write the job's SSH keys", Err: err}
 	}
-	cc, hc, err := Spec(a, r.cfg, mounts)
+	cfg := r.cfg
+	cfg.Hardening = &h
+	cc, hc, err := Spec(a, cfg, mounts)
 	if err != nil {
 		return nil, &StartError{Reason: "container: " + err.Error(), Err: err}
 	}
 	if err := r.ensureImage(ctx, img); err != nil {
 		return nil, err
 	}
-	id, err := r.create(ctx, j.UUID, cc, hc)
+	if err := r.ensureNetwork(ctx, h.Network); err != nil {
+		return nil, startError("network", err)
+	}
+
+	// Storage pinning (storage.Pin): Docker gets staging paths bound to the inodes checked,
+	// opened only now, after the pull, so that what was checked is what is mounted.
+	pins, err := r.pinStorage(a, cfg, mounts, &cc, &hc)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := pins.Release(); err != nil {
+			r.log.Warn("release storage pins", "job", j.UUID, "err", err)
+		}
+	}()
+	// A create is never abandoned half-way when the slave stops (ctx ends): the engine would
+	// finish it anyway and leave a container nobody removes. It completes; the start below
+	// then fails on the ended ctx and removes it.
+	cctx, cancelCreate := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	defer cancelCreate()
+	id, err := r.create(cctx, j.UUID, cc, hc)
+	if err != nil && hc.StorageOpt != nil && isStorageOptRefusal(err) {
+		r.dropRootfsSize(err)
+		hc.StorageOpt = nil
+		id, err = r.create(cctx, j.UUID, cc, hc)
+	}
 	if errors.Is(err, errJobRunning) {
 		keepJobDir = true // the folder belongs to the running container
 		return nil, &StartError{Reason: "create: " + err.Error(), Err: err}
@@ -213,10 +278,37 @@ func (r *Runtime) Start(ctx context.Context, a protocol.Assignment) (*Started, e
 	if err != nil {
 		return fail("inspect", err)
 	}
+	if info.State != nil {
+		if err := pins.Verify(info.State.Pid); err != nil {
+			return fail("storage", err)
+		}
+	}
 	keepJobDir = true
 	ports := publishedPorts(j.Request.Docker.PortMappings, info)
 	r.log.Info("job container started", "job", j.UUID, "container", shortID(id), "image", img.Reference(), "ports", ports)
 	return &Started{ContainerID: id, Ports: ports}, nil
+}
+
+// unpinnedStorage turns pinning off: only the storage race test sets it, to show that the
+// race is won without it.
+var unpinnedStorage = false
+
+// pinStorage pins the job's bind sources (storage.Pin) and makes the container's spec again
+// with the staging paths. The caller releases the pins once the container has started (or
+// failed to): the container holds its own copy of each mount.
+func (r *Runtime) pinStorage(a protocol.Assignment, cfg Config, mounts []storage.Mount, cc **container.Config, hc **container.HostConfig) (*storage.Pins, error) {
+	if unpinnedStorage {
+		return nil, nil
+	}
+	pinned, pins, err := storage.Pin(r.cfg.ScratchRoot, a.Job.UUID, mounts)
+	if err != nil {
+		return nil, &StartError{Reason: "storage: " + err.Error(), Err: err}
+	}
+	if *cc, *hc, err = Spec(a, cfg, pinned); err != nil {
+		_ = pins.Release()
+		return nil, &StartError{Reason: "container: " + err.Error(), Err: err}
+	}
+	return pins, nil
 }
 
 // writeSSHKeys puts request.extra.sshPubKeys in the authorized_keys of the job's .ssh folder,
@@ -240,18 +332,83 @@ func (r *Runtime) writeSSHKeys(a protocol.Assignment, mounts []storage.Mount) er
 	return nil
 }
 
-// ensureImage pulls the image when the engine does not have it, with the credentials of the
-// image string, and reads the whole progress stream: a pull fails inside the stream
-// (errorDetail) as often as in the answer.
+// ensureImage makes the image available to the job. An image with credentials is pulled with
+// them on every start, also when the engine has it: the registry, not the engine's cache,
+// decides whether they may read it. It is recorded private when the registry refuses to
+// describe it without credentials (a public image pulled with credentials stays public, so
+// nobody can make "ubuntu" private by naming it with a password). An image without credentials
+// is pulled only when missing, and refused when its repository is recorded private, or when it
+// is a private image named by its id: nobody runs an image he has no credentials for. The
+// whole progress stream of a pull is read: it fails inside the stream as often as in the answer.
 func (r *Runtime) ensureImage(ctx context.Context, img job.Image) error {
 	ref := img.Reference()
-	_, err := r.d.ImageInspect(ctx, ref)
+	repo := repository(img)
+	if img.HasCredentials() {
+		private := !r.anonymouslyReadable(ctx, ref)
+		added := false
+		if private {
+			// Recorded before the pull, so that a slave that dies during it leaves the image
+			// private; taken back if the pull fails (nothing was proven then).
+			var err error
+			if added, err = r.private.add(repo, ""); err != nil {
+				return &StartError{Reason: "image " + ref + ": the slave cannot record it as private", Err: err}
+			}
+		}
+		if err := r.pull(ctx, img); err != nil {
+			if added {
+				if rerr := r.private.remove(repo); rerr != nil {
+					r.log.Warn("take back a private image record", "image", ref, "err", rerr)
+				}
+			}
+			return err
+		}
+		if !private {
+			return nil
+		}
+		info, err := r.d.ImageInspect(ctx, ref)
+		if err != nil {
+			return startError("image "+ref, err)
+		}
+		if _, err := r.private.add(repo, info.ID); err != nil {
+			return &StartError{Reason: "image " + ref + ": the slave cannot record it as private", Err: err}
+		}
+		r.log.Info("image recorded private", "image", ref, "id", shortID(strings.TrimPrefix(info.ID, "sha256:")))
+		return nil
+	}
+	if r.private.hasRepo(repo) {
+		return privateImageError(ref)
+	}
+	info, err := r.d.ImageInspect(ctx, ref)
 	if err == nil {
+		if r.private.hasID(info.ID) && !r.private.anyPublic(append(info.RepoTags, info.RepoDigests...)) {
+			return privateImageError(ref)
+		}
 		return nil
 	}
 	if !cerrdefs.IsNotFound(err) {
 		return startError("image "+ref, err)
 	}
+	return r.pull(ctx, img)
+}
+
+// anonymouslyReadable asks the registry, through the engine, for the image's manifest without
+// credentials: a private image's registry refuses.
+func (r *Runtime) anonymouslyReadable(ctx context.Context, ref string) bool {
+	dctx, cancel := context.WithTimeout(ctx, r.cfg.PullTimeout)
+	defer cancel()
+	_, err := r.d.DistributionInspect(dctx, ref, "")
+	return err == nil
+}
+
+// privateImageError refuses a job without credentials that names a private image.
+func privateImageError(ref string) error {
+	return &StartError{Reason: "image " + ref + " is private on this slave (it was pulled with registry credentials): " +
+		"give the job's image with the registry credentials (user:password@registry/repository:tag)"}
+}
+
+// pull pulls the image with the image string's credentials, bounded by PullTimeout.
+func (r *Runtime) pull(ctx context.Context, img job.Image) error {
+	ref := img.Reference()
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.PullTimeout)
 	defer cancel()
 	auth, err := registryAuth(img)

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,7 +47,9 @@ func newEnv(t *testing.T, tune func(*Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h := testHardening()
 	cfg := Config{
+		Hardening: &h,
 		Storage: storage.Map{
 			"/project":         filepath.Join(base, "projects", storage.ProjectPlaceholder),
 			"/project_scratch": filepath.Join(base, "scratch", storage.ProjectPlaceholder),
@@ -284,11 +289,14 @@ func TestPublishedPort(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	// A fixed host port is published where asked. The port was free a moment ago (and is of
-	// a range nothing hands out by itself); should another process take it meanwhile, another
-	// is tried.
+	if s.Ports[0].HostPort < DefaultPortLow || s.Ports[0].HostPort > DefaultPortHigh {
+		t.Errorf("Docker picked host port %d, outside the slave's range %d-%d", s.Ports[0].HostPort, DefaultPortLow, DefaultPortHigh)
+	}
+
+	// A fixed host port of the slave's range is published where asked. The port was free a
+	// moment ago; should another process take it meanwhile, another is tried.
 	for attempt := 1; ; attempt++ {
-		free := testenv.FreePort(t)
+		free := freePortIn(t, DefaultPortLow, DefaultPortHigh)
 		b := e.assignment("sleep", "30")
 		b.Job.Request.Docker.PortMappings = []job.PortMapping{{ContainerPort: 9000, HostPort: free, HostIP: "127.0.0.1"}}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -308,6 +316,20 @@ func TestPublishedPort(t *testing.T) {
 		}
 		return
 	}
+}
+
+// freePortIn returns a TCP port of 127.0.0.1 in low..high that is free now.
+func freePortIn(t *testing.T, low, high int) int {
+	t.Helper()
+	for range 100 {
+		port := low + rand.IntN(high-low+1)
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+			_ = l.Close()
+			return port
+		}
+	}
+	t.Fatalf("no free port in %d-%d", low, high)
+	return 0
 }
 
 func TestBindMount(t *testing.T) {
@@ -578,7 +600,9 @@ func TestLimitsInInspect(t *testing.T) {
 	e := newEnv(t, nil)
 	a := e.assignment("sleep", "30")
 	a.Job.Request.Docker.Storage = []job.Storage{{HostPath: "tmpfs", ContainerPath: "/ram", SizeGb: 1}, {HostPath: ".ssh"}}
+	a.Job.Request.Docker.PortMappings = []job.PortMapping{{ContainerPort: 8888}}
 	a.Job.Request.Extra.SSHPubKeys = []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample alice@example"}
+	a.MemoryGb = a.Job.Request.TotalMemoryGb() // as the scheduler books it: 1 GiB + the 1 GiB RAM disk
 	s := e.start(a)
 	info, err := e.cli.ContainerInspect(context.Background(), s.ContainerID)
 	if err != nil {
@@ -586,13 +610,59 @@ func TestLimitsInInspect(t *testing.T) {
 	}
 	hc := info.HostConfig
 	if hc.Memory != 2<<30 || hc.MemorySwap != 2<<30 {
-		t.Errorf("Memory %d MemorySwap %d, want 2 GiB (1 + 1 GiB tmpfs)", hc.Memory, hc.MemorySwap)
+		t.Errorf("Memory %d MemorySwap %d, want 2 GiB (what was booked: 1 + 1 GiB tmpfs, not the tmpfs twice)", hc.Memory, hc.MemorySwap)
+	}
+	if !slices.Contains(info.Config.Env, "GPULAB_MEM_RESERVED=1024m") {
+		t.Errorf("Env %v, want GPULAB_MEM_RESERVED=1024m (cpuMemoryGb)", info.Config.Env)
 	}
 	if hc.NanoCPUs != 1e9 || hc.CpusetCpus != "0" {
 		t.Errorf("NanoCPUs %d CpusetCpus %q", hc.NanoCPUs, hc.CpusetCpus)
 	}
-	if hc.Privileged || hc.NetworkMode.IsHost() || hc.PidMode.IsHost() || hc.IpcMode.IsHost() || len(hc.CapAdd) != 0 || len(hc.Devices) != 0 {
+	h := *e.cfg.Hardening
+	if hc.Privileged || hc.NetworkMode.IsHost() || hc.PidMode.IsHost() || hc.IpcMode.IsHost() || len(hc.Devices) != 0 {
 		t.Errorf("privileges: %+v", hc)
+	}
+	// The engine names capabilities with their CAP_ prefix.
+	wantCaps := make([]string, len(h.Capabilities))
+	for i, c := range h.Capabilities {
+		wantCaps[i] = "CAP_" + c
+	}
+	if !slices.Equal(hc.CapDrop, []string{"ALL"}) || !slices.Equal(hc.CapAdd, wantCaps) {
+		t.Errorf("CapDrop %v CapAdd %v, want ALL and %v", hc.CapDrop, hc.CapAdd, wantCaps)
+	}
+	if !slices.Equal(hc.SecurityOpt, []string{"no-new-privileges"}) {
+		t.Errorf("SecurityOpt %v", hc.SecurityOpt)
+	}
+	if hc.PidsLimit == nil || *hc.PidsLimit != DefaultPidsLimit {
+		t.Errorf("PidsLimit %v, want %d", hc.PidsLimit, DefaultPidsLimit)
+	}
+	var ulimits []string
+	for _, u := range hc.Ulimits {
+		ulimits = append(ulimits, u.String())
+	}
+	if want := []string{fmt.Sprintf("nofile=%d:%d", h.NoFile, h.NoFile), fmt.Sprintf("nproc=%d:%d", h.NProc, h.NProc)}; !slices.Equal(ulimits, want) {
+		t.Errorf("Ulimits %v, want %v", ulimits, want)
+	}
+	if string(hc.NetworkMode) != testenv.JobNetwork() {
+		t.Errorf("NetworkMode %q, want %q", hc.NetworkMode, testenv.JobNetwork())
+	}
+	if hc.LogConfig.Type != "local" || hc.LogConfig.Config["max-size"] != "20m" || hc.LogConfig.Config["max-file"] != "5" {
+		t.Errorf("LogConfig %+v", hc.LogConfig)
+	}
+	if b := hc.PortBindings["8888/tcp"]; len(b) != 1 || b[0].HostPort != "30000-32767" {
+		t.Errorf("PortBindings %v, want 8888 on a host port of 30000-32767", hc.PortBindings)
+	}
+	// Inside: the limits hold for the job's own processes.
+	out, err := exec.Command("docker", "exec", s.ContainerID, "sh", "-c",
+		"ulimit -n; ulimit -u; cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status").CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker exec: %v: %s", err, out)
+	}
+	inside := strings.Fields(string(out))
+	// CapEff: root with exactly the ten capabilities (Docker's default set is a80425fb); NoNewPrivs 1.
+	want := []string{strconv.FormatInt(h.NoFile, 10), strconv.FormatInt(h.NProc, 10), strconv.Itoa(DefaultPidsLimit), "CapEff:", "00000000200404fb", "NoNewPrivs:", "1"}
+	if !slices.Equal(inside, want) {
+		t.Errorf("inside the container: %q, want %q", inside, want)
 	}
 	if info.Name != "/"+ContainerName(a.Job.UUID) {
 		t.Errorf("Name = %q", info.Name)
@@ -607,7 +677,9 @@ func TestLimitsInInspect(t *testing.T) {
 		case "/ram":
 			sawTmpfs = m.Type == "tmpfs"
 		case "/root/.ssh":
-			sawSSH = m.Source == sshDir
+			// Docker binds the staging path the folder was pinned on (storage.Pin).
+			pinned := filepath.Join(e.cfg.ScratchRoot, "pins", a.Job.UUID) + string(filepath.Separator)
+			sawSSH = m.Source == sshDir || strings.HasPrefix(m.Source, pinned)
 		}
 	}
 	if !sawTmpfs || !sawSSH {

@@ -84,15 +84,13 @@ const (
 // files), so that everything a job gets (and everything it is denied) is table-tested; the
 // mounts come from storage.Resolve, which is where host paths are checked.
 //
-// What a job never gets, whatever it asks: privileged mode, added capabilities, devices other
-// than its GPUs, the host's network, PID or IPC namespace, or the Docker socket.
+// What a job never gets, whatever it asks: privileged mode, capabilities beyond
+// Hardening.Capabilities, devices other than its GPUs, the host's network, PID or IPC namespace,
+// or the Docker socket. What bounds it is the operator's Hardening (Config.Hardening, default
+// DefaultHardening): pids, ulimits, no-new-privileges, a bounded log, its network, its host ports.
 //
-// Left at Docker's defaults on purpose: the network (the engine's default bridge; naming
-// "bridge" would break on an engine started with --bridge=none), no init process (the job's
-// command is PID 1, so SIGUSR1 and SIGTERM reach it exactly as under `docker run`), and no
-// "no-new-privileges" (it breaks setuid tools such as sudo and ping that users' images rely on,
-// while the container's default capability set and seccomp profile already bound what setuid
-// can gain).
+// Left at Docker's defaults on purpose: no init process (the job's command is PID 1, so SIGUSR1
+// and SIGTERM reach it exactly as under `docker run`).
 func Spec(a protocol.Assignment, cfg Config, mounts []storage.Mount) (*container.Config, *container.HostConfig, error) {
 	cfg = cfg.withDefaults()
 	j := a.Job
@@ -115,18 +113,16 @@ func Spec(a protocol.Assignment, cfg Config, mounts []storage.Mount) (*container
 		return nil, nil, fmt.Errorf("the job needs %d GPU(s) but was assigned %d", want, len(a.GPUs))
 	}
 
-	memGb := a.MemoryGb
-	if memGb <= 0 {
-		memGb = j.Request.Resources.CPUMemoryGb
+	h := cfg.hardening()
+	if err := h.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("the slave's hardening: %w", err)
 	}
-	var tmpfsBytes int64
 	var mnts []mount.Mount
 	for _, m := range mounts {
 		if slices.Contains(dockerSockets, path.Clean(m.Target)) || (!m.Tmpfs && slices.Contains(dockerSockets, path.Clean(m.Source))) {
 			return nil, nil, fmt.Errorf("mount %s -> %s: the Docker socket is never mounted", m.Source, m.Target)
 		}
 		if m.Tmpfs {
-			tmpfsBytes += m.SizeBytes
 			mnts = append(mnts, mount.Mount{
 				Type: mount.TypeTmpfs, Target: m.Target, ReadOnly: m.ReadOnly,
 				TmpfsOptions: &mount.TmpfsOptions{SizeBytes: m.SizeBytes},
@@ -135,9 +131,12 @@ func Spec(a protocol.Assignment, cfg Config, mounts []storage.Mount) (*container
 		}
 		mnts = append(mnts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
 	}
-	memory := int64(memGb)<<30 + tmpfsBytes
+	// Exactly what the scheduler booked (cpuMemoryGb plus the tmpfs RAM disks, which count
+	// against the container's memory as they fill): adding the RAM disks again would
+	// over-commit the slave by their size.
+	memory := int64(bookedMemoryGb(a)) << 30
 
-	exposed, bindings := ports(d.PortMappings)
+	exposed, bindings := ports(d.PortMappings, h.hostPortRange())
 	stopTimeout := graceSeconds(cfg.CancelGrace)
 
 	cc := &container.Config{
@@ -167,7 +166,7 @@ func Spec(a protocol.Assignment, cfg Config, mounts []storage.Mount) (*container
 		// PyTorch data loaders and other multi-process tools share tensors through /dev/shm;
 		// Docker's 64 MiB default makes them die with "bus error". Shared memory counts
 		// against the container's memory limit, so a larger size grants nothing extra.
-		ShmSize: int64(memGb) << 30 / 2,
+		ShmSize: int64(j.Request.Resources.CPUMemoryGb) << 30 / 2,
 		Resources: container.Resources{
 			NanoCPUs:   int64(j.Request.Resources.CPUs) * 1e9,
 			CpusetCpus: cpuset(a.CPUIDs, cfg),
@@ -176,6 +175,7 @@ func Spec(a protocol.Assignment, cfg Config, mounts []storage.Mount) (*container
 		},
 		Privileged: false,
 	}
+	h.apply(hc)
 	if len(a.GPUs) > 0 && (!allFake(a.GPUs) || cfg.FakeGPUDeviceRequests) {
 		ids := make([]string, len(a.GPUs))
 		for i, g := range a.GPUs {
@@ -213,10 +213,7 @@ func environment(a protocol.Assignment, cfg Config) []string {
 			initial = ri.InitialJobUUID
 		}
 	}
-	memGb := a.MemoryGb
-	if memGb <= 0 {
-		memGb = j.Request.Resources.CPUMemoryGb
-	}
+	memGb := j.Request.Resources.CPUMemoryGb
 	gpus := make([]string, len(a.GPUs))
 	for i, g := range a.GPUs {
 		gpus[i] = g.UUID
@@ -267,9 +264,18 @@ func environment(a protocol.Assignment, cfg Config) []string {
 	return env
 }
 
-// ports publishes each mapping on TCP: host port 0 lets Docker pick a free one, an empty host
-// IP publishes on every address.
-func ports(pms []job.PortMapping) (nat.PortSet, nat.PortMap) {
+// bookedMemoryGb is the memory the scheduler booked for the job (the assignment's), or, from a
+// master that does not say, what it books: cpuMemoryGb plus the tmpfs RAM disks.
+func bookedMemoryGb(a protocol.Assignment) int {
+	if a.MemoryGb > 0 {
+		return a.MemoryGb
+	}
+	return a.Job.Request.TotalMemoryGb()
+}
+
+// ports publishes each mapping on TCP: host port 0 lets Docker pick a free one in hostRange
+// ("low-high"; empty: anywhere), an empty host IP publishes on every address.
+func ports(pms []job.PortMapping, hostRange string) (nat.PortSet, nat.PortMap) {
 	if len(pms) == 0 {
 		return nil, nil
 	}
@@ -277,7 +283,7 @@ func ports(pms []job.PortMapping) (nat.PortSet, nat.PortMap) {
 	for _, pm := range pms {
 		p := containerPort(pm.ContainerPort)
 		exposed[p] = struct{}{}
-		hp := ""
+		hp := hostRange
 		if pm.HostPort != 0 {
 			hp = strconv.Itoa(pm.HostPort)
 		}

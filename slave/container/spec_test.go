@@ -194,8 +194,9 @@ func TestSpecResources(t *testing.T) {
 	if _, uhc, err := Spec(a, unpinned, mounts); err != nil || uhc.NanoCPUs != 2e9 || uhc.CpusetCpus != "" {
 		t.Errorf("unpinned: NanoCPUs = %d, CpusetCpus = %q, %v", uhc.NanoCPUs, uhc.CpusetCpus, err)
 	}
-	if want := int64(3) << 30; hc.Memory != want || hc.MemorySwap != want {
-		t.Errorf("Memory = %d, MemorySwap = %d, want both %d (2 GiB + 1 GiB tmpfs, no swap)", hc.Memory, hc.MemorySwap, want)
+	// The scheduler booked 2 GiB (specAssignment's memoryGb); the RAM disk is not added again.
+	if want := int64(2) << 30; hc.Memory != want || hc.MemorySwap != want {
+		t.Errorf("Memory = %d, MemorySwap = %d, want both %d (what was booked, no swap)", hc.Memory, hc.MemorySwap, want)
 	}
 	if hc.ShmSize != 1<<30 {
 		t.Errorf("ShmSize = %d", hc.ShmSize)
@@ -224,16 +225,18 @@ func TestSpecResources(t *testing.T) {
 		t.Errorf("a job without GPUs got device requests %+v", hc.DeviceRequests)
 	}
 
-	// Defaults: the assignment's memory when given, else the request's; 10 s stop grace.
+	// Defaults: the assignment's memory when given, else what the scheduler books (cpuMemoryGb
+	// plus the RAM disks); 10 s stop grace.
 	a = specAssignment()
 	a.MemoryGb = 0
 	a.Job.Request.Resources.CPUMemoryGb = 5
+	a.Job.Request.Docker.Storage = []job.Storage{{HostPath: "tmpfs", ContainerPath: "/ram", SizeGb: 2}}
 	a.CPUIDs = nil
 	cc, hc, err = Spec(a, specConfig(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hc.Memory != 5<<30 || hc.CpusetCpus != "" || *cc.StopTimeout != 10 {
+	if hc.Memory != 7<<30 || hc.CpusetCpus != "" || *cc.StopTimeout != 10 {
 		t.Errorf("Memory %d CpusetCpus %q StopTimeout %d", hc.Memory, hc.CpusetCpus, *cc.StopTimeout)
 	}
 }
@@ -250,12 +253,29 @@ func TestSpecSecurity(t *testing.T) {
 		hc.UsernsMode.IsHost() || hc.CgroupnsMode.IsHost() {
 		t.Errorf("host namespace or privileged: %+v", hc)
 	}
-	if hc.NetworkMode != "" || hc.PidMode != "" || hc.IpcMode != "" {
-		t.Errorf("NetworkMode %q PidMode %q IpcMode %q, want the engine's defaults", hc.NetworkMode, hc.PidMode, hc.IpcMode)
+	if hc.NetworkMode != DefaultNetwork || hc.PidMode != "" || hc.IpcMode != "" {
+		t.Errorf("NetworkMode %q PidMode %q IpcMode %q, want the jobs' network and the engine's defaults", hc.NetworkMode, hc.PidMode, hc.IpcMode)
 	}
-	if len(hc.CapAdd) != 0 || len(hc.Devices) != 0 || len(hc.DeviceCgroupRules) != 0 || len(hc.SecurityOpt) != 0 ||
+	if !reflect.DeepEqual([]string(hc.CapDrop), []string{"ALL"}) || !reflect.DeepEqual([]string(hc.CapAdd), DefaultCapabilities) {
+		t.Errorf("CapDrop %v CapAdd %v, want ALL dropped and %v added back", hc.CapDrop, hc.CapAdd, DefaultCapabilities)
+	}
+	if len(hc.Devices) != 0 || len(hc.DeviceCgroupRules) != 0 || !reflect.DeepEqual(hc.SecurityOpt, []string{"no-new-privileges"}) ||
 		len(hc.Binds) != 0 || len(hc.VolumesFrom) != 0 || hc.PublishAllPorts {
-		t.Errorf("extra privileges: CapAdd %v Devices %v rules %v SecurityOpt %v Binds %v", hc.CapAdd, hc.Devices, hc.DeviceCgroupRules, hc.SecurityOpt, hc.Binds)
+		t.Errorf("extra privileges: Devices %v rules %v SecurityOpt %v Binds %v", hc.Devices, hc.DeviceCgroupRules, hc.SecurityOpt, hc.Binds)
+	}
+	if hc.PidsLimit == nil || *hc.PidsLimit != DefaultPidsLimit {
+		t.Errorf("PidsLimit %v, want %d", hc.PidsLimit, DefaultPidsLimit)
+	}
+	wantUlimits := []*container.Ulimit{{Name: "nofile", Soft: DefaultNoFile, Hard: DefaultNoFile}, {Name: "nproc", Soft: DefaultNProc, Hard: DefaultNProc}}
+	if !reflect.DeepEqual(hc.Ulimits, wantUlimits) {
+		t.Errorf("Ulimits %v, want %v", hc.Ulimits, wantUlimits)
+	}
+	wantLog := container.LogConfig{Type: "local", Config: map[string]string{"max-size": "20m", "max-file": "5"}}
+	if !reflect.DeepEqual(hc.LogConfig, wantLog) {
+		t.Errorf("LogConfig %+v, want %+v", hc.LogConfig, wantLog)
+	}
+	if !reflect.DeepEqual(hc.StorageOpt, map[string]string{"size": "100G"}) {
+		t.Errorf("StorageOpt %v, want a 100 GB rootfs", hc.StorageOpt)
 	}
 	want := []container.DeviceRequest{{Driver: "nvidia", DeviceIDs: []string{"GPU-1"}, Capabilities: [][]string{{"gpu"}}}}
 	if !reflect.DeepEqual(hc.DeviceRequests, want) {
@@ -321,7 +341,7 @@ func TestSpecPorts(t *testing.T) {
 		t.Errorf("ExposedPorts = %v", cc.ExposedPorts)
 	}
 	wantBindings := nat.PortMap{
-		"8888/tcp": {{HostIP: "", HostPort: ""}},
+		"8888/tcp": {{HostIP: "", HostPort: "30000-32767"}}, // Docker picks one in the slave's range
 		"22/tcp":   {{HostIP: "127.0.0.1", HostPort: "2222"}, {HostIP: "", HostPort: "2223"}},
 	}
 	if !reflect.DeepEqual(hc.PortBindings, wantBindings) {

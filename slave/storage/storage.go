@@ -11,13 +11,14 @@
 // Everything is decided before any container exists, and refusals are errors that name the
 // entry (request.docker.storage[i]) and say why, fit to be shown to the job's owner.
 //
-// # Residual race
+// # The swap race, closed by Pin
 //
-// Resolve hands Docker a path free of symbolic links, but Docker opens it later, at container
+// Resolve hands out a path free of symbolic links, but Docker would open it later, at container
 // start. A job that runs at the same time in the same project could, in that window, replace
-// a folder on the path with a symbolic link; only folders of that project can be swapped, so
-// the window is open to members of the project against their own new jobs. Closing it needs the
-// engine to open the source itself with RESOLVE_BENEATH, which Docker does not offer.
+// a folder on the path with a symbolic link to another project's folder. Docker cannot open a
+// source with RESOLVE_BENEATH, so the slave does (Pin): it opens the checked path without
+// following links, binds the opened inode onto a staging path of its own and gives Docker that
+// path (see pin.go).
 package storage
 
 import (
@@ -134,6 +135,9 @@ type Mount struct {
 	ReadOnly  bool
 	Tmpfs     bool
 	SizeBytes int64 // size of a tmpfs
+	// Beneath is the project folder (free of links) that Source lies in, "" for the slave's
+	// own folders: Pin opens Source below it and never lets the open leave it.
+	Beneath string
 }
 
 // Error is a refused or unresolvable storage entry. Its text names the entry as the job
@@ -233,13 +237,13 @@ func resolveOne(m Map, project, jobUUID, scratchRoot string, e job.Storage) (Mou
 			return Mount{}, fmt.Sprintf("%s needs the storage root %s, which this slave does not offer (it offers %s)",
 				job.ProjectShareAuto, ProjectRoot, offered(m)), nil
 		}
-		src, reason, err := hostFolder(m, project, ProjectRoot)
-		return Mount{Source: src, Target: target}, reason, err
+		src, beneath, reason, err := hostFolder(m, project, ProjectRoot)
+		return Mount{Source: src, Target: target, Beneath: beneath}, reason, err
 	case "":
 		return Mount{}, "needs a hostPath", nil
 	}
-	src, reason, err := hostFolder(m, project, e.HostPath)
-	return Mount{Source: src, Target: target}, reason, err
+	src, beneath, reason, err := hostFolder(m, project, e.HostPath)
+	return Mount{Source: src, Target: target, Beneath: beneath}, reason, err
 }
 
 // checkTarget cleans a containerPath or explains why it cannot be mounted on.
@@ -304,8 +308,23 @@ func sshDir(scratchRoot, jobUUID string) (string, string, error) {
 	return dir, "", nil
 }
 
-// hostFolder maps a hostPath under a root to a host path inside the project's own folder.
-func hostFolder(m Map, project, hostPath string) (string, string, error) {
+// hostFolder maps a hostPath under a root to a host path inside the project's own folder, and
+// returns that folder (resolved) too.
+func hostFolder(m Map, project, hostPath string) (src, beneath, reason string, err error) {
+	src, reason, err = hostFolderPath(m, project, hostPath)
+	if reason != "" || err != nil {
+		return "", "", reason, err
+	}
+	root, _, _ := m.match(path.Clean(hostPath))
+	projDir := filepath.Clean(strings.ReplaceAll(m[root], ProjectPlaceholder, project))
+	if beneath, err = filepath.EvalSymlinks(projDir); err != nil {
+		return "", "", fmt.Sprintf("cannot resolve the project folder of %s", root), fmt.Errorf("resolve project folder: %w", err)
+	}
+	return src, beneath, "", nil
+}
+
+// hostFolderPath checks a hostPath and resolves it to a host path free of links.
+func hostFolderPath(m Map, project, hostPath string) (string, string, error) {
 	if !path.IsAbs(hostPath) {
 		return "", fmt.Sprintf(`hostPath must be an absolute path or one of ".ssh", "tmpfs", %q, not %q`, job.ProjectShareAuto, hostPath), nil
 	}

@@ -171,6 +171,13 @@ func TestResolveAllowed(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Resolve: %v", err)
 			}
+			if len(got) == 1 && got[0].Beneath != "" {
+				// The project folder that Pin opens the source below.
+				if !within(got[0].Source, got[0].Beneath) || !strings.Contains(got[0].Beneath, "alpha") {
+					t.Fatalf("Resolve = %+v: source not below its project folder", got)
+				}
+				got[0].Beneath = ""
+			}
 			if len(got) != 1 || got[0] != tc.want {
 				t.Fatalf("Resolve = %+v, want [%+v]", got, tc.want)
 			}

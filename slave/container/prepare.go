@@ -1,0 +1,127 @@
+package container
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/system"
+)
+
+// LabelNetwork marks the jobs' network the slave created, for an operator reading
+// `docker network ls`.
+const LabelNetwork = "gpulab.network"
+
+// Prepare checks the slave's hardening against the engine once: it drops the rootfs size
+// where the storage driver cannot bound it (with a log line: jobs still run) and loads the
+// record of private images. Start calls it; gpulab-slave calls it at start-up so that a
+// mistake shows before the first job.
+func (r *Runtime) Prepare(ctx context.Context) error {
+	_, err := r.prepare(ctx)
+	return err
+}
+
+// prepare returns the hardening in force, finding it out on the first call that succeeds.
+func (r *Runtime) prepare(ctx context.Context) (Hardening, error) {
+	r.prep.Lock()
+	defer r.prep.Unlock()
+	if r.prep.done {
+		return r.prep.h, nil
+	}
+	h := r.cfg.hardening()
+	if err := h.Validate(); err != nil {
+		return h, fmt.Errorf("the slave's hardening: %w", err)
+	}
+	if h.RootfsSizeGb > 0 {
+		info, err := r.d.Info(ctx)
+		if err != nil {
+			return h, fmt.Errorf("docker info: %w", err)
+		}
+		if why := rootfsUnsupported(info); why != "" {
+			r.log.Warn("the job containers' rootfs size is not limited", "why", why, "rootfs_size_gb", h.RootfsSizeGb)
+			h.RootfsSizeGb = 0
+		}
+	}
+	if err := r.private.load(); err != nil {
+		return h, err
+	}
+	r.prep.h, r.prep.done = h, true
+	return h, nil
+}
+
+// rootfsUnsupported says why the engine's storage driver cannot bound a container's writable
+// layer (--storage-opt size), or "" when it can: overlay2 only on xfs (mounted with pquota,
+// which the engine does not report: a create that fails on it drops the limit then).
+func rootfsUnsupported(info system.Info) string {
+	switch info.Driver {
+	case "overlay2":
+		for _, kv := range info.DriverStatus {
+			if kv[0] == "Backing Filesystem" && kv[1] == "xfs" {
+				return ""
+			}
+		}
+		return "storage driver overlay2 limits sizes only on xfs with pquota"
+	case "btrfs", "zfs", "devicemapper", "windowsfilter":
+		return ""
+	}
+	return "storage driver " + info.Driver + " cannot limit a container's size"
+}
+
+// isStorageOptRefusal is the engine refusing a size limit it cannot apply (overlay2 on xfs
+// without pquota, btrfs without quotas).
+func isStorageOptRefusal(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "storage-opt") || strings.Contains(msg, "quota")
+}
+
+// dropRootfsSize turns the rootfs limit off for the rest of the slave's life after the engine
+// refused it.
+func (r *Runtime) dropRootfsSize(err error) {
+	r.prep.Lock()
+	defer r.prep.Unlock()
+	if r.prep.h.RootfsSizeGb > 0 {
+		r.log.Warn("the job containers' rootfs size is not limited: the engine refused it", "err", err)
+		r.prep.h.RootfsSizeGb = 0
+	}
+}
+
+// networkMu serialises the check-and-create of the jobs' network within a process (several
+// runtimes in tests): an engine before API 1.44 would otherwise create two networks of one
+// name, and a name then no longer says which.
+var networkMu sync.Mutex
+
+// ensureNetwork creates the jobs' network when it is missing: a bridge with inter-container
+// traffic off, so that a job reaches other jobs only through their published ports. An
+// existing network is the operator's; one that lets jobs reach each other is logged (once).
+func (r *Runtime) ensureNetwork(ctx context.Context, name string) error {
+	if mode := container.NetworkMode(name); name == "" || mode.IsDefault() || mode.IsBridge() || mode.IsNone() {
+		return nil
+	}
+	networkMu.Lock()
+	defer networkMu.Unlock()
+	n, err := r.d.NetworkInspect(ctx, name, network.InspectOptions{})
+	if err == nil {
+		if n.Driver == "bridge" && n.Options[iccOption] != "false" && !r.prep.warnedICC {
+			r.prep.warnedICC = true
+			r.log.Warn("the jobs' network lets jobs reach each other's ports (inter-container traffic is on)", "network", name)
+		}
+		return nil
+	}
+	if !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("inspect the jobs' network %s: %w", name, err)
+	}
+	_, err = r.d.NetworkCreate(ctx, name, network.CreateOptions{
+		Driver:  "bridge",
+		Options: map[string]string{iccOption: "false"},
+		Labels:  map[string]string{LabelNetwork: "jobs"},
+	})
+	if err != nil && !cerrdefs.IsConflict(err) {
+		return fmt.Errorf("create the jobs' network %s: %w", name, err)
+	}
+	r.log.Info("created the jobs' network (inter-container traffic off)", "network", name)
+	return nil
+}
