@@ -115,6 +115,7 @@ func (h *Handlers) SlaveRegister(w http.ResponseWriter, r *http.Request) error {
 		Host: inv.Host, DNSName: inv.DNSName, Version: inv.Version, Inventory: data}); err != nil {
 		return err
 	}
+	h.forgetCapacity()
 	view, _, err := h.reconcile(ctx, c.SlaveName, inv.Containers, "slave "+c.SlaveName+" restarted and found no container of the job")
 	if err != nil {
 		return err

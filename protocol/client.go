@@ -80,6 +80,7 @@ func (c *Client) Join(ctx context.Context, req JoinRequest) (JoinReply, error) {
 
 // Register implements Master.
 func (c *Client) Register(ctx context.Context, inv Inventory) (Registration, error) {
+	inv.GPUStatus = CleanReason(inv.GPUStatus)
 	var out Registration
 	err := c.call(ctx, RegisterPath, inv, &out, 30*time.Second)
 	return out, err
@@ -101,6 +102,7 @@ func (c *Client) Next(ctx context.Context, req NextRequest) (Work, error) {
 
 // Update implements Master.
 func (c *Client) Update(ctx context.Context, u StateUpdate) error {
+	u.Reason = CleanReason(u.Reason)
 	return c.call(ctx, UpdatePath, u, nil, 30*time.Second)
 }
 
@@ -118,6 +120,7 @@ func (c *Client) LogState(ctx context.Context, jobUUID string) (LogState, error)
 
 // Done implements Master.
 func (c *Client) Done(ctx context.Context, d Completion) error {
+	d.Reason = CleanReason(d.Reason)
 	return c.call(ctx, DonePath, d, nil, 30*time.Second)
 }
 

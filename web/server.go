@@ -113,7 +113,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(tls.NewListener(limitConns(l, s.cfg.Limits.MaxConnsPerIP), tlsCfg)) }()
+	go func() { errc <- srv.Serve(tls.NewListener(limitConns(l, s.cfg.Limits.MaxConnsPerIP, s.log), tlsCfg)) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
