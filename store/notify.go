@@ -52,7 +52,10 @@ func (s *Store) NotifySlaves(ctx context.Context, names ...string) error {
 // Listen calls onScheduler and onSlaves for the notifications of every master until ctx ends.
 // After the listening connection was lost and came back, both are called as if everything had
 // changed (notifications sent meanwhile are lost), onSlaves with nil meaning all slaves.
-func (s *Store) Listen(ctx context.Context, log *slog.Logger, onScheduler func(), onSlaves func(names []string)) error {
+// ready, when not nil, is called once both channels are listened to: a notification sent
+// after it is delivered (one sent before is not, which is what a caller that must not miss
+// one, such as a test starting two masters, waits for).
+func (s *Store) Listen(ctx context.Context, log *slog.Logger, onScheduler func(), onSlaves func(names []string), ready func()) error {
 	l := pq.NewListener(s.url, time.Second, 30*time.Second, func(ev pq.ListenerEventType, err error) {
 		switch ev {
 		case pq.ListenerEventConnectionAttemptFailed, pq.ListenerEventDisconnected:
@@ -73,6 +76,9 @@ func (s *Store) Listen(ctx context.Context, log *slog.Logger, onScheduler func()
 			}
 			return fmt.Errorf("listen to %s: %w", ch, err)
 		}
+	}
+	if ready != nil {
+		ready()
 	}
 	for {
 		select {

@@ -139,7 +139,7 @@ func listen(ctx context.Context, st *store.Store, log *slog.Logger, wake, work *
 				return
 			}
 			work.WakeKeys(names...)
-		})
+		}, nil)
 		if err != nil {
 			log.Warn("database notifications", "err", err)
 		}

@@ -168,6 +168,7 @@ func Start(t testing.TB, opts Options) *Master {
 	srv := web.New(wcfg, st, h, log)
 	loopDone := make(chan struct{})
 	listenDone := make(chan struct{})
+	listening := make(chan struct{})
 	go func() {
 		defer close(listenDone)
 		_ = st.Listen(ctx, log, wake.Wake, func(names []string) {
@@ -176,8 +177,16 @@ func Start(t testing.TB, opts Options) *Master {
 				return
 			}
 			work.WakeKeys(names...)
-		})
+		}, func() { close(listening) })
 	}()
+	// A test may act on another master at once: this one must not miss its notifications.
+	select {
+	case <-listening:
+	case <-listenDone:
+		t.Fatalf("the master's database notifications ended before they began")
+	case <-time.After(time.Minute):
+		t.Fatalf("the master did not listen to database notifications within a minute")
+	}
 	if opts.Scheduler {
 		loop := scheduler.NewLoop(st, lc, log, wake, work)
 		go func() { defer close(loopDone); _ = loop.Run(ctx) }()
