@@ -7,6 +7,8 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 )
 
@@ -25,7 +27,17 @@ func RemoveJobNetwork() {
 	defer func() { _ = cli.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := cli.NetworkRemove(ctx, JobNetwork()); err != nil && !cerrdefs.IsNotFound(err) {
-		fmt.Fprintf(os.Stderr, "testenv: remove the jobs' network %s: %v\n", JobNetwork(), err)
+	list, err := cli.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("name", JobNetwork()))})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testenv: list the jobs' networks %s: %v\n", JobNetwork(), err)
+		return
+	}
+	for _, n := range list { // by id: a name two networks share (a lost race) is ambiguous
+		if n.Name != JobNetwork() {
+			continue
+		}
+		if err := cli.NetworkRemove(ctx, n.ID); err != nil && !cerrdefs.IsNotFound(err) {
+			fmt.Fprintf(os.Stderr, "testenv: remove the jobs' network %s (%s): %v\n", JobNetwork(), n.ID, err)
+		}
 	}
 }

@@ -1,15 +1,21 @@
 package container
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/system"
+	"golang.org/x/sys/unix"
 )
 
 // LabelNetwork marks the jobs' network the slave created, for an operator reading
@@ -103,7 +109,22 @@ func (r *Runtime) ensureNetwork(ctx context.Context, name string) error {
 	}
 	networkMu.Lock()
 	defer networkMu.Unlock()
+	// Docker (before API 1.44) lets two creates of one name race into two networks, after
+	// which every container naming it fails ("ambiguous"); slave processes sharing an engine
+	// (tests, a slave restarted while its old process ends) take a lock on the host too.
+	unlock, err := lockHostWide("gpulab-network-" + name)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	n, err := r.d.NetworkInspect(ctx, name, network.InspectOptions{})
+	if err != nil && !cerrdefs.IsNotFound(err) && strings.Contains(err.Error(), "ambiguous") {
+		// Left by an earlier race: keep the oldest, remove the others not in use.
+		if err := r.dedupeNetwork(ctx, name); err != nil {
+			return err
+		}
+		n, err = r.d.NetworkInspect(ctx, name, network.InspectOptions{})
+	}
 	if err == nil {
 		if n.Driver == "bridge" && n.Options[iccOption] != "false" && !r.prep.warnedICC {
 			r.prep.warnedICC = true
@@ -124,4 +145,44 @@ func (r *Runtime) ensureNetwork(ctx context.Context, name string) error {
 	}
 	r.log.Info("created the jobs' network (inter-container traffic off)", "network", name)
 	return nil
+}
+
+// dedupeNetwork leaves one network of the name: the oldest (then the smallest id, so that
+// every slave picks the same), removing the others that no container uses.
+func (r *Runtime) dedupeNetwork(ctx context.Context, name string) error {
+	list, err := r.d.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("name", name))})
+	if err != nil {
+		return fmt.Errorf("list the jobs' networks %s: %w", name, err)
+	}
+	var same []network.Summary
+	for _, n := range list {
+		if n.Name == name { // the filter matches substrings
+			same = append(same, n)
+		}
+	}
+	slices.SortFunc(same, func(a, b network.Summary) int {
+		return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.ID, b.ID))
+	})
+	for _, n := range same[min(1, len(same)):] {
+		if err := r.d.NetworkRemove(ctx, n.ID); err != nil {
+			r.log.Warn("remove a duplicate of the jobs' network", "network", name, "id", n.ID, "err", err)
+			continue
+		}
+		r.log.Warn("removed a duplicate of the jobs' network", "network", name, "id", n.ID)
+	}
+	return nil
+}
+
+// lockHostWide takes an exclusive lock shared by every process of the host (a lock file in
+// the temporary folder), released by the function it returns.
+func lockHostWide(name string) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), name+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", name, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("lock %s: %w", name, err)
+	}
+	return func() { _ = f.Close() }, nil // closing releases the lock
 }

@@ -1,0 +1,70 @@
+package container
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+
+	"github.com/opengpulab/gpulab/internal/testenv"
+)
+
+// TestDuplicateJobNetworksMended: two networks of one name (what two slave processes racing to
+// create it left on engines before API 1.44, after which every job failed to start with
+// "ambiguous") are mended at the next start: one is kept and the job starts in it.
+func TestDuplicateJobNetworksMended(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	name := testenv.Name("gpulab-dup")
+	t.Cleanup(func() { removeNetworks(t, e, name) })
+	// The engine's own duplicate check is skipped by asking for it off, as an old client did.
+	for range 2 {
+		req, err := http.NewRequestWithContext(ctx, "POST", "http://docker/v1.41/networks/create",
+			strings.NewReader(`{"Name": "`+name+`", "CheckDuplicate": false, "Driver": "bridge"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := e.cli.HTTPClient().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			t.Skipf("this engine refuses duplicate network names (%s): nothing to mend", resp.Status)
+		}
+	}
+	if n := len(networksNamed(t, e, name)); n != 2 {
+		t.Fatalf("%d networks named %s, want the 2 made", n, name)
+	}
+	if err := e.rt.ensureNetwork(ctx, name); err != nil {
+		t.Fatalf("ensure the network: %v", err)
+	}
+	if n := len(networksNamed(t, e, name)); n != 1 {
+		t.Fatalf("%d networks named %s after mending, want 1", n, name)
+	}
+}
+
+func networksNamed(t *testing.T, e *env, name string) []network.Summary {
+	t.Helper()
+	list, err := e.cli.NetworkList(context.Background(), network.ListOptions{Filters: filters.NewArgs(filters.Arg("name", name))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []network.Summary
+	for _, n := range list {
+		if n.Name == name {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func removeNetworks(t *testing.T, e *env, name string) {
+	for _, n := range networksNamed(t, e, name) {
+		_ = e.cli.NetworkRemove(context.Background(), n.ID)
+	}
+}
