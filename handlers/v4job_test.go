@@ -121,3 +121,65 @@ func TestV4JobIsImecsJobModel(t *testing.T) {
 		t.Errorf("usage: %+v", f)
 	}
 }
+
+// TestOpenAPIJobV4MatchesImecSchema: the OpenAPI document's v4.0 job (JobV4...) names the same
+// fields, model by model, as the schema of imec's Job the conformance test checks answers with.
+func TestOpenAPIJobV4MatchesImecSchema(t *testing.T) {
+	var api struct {
+		Components struct {
+			Schemas map[string]struct {
+				Required   []string                   `json:"required"`
+				Properties map[string]json.RawMessage `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(OpenAPIDocument(), &api); err != nil {
+		t.Fatal(err)
+	}
+	data, err := imecschema.File("job.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var imec struct {
+		Defs map[string]struct {
+			Required   []string                   `json:"required"`
+			Properties map[string]json.RawMessage `json:"properties"`
+		} `json:"$defs"`
+	}
+	if err := json.Unmarshal(data, &imec); err != nil {
+		t.Fatal(err)
+	}
+	// Deprecated fields imec accepts but never sends are not documented.
+	undocumented := map[string]bool{"wasteReport": true, "withinMaxSimultaneousJobs": true}
+	pairs := map[string]string{
+		"JobV4": "Job", "JobV4RestartInfo": "RestartInfo", "JobV4Owner": "JobOwner", "JobV4State": "JobState",
+		"JobV4StateScheduling": "JobStateScheduling", "JobV4EventTimes": "JobEventTimes", "JobV4HaltInfo": "HaltInfo",
+		"JobV4Resources": "JobStateResources", "JobV4PortMapping": "JobPortMapping", "JobV4GpuOverview": "GpuOverview",
+		"JobV4GpuInfo": "GpuInfo", "JobV4UsageStatistics": "GPULabUsageStatistics", "JobV4ContainerUsage": "ContainerUsageStatistics",
+		"JobV4GpuUsage": "GpuUsageStatistics",
+	}
+	for ours, theirs := range pairs {
+		a, ok := api.Components.Schemas[ours]
+		if !ok {
+			t.Errorf("OpenAPI has no %s", ours)
+			continue
+		}
+		b := imec.Defs[theirs]
+		var want []string
+		for k := range b.Properties {
+			if !undocumented[k] {
+				want = append(want, k)
+			}
+		}
+		var got []string
+		for k := range a.Properties {
+			got = append(got, k)
+		}
+		if g, w := strings.Join(sortedStrings(got), ","), strings.Join(sortedStrings(want), ","); g != w {
+			t.Errorf("OpenAPI %s has %s\nimec's %s has %s", ours, g, theirs, w)
+		}
+		if g, w := strings.Join(sortedStrings(a.Required), ","), strings.Join(sortedStrings(b.Required), ","); g != w {
+			t.Errorf("OpenAPI %s requires %s, imec's %s %s", ours, g, theirs, w)
+		}
+	}
+}

@@ -76,3 +76,9 @@ func (s *Schemas) Validate(model string, data []byte) error {
 	}
 	return nil
 }
+
+// File returns a schema file's text ("job.json"), for tests that compare other documents (the
+// OpenAPI document) with it.
+func File(name string) ([]byte, error) {
+	return files.ReadFile(name)
+}
