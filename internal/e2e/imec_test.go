@@ -14,7 +14,8 @@ import (
 	"github.com/opengpulab/gpulab/job"
 )
 
-const v40 = "/api/gpulab/v4.0"
+// imecV40 is the base imec's client calls.
+const imecV40 = "/api/gpulab/v4.0"
 
 // imecCheck fetches v4.0 answers of a real master and validates them against our schemas of
 // imec's models, remembering which parts of the model each state exercised.
@@ -31,7 +32,7 @@ type imecCheck struct {
 func (c *imecCheck) job(label string, u *testmaster.User, id string, want job.Status) map[string]any {
 	t := c.e.t
 	t.Helper()
-	status, data, _ := c.e.m.Do(u, "GET", v40+"/jobs/"+id, nil)
+	status, data, _ := c.e.m.Do(u, "GET", imecV40+"/jobs/"+id, nil)
 	if status != 200 {
 		t.Fatalf("%s: GET v4.0 jobs/%s: %d %s", label, id, status, data)
 	}
@@ -87,7 +88,7 @@ func (c *imecCheck) note(label string, j map[string]any) {
 func (c *imecCheck) list(u *testmaster.User, query url.Values) map[string]string {
 	t := c.e.t
 	t.Helper()
-	status, data, _ := c.e.m.Do(u, "GET", v40+"/jobs?"+query.Encode(), nil)
+	status, data, _ := c.e.m.Do(u, "GET", imecV40+"/jobs?"+query.Encode(), nil)
 	if status != 200 {
 		t.Fatalf("GET v4.0 jobs?%s: %d %s", query.Encode(), status, data)
 	}
@@ -216,7 +217,7 @@ func TestImecJobModelConformance(t *testing.T) {
 	if ri := j["restartInfo"].(map[string]any); ri["initialJobUuid"] != heavy || ri["restartCount"] != 1.0 {
 		t.Errorf("restart job's restartInfo: %v", ri)
 	}
-	code, data, _ := e.m.Do(bob, "PUT", v40+"/jobs/"+restart+"/state/status", strings.NewReader("CANCELLED"))
+	code, data, _ := e.m.Do(bob, "PUT", imecV40+"/jobs/"+restart+"/state/status", strings.NewReader("CANCELLED"))
 	if code != 200 {
 		t.Fatalf("cancel through v4.0: %d %s", code, data)
 	}
@@ -230,7 +231,7 @@ func TestImecJobModelConformance(t *testing.T) {
 	failed := e.submit(e.jobFile("failing", "exit 3", nil))
 	e.waitFor(failed, job.StatusFailed)
 	c.job("failed", e.alice, failed, job.StatusFailed)
-	if code, data, _ := e.m.Do(e.alice, "DELETE", v40+"/jobs/"+failed, nil); code != 200 {
+	if code, data, _ := e.m.Do(e.alice, "DELETE", imecV40+"/jobs/"+failed, nil); code != 200 {
 		t.Fatalf("delete: %d %s", code, data)
 	}
 	c.job("deleted", e.alice, failed, job.StatusDeleted)
