@@ -220,11 +220,16 @@ func v4JobOf(j *job.Job, sanitized bool, slaves map[string]slaveFacts) v4Job {
 }
 
 // v4Request adapts the request where imec's rules are stricter than ours: a working directory
-// ends with a slash.
+// ends with a slash; gpuMemoryGb is more than 1 (a minimum of 1 GB, which every GPU has, is
+// left out); a user is a name or id without a group ("1000:1000" shows as "1000").
 func v4Request(r job.Request) job.Request {
 	if wd := r.Docker.WorkingDir; wd != "" && !strings.HasSuffix(wd, "/") {
 		r.Docker.WorkingDir = wd + "/"
 	}
+	if r.Resources.GPUMemoryGb == 1 {
+		r.Resources.GPUMemoryGb = 0
+	}
+	r.Docker.User, _, _ = strings.Cut(r.Docker.User, ":")
 	return r
 }
 

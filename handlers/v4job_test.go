@@ -24,9 +24,9 @@ func v4Fixture(t *testing.T, st job.Status) *job.Job {
 		UUID: "0b4c3a9e-1111-4222-8333-444455556666", Name: "train", Description: "d",
 		Owner: job.Owner{UserURN: "urn:publicid:IDN+example.org+user+alice", UserEmail: "alice@example.org", ProjectURN: "urn:publicid:IDN+example.org+project+vision"},
 		Request: job.Request{
-			Resources: job.Resources{CPUs: 2, GPUs: 1, CPUMemoryGb: 4},
+			Resources: job.Resources{CPUs: 2, GPUs: 1, CPUMemoryGb: 4, GPUMemoryGb: 1},
 			Docker: job.Docker{Image: "user:secret@registry.example.org:5000/team/img:1", Command: job.Command{Text: "python train.py"},
-				Environment: map[string]string{"A": "1"}, WorkingDir: "/work",
+				Environment: map[string]string{"A": "1"}, WorkingDir: "/work", User: "1000:1000",
 				Storage:      []job.Storage{{HostPath: "tmpfs", ContainerPath: "/scratch", SizeGb: 2}, {HostPath: "/project", ContainerPath: "/project"}},
 				PortMappings: []job.PortMapping{{ContainerPort: 8888}}},
 			Scheduling: job.Scheduling{Restartable: true, MinDuration: job.Duration(time.Minute), MaxDuration: job.Duration(time.Hour)},
@@ -101,6 +101,9 @@ func TestV4JobIsImecsJobModel(t *testing.T) {
 	}
 	if out.RestartInfo.RestartCount != 2 || out.Request.Docker.WorkingDir != "/work/" || !strings.Contains(out.Request.Docker.Image, "XXXX") {
 		t.Errorf("restart info %+v, workingDir %q, image %q", out.RestartInfo, out.Request.Docker.WorkingDir, out.Request.Docker.Image)
+	}
+	if d := out.Request.Docker; d.User != "1000" || out.Request.Resources.GPUMemoryGb != 0 {
+		t.Errorf("user %q, gpuMemoryGb %d: imec allows neither a group nor 1 GB", d.User, out.Request.Resources.GPUMemoryGb)
 	}
 	// A slave restarted since: its process is not the job's.
 	if out := v4JobOf(v4Fixture(t, job.StatusRunning), false, map[string]slaveFacts{"s1": {instanceID: "other", pid: 7}}); out.State.Resources.SlaveInstancePID != -1 {
