@@ -2,6 +2,8 @@ package handlers
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -185,4 +187,51 @@ func TestOpenAPIJobV4MatchesImecSchema(t *testing.T) {
 			t.Errorf("OpenAPI %s requires %s, imec's %s %s", ours, g, theirs, w)
 		}
 	}
+}
+
+// TestV4JobOfEveryExampleFile: every job file of the repository that we accept (imec's seed
+// examples, version 1 files converted, our examples) reads as imec's Job in v4.0, whatever
+// its request holds (command forms, storage, ports, scheduling options, e-mails).
+func TestV4JobOfEveryExampleFile(t *testing.T) {
+	schemas, err := imecschema.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, pattern := range []string{"../job/testdata/*/*.json", "../examples/*.json"} {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
+	}
+	opts := job.DefaultOptions()
+	opts.KnownFeatures = []string{"nvlink", "ssd"}
+	accepted := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := job.Parse(data, opts)
+		if err != nil {
+			continue // refused files are the job package's business
+		}
+		accepted++
+		now := time.Now()
+		j.UUID = "0b4c3a9e-1111-4222-8333-444455556666"
+		j.Owner = job.Owner{UserURN: "urn:publicid:IDN+example.org+user+alice", UserEmail: "alice@example.org", ProjectURN: "urn:publicid:IDN+example.org+project+vision"}
+		j.State = job.State{Status: job.StatusQueued, Created: now, Updated: now, EventTimes: map[job.Status]time.Time{job.StatusQueued: now}}
+		out, err := json.Marshal(v4JobOf(j.Redacted(), false, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := schemas.Validate("job.json#/$defs/Job", out); err != nil {
+			t.Errorf("%s: %v\n%s", f, err, out)
+		}
+	}
+	if accepted < 20 {
+		t.Errorf("only %d of %d example files were accepted jobs", accepted, len(files))
+	}
+	t.Logf("%d accepted job files of %d read as imec's Job", accepted, len(files))
 }
