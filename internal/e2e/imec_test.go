@@ -27,8 +27,8 @@ type imecCheck struct {
 	order []string
 }
 
-// job validates GET v4.0 jobs/{id} as u sees it and returns it decoded loosely, for the checks
-// of the part the case is about.
+// job validates GET v4.0 jobs/{id} as u sees it, in state want (any when empty), and returns it
+// decoded loosely, for the checks of the part the case is about.
 func (c *imecCheck) job(label string, u *testmaster.User, id string, want job.Status) map[string]any {
 	t := c.e.t
 	t.Helper()
@@ -44,10 +44,11 @@ func (c *imecCheck) job(label string, u *testmaster.User, id string, want job.St
 		t.Fatal(err)
 	}
 	st, _ := j["state"].(map[string]any)
-	if got := fmt.Sprint(st["status"]); got != string(want) {
+	got := fmt.Sprint(st["status"])
+	if want != "" && got != string(want) {
 		t.Fatalf("%s: job %s is %s, want %s", label, id, got, want)
 	}
-	c.note(label+" ("+string(want)+")", j)
+	c.note(label+" ("+got+")", j)
 	return j
 }
 
@@ -180,7 +181,7 @@ func TestImecJobModelConformance(t *testing.T) {
 	if _, err := e.m.Store.DB().Exec(`UPDATE jobs SET event_times = jsonb_set(event_times, '{RUNNING}', to_jsonb(now() - interval '10 minutes')) WHERE uuid = $1`, heavy); err != nil {
 		t.Fatal(err)
 	}
-	light := e.submit(e.jobFile("light", "sleep 2; echo light done", gpu))
+	light := e.submit(e.jobFile("light", "sleep 4; echo light done", gpu))
 	e.waitFor(heavy, job.StatusHalted)
 	j = c.job("halted by the scheduler", bob, heavy, job.StatusHalted)
 	if he := j["state"].(map[string]any)["scheduling"].(map[string]any)["haltEvents"].([]any); len(he) == 0 || he[0].(map[string]any)["reason"] != "SCORE" {
@@ -212,8 +213,7 @@ func TestImecJobModelConformance(t *testing.T) {
 		}
 		return restart != ""
 	})
-	rj := e.job(restart)
-	j = c.job("restarted", bob, restart, rj.State.Status)
+	j = c.job("restarted", bob, restart, "") // queued or on its way to run: it moves on its own
 	if ri := j["restartInfo"].(map[string]any); ri["initialJobUuid"] != heavy || ri["restartCount"] != 1.0 {
 		t.Errorf("restart job's restartInfo: %v", ri)
 	}
