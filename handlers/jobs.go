@@ -115,7 +115,11 @@ func (h *Handlers) SubmitJob(w http.ResponseWriter, r *http.Request) error {
 	h.sched.Wake()
 	h.log.InfoContext(r.Context(), "job submitted", "job", j.UUID, "user", c.User.Name, "project", project.Name, "status", j.State.Status)
 	if wantsJSON(r) {
-		writeJSON(w, http.StatusCreated, h.present(r, c, &store.JobRecord{Job: j, UserID: c.User.ID, ProjectID: project.ID}))
+		out, err := h.presentOne(r, c, &store.JobRecord{Job: j, UserID: c.User.ID, ProjectID: project.ID})
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, out)
 		return nil
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -266,14 +270,29 @@ func actorOf(c *Caller, rec *store.JobRecord) job.Actor {
 	return job.ActorAdmin
 }
 
-// present prepares a job for output: credentials always hidden, other users' jobs outside the
-// caller's projects sanitized, and the shape of the API version asked for.
+// present prepares a job for the portal's JSON answers (our own v3.1 shape); API handlers use
+// presentJobs, which knows every version.
 func (h *Handlers) present(r *http.Request, c *Caller, rec *store.JobRecord) any {
+	return presentV3(c, rec, apiVersion(r.Context()))
+}
+
+// presentOne is presentJobs for one job.
+func (h *Handlers) presentOne(r *http.Request, c *Caller, rec *store.JobRecord) (any, error) {
+	out, err := h.presentJobs(r.Context(), c, apiVersion(r.Context()), []*store.JobRecord{rec})
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// presentV3 prepares a job for a v3.x answer: credentials always hidden, other users' jobs
+// outside the caller's projects sanitized, v3.0 without what came with v3.1.
+func presentV3(c *Caller, rec *store.JobRecord, version string) any {
 	j := rec.Job.Redacted()
 	if c == nil || !canSee(c, rec) {
 		j = j.Sanitized()
 	}
-	if apiVersion(r.Context()) != V30 {
+	if version != V30 {
 		return j
 	}
 	return v30Job(j)
@@ -298,7 +317,11 @@ func (h *Handlers) GetJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, h.present(r, c, rec))
+	out, err := h.presentOne(r, c, rec)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -459,9 +482,9 @@ func (h *Handlers) ListJobs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	items := make([]any, len(recs))
-	for i, rec := range recs {
-		items[i] = h.present(r, c, rec)
+	items, err := h.presentJobs(r.Context(), c, apiVersion(r.Context()), recs)
+	if err != nil {
+		return err
 	}
 	if apiVersion(r.Context()) == V40 {
 		writeJSON(w, http.StatusOK, jobList{Items: items, Page: page, PageSize: f.Limit})
@@ -521,7 +544,11 @@ func (h *Handlers) SetJobStatus(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, h.present(r, c, updated))
+	out, err := h.presentOne(r, c, updated)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
