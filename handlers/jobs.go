@@ -571,7 +571,8 @@ func (h *Handlers) DeleteJob(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// JobEvents is GET jobs/{id}/debug: every event of the job, oldest first.
+// JobEvents is GET jobs/{id}/debug: every event of the job, oldest first; for v4.0 a JSON
+// list of imec's JobEvent (imec's client reads a bare list here, not {"items": ...}).
 func (h *Handlers) JobEvents(w http.ResponseWriter, r *http.Request) error {
 	_, rec, err := h.userAndJob(r)
 	if err != nil {
@@ -580,6 +581,10 @@ func (h *Handlers) JobEvents(w http.ResponseWriter, r *http.Request) error {
 	evs, err := h.store.ListJobEvents(r.Context(), rec.Job.UUID)
 	if err != nil {
 		return err
+	}
+	if imecShape(r.Context()) {
+		writeJSON(w, http.StatusOK, imecJobEvents(evs))
+		return nil
 	}
 	writeList(w, r, evs)
 	return nil
