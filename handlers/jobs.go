@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -609,13 +610,24 @@ func (h *Handlers) JobLog(w http.ResponseWriter, r *http.Request) error {
 	case size == 0 || (ranged && from == size):
 		w.WriteHeader(http.StatusNoContent)
 	case ranged:
-		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, size-1, size))
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, logRangeEnd(r.Context(), size), size))
 		w.WriteHeader(http.StatusPartialContent)
 		_, _ = w.Write(data)
 	default:
 		_, _ = w.Write(data)
 	}
 	return nil
+}
+
+// logRangeEnd is the end written in the Content-Range of a partial log answer. HTTP's is the
+// last byte sent (size-1), which v3.x and our CLI use. imec's gpulab-cli (v4.0) asks for its
+// next piece from the end it was given (`log -f`), so with HTTP's end it would get and print the
+// last byte again every second; v4.0 gives it the size, where the next piece starts.
+func logRangeEnd(ctx context.Context, size int64) int64 {
+	if imecShape(ctx) {
+		return size
+	}
+	return size - 1
 }
 
 // readLog reads a job's log from the offset of a `Range: bytes=N-` header (0 without one), for

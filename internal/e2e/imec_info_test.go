@@ -411,6 +411,20 @@ func TestImecClientModels(t *testing.T) {
 		t.Errorf("v4.0 version %s would make imec's client 3.11 ask for an upgrade", data)
 	}
 
+	// log -f: imec's client asks for its next piece from the end of the Content-Range it got,
+	// so v4.0's end is where the next piece starts (v3.1 keeps HTTP's last byte); from there
+	// there is nothing new (204), not the last byte again.
+	e.waitLog(running, "up\n")
+	for _, tt := range []struct{ base, want string }{{v40, "bytes 0-3/3"}, {v31, "bytes 0-2/3"}} {
+		status, _, h := e.m.Do(e.alice, "GET", tt.base+"/jobs/"+running+"/log", nil, "Range", "bytes=0-")
+		if status != 206 || h.Get("Content-Range") != tt.want {
+			t.Errorf("%s log with Range bytes=0-: %d, Content-Range %q, want 206 %q", tt.base, status, h.Get("Content-Range"), tt.want)
+		}
+	}
+	if status, data, _ := e.m.Do(e.alice, "GET", v40+"/jobs/"+running+"/log", nil, "Range", "bytes=3-"); status != 204 {
+		t.Errorf("v4.0 log from the end imec's client was given: %d %q, want 204", status, data)
+	}
+
 	// v3.1 keeps our own shapes, which our CLI and the portal read.
 	var ours []struct {
 		ID     int               `json:"id"`
