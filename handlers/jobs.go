@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/store"
 )
 
@@ -69,7 +70,7 @@ func (h *Handlers) SubmitJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	j, err := job.Parse(body, h.cfg.JobOptions)
+	j, err := job.Parse(body, h.jobOptionsFor(c))
 	if err != nil {
 		return err
 	}
@@ -652,13 +653,23 @@ func (h *Handlers) readLog(w http.ResponseWriter, r *http.Request, rec *store.Jo
 	return data, size, from, ranged, nil
 }
 
+// jobOptionsFor is the job parsing options for a caller: a version 1 file's `email_run: true`
+// means the caller's address (none without a caller: then it is refused, naming the key).
+func (h *Handlers) jobOptionsFor(c *Caller) job.Options {
+	opts := h.cfg.JobOptions
+	if c != nil && c.Kind == pki.KindUser {
+		opts.SubmitterEmail = c.User.Email
+	}
+	return opts
+}
+
 // Convert is POST convert: a v1 (or v2) document in, the normalised v2 request out.
 func (h *Handlers) Convert(w http.ResponseWriter, r *http.Request) error {
 	body, err := readBody(w, r, maxJobBody)
 	if err != nil {
 		return err
 	}
-	j, err := job.Parse(body, h.cfg.JobOptions)
+	j, err := job.Parse(body, h.jobOptionsFor(CallerFrom(r.Context())))
 	if err != nil {
 		return err
 	}
