@@ -128,7 +128,9 @@ func TestV1ImecKeysProblems(t *testing.T) {
 	}
 	for _, tt := range tests {
 		ps := v1Problems(t, []byte(tt.doc), testOptions())
-		if !hasProblem(ps, tt.path, tt.text) && !slices.ContainsFunc(ps, func(p Problem) bool { return strings.HasPrefix(p.Path, tt.path) && strings.Contains(p.Message, tt.text) }) {
+		if !hasProblem(ps, tt.path, tt.text) && !slices.ContainsFunc(ps, func(p Problem) bool {
+			return strings.HasPrefix(p.Path, tt.path) && strings.Contains(p.Message, tt.text)
+		}) {
 			t.Errorf("%s\nproblems = %v, want one at %s saying %q", tt.doc, ps, tt.path, tt.text)
 		}
 	}
