@@ -315,6 +315,20 @@ func TestImecClientModels(t *testing.T) {
 	e.waitFor(running, job.StatusRunning)
 	e.waitFor(failed, job.StatusFailed)
 	e.waitFor(finished, job.StatusFinished)
+	deleted := e.submit(e.jobFile("imec-deleted", "echo bye", nil))
+	e.waitFor(deleted, job.StatusFinished)
+	if status, data, _ := e.m.Do(e.alice, "DELETE", v40+"/jobs/"+deleted, nil); status != 200 {
+		t.Fatalf("delete: %d %s", status, data)
+	}
+	// imec's `halt`: PUT state/status with the bare text MUSTHALT, on v4.0.
+	halted := e.submit(e.jobFile("imec-halted", haltScript, func(r map[string]any) {
+		r["scheduling"] = map[string]any{"restartable": true}
+	}))
+	e.waitFor(halted, job.StatusRunning)
+	if status, data, _ := e.m.Do(e.alice, "PUT", v40+"/jobs/"+halted+"/state/status", strings.NewReader("MUSTHALT")); status != 200 {
+		t.Fatalf("halt: %d %s", status, data)
+	}
+	e.waitFor(halted, job.StatusHalted)
 	cancelled := e.submit(e.jobFile("imec-cancelled", "sleep 600", nil))
 	e.put(cancelled, "CANCELLED")
 	e.waitFor(cancelled, job.StatusCancelled)
@@ -330,7 +344,7 @@ func TestImecClientModels(t *testing.T) {
 
 	// debug: a list of JobEvent for every job, the state changes naming the state entered.
 	for id, want := range map[string]job.Status{running: job.StatusRunning, failed: job.StatusFailed,
-		finished: job.StatusFinished, held: job.StatusOnHold, cancelled: job.StatusCancelled} {
+		finished: job.StatusFinished, held: job.StatusOnHold, cancelled: job.StatusCancelled, deleted: job.StatusDeleted, halted: job.StatusHalted} {
 		data := get(v40 + "/jobs/" + id + "/debug")
 		t.Logf("v4.0 debug of the %s job: %s", want, data)
 		var evs []confJobEvent
