@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"reflect"
 	"regexp"
 	"slices"
@@ -437,6 +438,18 @@ func TestImecClientModels(t *testing.T) {
 	}
 	if status, data, _ := e.m.Do(e.alice, "GET", v40+"/jobs/"+running+"/log", nil, "Range", "bytes=3-"); status != 204 {
 		t.Errorf("v4.0 log from the end imec's client was given: %d %q, want 204", status, data)
+	}
+
+	// jobs as imec's `jobs -u -c 50` asks: Python writes the flag "True"; imec reads "items".
+	data = get(v40 + "/jobs?user_urn=" + url.QueryEscape(e.alice.URN) + "&other_user_running=True&page_size=50")
+	type listed struct {
+		UUID string `json:"uuid"`
+	}
+	var list struct {
+		Items []listed `json:"items"`
+	}
+	if err := json.Unmarshal(data, &list); err != nil || !slices.Contains(list.Items, listed{running}) {
+		t.Errorf("v4.0 jobs as imec lists them lacks the running job (%v): %.500s", err, data)
 	}
 
 	// v3.1 keeps our own shapes, which our CLI and the portal read.
