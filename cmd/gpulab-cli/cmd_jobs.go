@@ -132,14 +132,29 @@ func (a *app) listJobs(cl *client.Client, o jobsOptions) error {
 		if res := j.State.Resources; res != nil && res.ClusterID != 0 {
 			cid = strconv.Itoa(res.ClusterID)
 		}
-		user := ""
-		if j.Owner.UserURN != "" {
-			user = miniID(j.Owner.UserURN)
-		}
+		user := imecMiniID(j.Owner.UserURN)
 		a.stdout.printf("%s\n", imecJobLine(j.UUID, j.Name, j.Request.Docker.Command.String(), created,
 			user, urnName(j.Owner.ProjectURN), cid, string(j.State.Status)))
 	}
 	return nil
+}
+
+// imecMiniID is the user as imec's listing names one: name@authority, with imec's short names
+// for its own authorities (unlike miniID, the authority is kept whole); "" when urn is no user URN.
+func imecMiniID(urn string) string {
+	auth, _, name := client.SplitURN(urn)
+	if name == "" || auth == "" {
+		return ""
+	}
+	switch auth {
+	case "wall2.ilabt.iminds.be":
+		auth = "w2"
+	case "ilabt.imec.be":
+		auth = "ilabt"
+	case "example.com":
+		auth = "ex"
+	}
+	return name + "@" + auth
 }
 
 // imecColumns are the widths of imec's `gpulab-cli jobs` listing, which users' scripts cut and

@@ -102,8 +102,8 @@ func TestJobsList(t *testing.T) {
 	}
 	for _, want := range []string{
 		imecLine(runningID, "train-resnet-with-a-very-long-name", "python3 train.py --epochs 100 --lr 0.1",
-			"2024-05-01T10:00:00+00:00", "alice@gpulab", "demo", "1", "RUNNING"),
-		imecLine(bobsID, "waiting", "sleep 60", "2024-05-01T11:00:00+00:00", "bob@gpulab", "demo", "***", "QUEUED"),
+			"2024-05-01T10:00:00+00:00", "alice@gpulab.example.org", "demo", "1", "RUNNING"),
+		imecLine(bobsID, "waiting", "sleep 60", "2024-05-01T11:00:00+00:00", "bob@gpulab.example.org", "demo", "***", "QUEUED"),
 	} {
 		if !slices.Contains(lines, want) {
 			t.Errorf("jobs output lacks the line\n%q\n%s", want, r.stdout)
@@ -342,4 +342,17 @@ func TestRedactImage(t *testing.T) {
 func validStatus(s string) bool {
 	_, err := job.ParseStatus(s)
 	return err == nil
+}
+
+func TestImecMiniID(t *testing.T) {
+	for urn, want := range map[string]string{
+		"urn:publicid:IDN+ilabt.imec.be+user+jdoe":         "jdoe@ilabt",
+		"urn:publicid:IDN+wall2.ilabt.iminds.be+user+jdoe": "jdoe@w2",
+		"urn:publicid:IDN+gpulab.example.org+user+alice":   "alice@gpulab.example.org",
+		"": "", "not a urn": "",
+	} {
+		if got := imecMiniID(urn); got != want {
+			t.Errorf("imecMiniID(%q) = %q, want %q", urn, got, want)
+		}
+	}
 }
