@@ -138,7 +138,10 @@ func runMaster() error {
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
 	h := handlers.New(st, handlers.Config{Authority: Authority, Version: "bench", LatestClientVersion: "4.0.0",
 		JobOptions: job.DefaultOptions(), CA: ca, HeartbeatInterval: cfg.HeartbeatInterval, TallyHalfLife: halfLife}, log, wake, work)
-	srv := web.New(web.Config{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}, Authority: Authority}, st, h, log)
+	// Every simulated slave and client connects from 127.0.0.1: B8's 500 slaves alone hold more
+	// connections than the per-client cap of a real master (--max-conns-per-ip).
+	srv := web.New(web.Config{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}, Authority: Authority,
+		Limits: web.Limits{MaxConnsPerIP: 1 << 16}}, st, h, log)
 	limits := &scheduler.Limits{}
 	if cfg.CapRunning {
 		limits = nil // scheduler.DefaultLimits, as serve's flag defaults

@@ -12,8 +12,12 @@ import (
 )
 
 // capacityTTL is how long the largest slave is remembered: slaves join rarely, and a submit
-// must not read every inventory.
-const capacityTTL = 15 * time.Second
+// must not read every inventory. A job that does not fit is checked again against a fresh
+// look (at most capacityRecheck old), so that a slave that just joined counts at once.
+const (
+	capacityTTL     = 15 * time.Second
+	capacityRecheck = time.Second
+)
 
 // capacity is the most any one registered slave could hold: a job asking for more could never
 // run anywhere (a job runs on one slave), so it is refused at submit instead of waiting forever.
@@ -30,11 +34,11 @@ type capacityCache struct {
 	last capacity
 }
 
-// maxCapacity returns the largest resources of any registered slave, cached.
-func (h *Handlers) maxCapacity(ctx context.Context) (capacity, error) {
+// maxCapacity returns the largest resources of any registered slave, cached for maxAge.
+func (h *Handlers) maxCapacity(ctx context.Context, maxAge time.Duration) (capacity, error) {
 	h.capacity.mu.Lock()
 	defer h.capacity.mu.Unlock()
-	if !h.capacity.at.IsZero() && time.Since(h.capacity.at) < capacityTTL {
+	if !h.capacity.at.IsZero() && time.Since(h.capacity.at) < maxAge {
 		return h.capacity.last, nil
 	}
 	slaves, err := h.store.ListSlaves(ctx)
@@ -67,10 +71,20 @@ func (h *Handlers) maxCapacity(ctx context.Context) (capacity, error) {
 // checkCapacity refuses a job that asks for more than the largest slave holds, naming the field.
 // Without registered slaves only the static limits (job.Limits) apply.
 func (h *Handlers) checkCapacity(ctx context.Context, j *job.Job) error {
-	c, err := h.maxCapacity(ctx)
+	c, err := h.maxCapacity(ctx, capacityTTL)
 	if err != nil {
 		return fmt.Errorf("largest slave: %w", err)
 	}
+	if tooLarge(j, c) != nil {
+		if c, err = h.maxCapacity(ctx, capacityRecheck); err != nil {
+			return fmt.Errorf("largest slave: %w", err)
+		}
+	}
+	return tooLarge(j, c)
+}
+
+// tooLarge is the problem of a job beyond capacity c, or nil.
+func tooLarge(j *job.Job, c capacity) error {
 	if c.Slaves == 0 {
 		return nil
 	}
@@ -89,4 +103,12 @@ func (h *Handlers) checkCapacity(ctx context.Context, j *job.Job) error {
 		return &job.ValidationError{Problems: problems}
 	}
 	return nil
+}
+
+// forgetCapacity drops the cached capacity: a slave registered (on this master; others see it
+// within capacityTTL).
+func (h *Handlers) forgetCapacity() {
+	h.capacity.mu.Lock()
+	defer h.capacity.mu.Unlock()
+	h.capacity.at = time.Time{}
 }

@@ -50,6 +50,10 @@ type Config struct {
 	// MemoryReserveGb is the memory the scheduler keeps free on every slave: a job asking for
 	// more than the largest slave's memory less this is refused at submit.
 	MemoryReserveGb int
+
+	// UserCertValidity and SlaveCertValidity are the lifetimes of the certificates issued
+	// (0: pki's defaults, 90 days and a year).
+	UserCertValidity, SlaveCertValidity time.Duration
 }
 
 // Handlers serves the API. Create it with New.

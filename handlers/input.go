@@ -56,7 +56,11 @@ func unmarshalStrict(body []byte, v any) error {
 	if err := job.CheckJSON(body, job.Limits{DocumentBytes: len(body) + 1, StringBytes: maxProtocolString, ListItems: maxProtocolList}); err != nil {
 		var ve *job.ValidationError
 		if errors.As(err, &ve) {
-			return &Error{Status: http.StatusBadRequest, Message: ve.Error(), Details: ve.Problems}
+			parts := make([]string, len(ve.Problems))
+			for i, p := range ve.Problems {
+				parts[i] = p.String()
+			}
+			return &Error{Status: http.StatusBadRequest, Message: "invalid request: " + strings.Join(parts, "; "), Details: ve.Problems}
 		}
 		return errorf(http.StatusBadRequest, "%v", err)
 	}
@@ -155,9 +159,13 @@ const (
 	MaxQueryBytes  = 8 << 10
 )
 
-// CheckQuery refuses a query string that is too long, has too many parameters, or holds a
-// value that is not valid text; web runs it on every request.
-func CheckQuery(r *http.Request) error {
+// CheckURL refuses a path that is not valid text (a NUL or invalid UTF-8 in a job id, a slave
+// name, would reach Postgres and answer 500), and a query string that is too long, has too many
+// parameters, or holds a value that is not valid text; web runs it on every request.
+func CheckURL(r *http.Request) error {
+	if err := checkText("path", r.URL.Path, MaxQueryBytes); err != nil {
+		return err
+	}
 	if len(r.URL.RawQuery) > MaxQueryBytes {
 		return fieldError("query", "is %d bytes long: at most %d bytes are accepted", len(r.URL.RawQuery), MaxQueryBytes)
 	}

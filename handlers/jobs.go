@@ -24,6 +24,15 @@ import (
 // maxJobBody bounds a submitted job document.
 const maxJobBody = 1 << 20
 
+// maxIntParam bounds every integer query parameter (a page of 2^63 overflows the offset), and
+// maxHoursParam max_hours (as a duration it must not overflow).
+const (
+	maxIntParam   = 1<<31 - 1
+	maxHoursParam = 100 * 365 * 24
+	// maxNameParam bounds a name or URN in a query.
+	maxNameParam = 1024
+)
+
 // maxPageSize is the largest page GET jobs serves.
 const maxPageSize = 200
 
@@ -45,8 +54,8 @@ func intParam(r *http.Request, name string, min int) (int, error) {
 		return 0, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < min {
-		return 0, fieldError(name, "must be an integer of at least %d, not %q", min, v)
+	if err != nil || n < min || n > maxIntParam {
+		return 0, fieldError(name, "must be an integer from %d to %d, not %.64q", min, maxIntParam, v)
 	}
 	return n, nil
 }
@@ -335,6 +344,16 @@ func (h *Handlers) jobFilter(r *http.Request, c *Caller) (store.JobFilter, int, 
 	f.UserURN, f.UserName = q.Get("user_urn"), q.Get("user_name")
 	f.ProjectURN, f.ProjectName = q.Get("project_urn"), q.Get("project_name")
 	f.AssignedSlaveName, f.ReservationID = q.Get("assigned_slave_name"), q.Get("reservation_id")
+	for _, name := range []string{"user_urn", "user_name", "project_urn", "project_name", "assigned_slave_name"} {
+		if v := q.Get(name); len(v) > maxNameParam {
+			return f, 0, fieldError(name, "is %d bytes long: at most %d bytes are accepted", len(v), maxNameParam)
+		}
+	}
+	if f.ReservationID != "" {
+		if _, err := uuid.Parse(f.ReservationID); err != nil || len(f.ReservationID) != 36 {
+			return f, 0, fieldError("reservation_id", "must be a reservation UUID, not %.64q", f.ReservationID)
+		}
+	}
 	var err error
 	if f.ClusterID, err = intParam(r, "cluster_id", 1); err != nil {
 		return f, 0, err
@@ -349,6 +368,9 @@ func (h *Handlers) jobFilter(r *http.Request, c *Caller) (store.JobFilter, int, 
 	maxHours, err := intParam(r, "max_hours", 1)
 	if err != nil {
 		return f, 0, err
+	}
+	if maxHours > maxHoursParam {
+		return f, 0, fieldError("max_hours", "must be at most %d (100 years), not %d", maxHoursParam, maxHours)
 	}
 	if maxHours > 0 {
 		f.CreatedWithin = time.Duration(maxHours) * time.Hour

@@ -68,12 +68,15 @@ func (h *Handlers) AdminPage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	for _, s := range slaves {
-		as := views.AdminSlave{Name: s.Name, ClusterID: s.ClusterID, Online: s.Online, Accepting: s.AcceptingJobs}
+		as := views.AdminSlave{Name: s.Name, ClusterID: s.ClusterID, Online: s.Online, Accepting: s.AcceptingJobs, Disabled: s.Disabled}
 		if s.LastHeartbeat.Valid {
 			t := s.LastHeartbeat.Time
 			as.LastHeartbeat = &t
 		}
 		v.Slaves = append(v.Slaves, as)
+	}
+	if v.Certificates, err = h.store.ListCertificates(ctx, "", ""); err != nil {
+		return err
 	}
 	return h.render(w, r, http.StatusOK, views.AdminPage(v))
 }
@@ -320,4 +323,59 @@ func (h *Handlers) AdminSetSlaveAccepting(w http.ResponseWriter, r *http.Request
 	h.wakeScheduler(r.Context())
 	h.log.InfoContext(r.Context(), "slave accepting changed", "slave", name, "accepting", accepting, "by", c.User.Name)
 	return seeOther(w, r, "/admin#admin-slaves")
+}
+
+// AdminSetUserDisabled is POST /admin/users/{name}/disabled (disabled=true|false): a disabled
+// user is refused (401) at his next request on every master.
+func (h *Handlers) AdminSetUserDisabled(w http.ResponseWriter, r *http.Request) error {
+	c, err := adminForm(w, r)
+	if err != nil {
+		return err
+	}
+	disabled, err := formBool(r, "disabled")
+	if err != nil {
+		return err
+	}
+	name := r.PathValue("name")
+	if name == c.User.Name && disabled {
+		return errorf(http.StatusConflict, "you cannot disable yourself: ask another admin")
+	}
+	if err := h.store.SetUserDisabled(r.Context(), name, disabled); err != nil {
+		return notFound(err, "no user %s", name)
+	}
+	h.log.InfoContext(r.Context(), "user disabled changed", "user", name, "disabled", disabled, "by", c.User.Name)
+	return seeOther(w, r, "/admin#admin-users")
+}
+
+// AdminSetSlaveDisabled is POST /admin/slaves/{name}/disabled (disabled=true|false): a disabled
+// slave gets no jobs and no job secrets; its untaken assigned jobs are queued again.
+func (h *Handlers) AdminSetSlaveDisabled(w http.ResponseWriter, r *http.Request) error {
+	c, err := adminForm(w, r)
+	if err != nil {
+		return err
+	}
+	disabled, err := formBool(r, "disabled")
+	if err != nil {
+		return err
+	}
+	name := r.PathValue("name")
+	requeued, err := h.store.SetSlaveDisabled(r.Context(), name, disabled)
+	if err != nil {
+		return notFound(err, "no slave %s", name)
+	}
+	h.wakeScheduler(r.Context())
+	h.log.InfoContext(r.Context(), "slave disabled changed", "slave", name, "disabled", disabled, "requeued", len(requeued), "by", c.User.Name)
+	return seeOther(w, r, "/admin#admin-slaves")
+}
+
+// AdminRevokeCertificate is POST /admin/certificates/{serial}/revoke (admins: any certificate).
+func (h *Handlers) AdminRevokeCertificate(w http.ResponseWriter, r *http.Request) error {
+	c, err := adminForm(w, r)
+	if err != nil {
+		return err
+	}
+	if _, err := h.revokeCertificate(r.Context(), c, r.PathValue("serial")); err != nil {
+		return err
+	}
+	return seeOther(w, r, "/admin#certificates")
 }

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/store"
 	"github.com/opengpulab/gpulab/views"
 )
@@ -37,6 +36,9 @@ func (h *Handlers) profileView(r *http.Request, c *Caller) (views.ProfileView, e
 		return v, err
 	}
 	if v.SSHKeys, err = h.store.ListSSHKeys(r.Context(), c.User.ID); err != nil {
+		return v, err
+	}
+	if v.Certificates, err = h.store.ListCertificates(r.Context(), store.CertUser, c.User.Name); err != nil {
 		return v, err
 	}
 	return v, nil
@@ -65,13 +67,9 @@ func (h *Handlers) DownloadCertificate(w http.ResponseWriter, r *http.Request) e
 		v.CertError = "The two passwords differ: type the same password twice, or leave both empty."
 		return h.render(w, r, http.StatusBadRequest, views.ProfilePage(v))
 	}
-	cert, key, err := h.cfg.CA.IssueClient(pki.ClientSpec{Kind: pki.KindUser, URN: c.User.URN, Email: c.User.Email, Name: c.User.Name})
+	cert, data, err := h.issueUserCertificate(r.Context(), c.User, password)
 	if err != nil {
-		return fmt.Errorf("issue certificate for %s: %w", c.User.Name, err)
-	}
-	data, err := pki.ClientPEM(cert, key, password)
-	if err != nil {
-		return fmt.Errorf("encode certificate for %s: %w", c.User.Name, err)
+		return err
 	}
 	h.log.InfoContext(r.Context(), "user certificate issued", "user", c.User.Name, "serial", cert.SerialNumber.String(),
 		"encrypted", password != "", "via", c.Via)
@@ -81,6 +79,22 @@ func (h *Handlers) DownloadCertificate(w http.ResponseWriter, r *http.Request) e
 	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 	_, _ = w.Write(data)
 	return nil
+}
+
+// RevokeCertificateForm is POST /profile/certificates/{serial}/revoke: the user revokes one of
+// his certificates (an admin any); it is refused at its next request on every master.
+func (h *Handlers) RevokeCertificateForm(w http.ResponseWriter, r *http.Request) error {
+	c, err := requireUser(r)
+	if err != nil {
+		return err
+	}
+	if err := parseForm(w, r); err != nil {
+		return err
+	}
+	if _, err := h.revokeCertificate(r.Context(), c, r.PathValue("serial")); err != nil {
+		return err
+	}
+	return seeOther(w, r, "/profile#cert-heading")
 }
 
 // CertificateFileName is the name the profile's certificate download is saved under.

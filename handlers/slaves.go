@@ -69,9 +69,13 @@ func (h *Handlers) SlaveJoin(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	cert, err := h.cfg.CA.SignCSR([]byte(req.CSR), pki.ClientSpec{Kind: pki.KindSlave,
-		URN: pki.URN{Authority: h.cfg.Authority, Type: "slave", Name: name}.String(), Name: name, Validity: 5 * 365 * 24 * time.Hour})
+		URN: pki.URN{Authority: h.cfg.Authority, Type: "slave", Name: name}.String(), Name: name, Validity: h.cfg.SlaveCertValidity})
 	if err != nil {
 		return errorf(http.StatusBadRequest, "csr: %v", err)
+	}
+	// Recorded, so that an admin can list and revoke it (`gpulab-master cert revoke`).
+	if err := h.store.RecordCertificate(ctx, cert.SerialNumber.String(), store.CertSlave, name, cert.NotAfter); err != nil {
+		return err
 	}
 	if err := h.store.JoinSlave(ctx, name, cluster); err != nil {
 		return err
@@ -111,6 +115,7 @@ func (h *Handlers) SlaveRegister(w http.ResponseWriter, r *http.Request) error {
 		Host: inv.Host, DNSName: inv.DNSName, Version: inv.Version, Inventory: data}); err != nil {
 		return err
 	}
+	h.forgetCapacity()
 	view, _, err := h.reconcile(ctx, c.SlaveName, inv.Containers, "slave "+c.SlaveName+" restarted and found no container of the job")
 	if err != nil {
 		return err
@@ -283,7 +288,7 @@ func (h *Handlers) slaveView(ctx context.Context, slave string, held []protocol.
 			unknown = append(unknown, hj.JobUUID)
 		}
 	}
-	others, err := h.store.JobStatuses(ctx, unknown)
+	others, err := h.store.JobStatuses(ctx, slave, unknown)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -371,6 +376,11 @@ func (h *Handlers) pendingWork(ctx context.Context, slave string, req protocol.N
 		return work, err
 	}
 	work.Stops = stops
+	// A disabled slave gets no job, so none of a job's secrets (image credentials,
+	// environment): a stolen slave certificate learns nothing more once its slave is disabled.
+	if disabled, err := h.store.SlaveDisabled(ctx, slave); err != nil || disabled {
+		return work, err
+	}
 	holds := heldSet(req.Jobs)
 	for i, j := range live {
 		if _, taken := holds[j.UUID]; j.Status != job.StatusAssigned || taken {

@@ -15,16 +15,9 @@ import (
 // (a NUL, a path for a UUID) nor cost the master memory (a million jobs in a heartbeat). Every
 // refusal is a 400 naming the field, like a job's.
 
-// Protocol limits, documented in protocol/README.md.
+// Protocol limits of the master's own (protocol/README.md); those a slave keeps to as well are
+// in package protocol.
 const (
-	// MaxHeartbeatJobs bounds the jobs of a heartbeat, a long poll or a registration.
-	MaxHeartbeatJobs = 1000
-	// MaxInventoryGPUs bounds the GPUs a slave may report.
-	MaxInventoryGPUs = 64
-	// MaxReasonBytes bounds the free text of a state change or a completion.
-	MaxReasonBytes = 4 << 10
-	// MaxLogChunk bounds one chunk of a job's log (before base64).
-	MaxLogChunk = 1 << 20
 	// maxSlaveText bounds names, versions, hosts and ids a slave sends.
 	maxSlaveText = 256
 	// maxStorageRoots bounds the storage names a slave reports.
@@ -61,25 +54,29 @@ func (m *joinRequest) validate() error {
 
 func (m *inventory) validate() error {
 	for _, f := range []struct{ name, v string }{{"name", m.Name}, {"instanceId", m.InstanceID}, {"host", m.Host}, {"dnsName", m.DNSName},
-		{"version", m.Version}, {"driverVersion", m.DriverVersion}, {"cudaVersion", m.CudaVersion}, {"gpuStatus", m.GPUStatus}} {
+		{"version", m.Version}, {"driverVersion", m.DriverVersion}, {"cudaVersion", m.CudaVersion}} {
 		if err := checkText(f.name, f.v, maxSlaveText); err != nil {
 			return err
 		}
+	}
+	// gpuStatus may carry an NVML error: a reason's bound.
+	if err := checkText("gpuStatus", m.GPUStatus, protocol.MaxReasonBytes); err != nil {
+		return err
 	}
 	switch {
 	case m.CPUs < 0 || m.CPUs > maxSlaveCPUs:
 		return fieldError("cpus", "must be from 0 to %d, not %d", maxSlaveCPUs, m.CPUs)
 	case m.MemoryMiB < 0 || m.MemoryMiB > maxSlaveMemoryMiB:
 		return fieldError("memoryMiB", "must be from 0 to %d, not %d", maxSlaveMemoryMiB, m.MemoryMiB)
-	case len(m.GPUs) > MaxInventoryGPUs:
-		return fieldError("gpus", "has %d entries: at most %d are accepted", len(m.GPUs), MaxInventoryGPUs)
+	case len(m.GPUs) > protocol.MaxInventoryGPUs:
+		return fieldError("gpus", "has %d entries: at most %d are accepted", len(m.GPUs), protocol.MaxInventoryGPUs)
 	case len(m.StorageRoots) > maxStorageRoots:
 		return fieldError("storageRoots", "has %d entries: at most %d are accepted", len(m.StorageRoots), maxStorageRoots)
 	}
 	for i, g := range m.GPUs {
 		p := fmt.Sprintf("gpus[%d]", i)
-		if g.Index < 0 || g.Index >= MaxInventoryGPUs {
-			return fieldError(p+".index", "must be from 0 to %d, not %d", MaxInventoryGPUs-1, g.Index)
+		if g.Index < 0 || g.Index >= protocol.MaxInventoryGPUs {
+			return fieldError(p+".index", "must be from 0 to %d, not %d", protocol.MaxInventoryGPUs-1, g.Index)
 		}
 		if g.MemoryMiB < 0 || g.MemoryMiB > 1<<30 {
 			return fieldError(p+".memoryMiB", "must be from 0 to %d, not %d", 1<<30, g.MemoryMiB)
@@ -126,15 +123,15 @@ func (m *stateUpdate) validate() error {
 	if err := checkStatus("to", m.To); err != nil {
 		return err
 	}
-	if err := checkText("reason", m.Reason, MaxReasonBytes); err != nil {
+	if err := checkText("reason", m.Reason, protocol.MaxReasonBytes); err != nil {
 		return err
 	}
 	if res := m.Resources; res != nil {
 		switch {
 		case len(res.PortMappings) > job.DefaultMaxPortMappings*4:
 			return fieldError("resources.portMappings", "has %d entries: at most %d are accepted", len(res.PortMappings), job.DefaultMaxPortMappings*4)
-		case len(res.GPUIDs) > MaxInventoryGPUs:
-			return fieldError("resources.gpuIds", "has %d entries: at most %d are accepted", len(res.GPUIDs), MaxInventoryGPUs)
+		case len(res.GPUIDs) > protocol.MaxInventoryGPUs:
+			return fieldError("resources.gpuIds", "has %d entries: at most %d are accepted", len(res.GPUIDs), protocol.MaxInventoryGPUs)
 		case len(res.CPUIDs) > maxSlaveCPUs:
 			return fieldError("resources.cpuIds", "has %d entries: at most %d are accepted", len(res.CPUIDs), maxSlaveCPUs)
 		case len(res.GPUDetails) > 64<<10:
@@ -169,8 +166,8 @@ func (m *logChunk) validate() error {
 	switch {
 	case m.Seq < 0:
 		return fieldError("seq", "must not be negative, not %d", m.Seq)
-	case len(m.Data) > MaxLogChunk:
-		return fieldError("data", "is %d bytes long: at most %d bytes are accepted in one chunk", len(m.Data), MaxLogChunk)
+	case len(m.Data) > protocol.MaxLogChunk:
+		return fieldError("data", "is %d bytes long: at most %d bytes are accepted in one chunk", len(m.Data), protocol.MaxLogChunk)
 	}
 	return nil
 }
@@ -187,7 +184,7 @@ func (m *completion) validate() error {
 	if err := checkStatus("to", m.To); err != nil {
 		return err
 	}
-	if err := checkText("reason", m.Reason, MaxReasonBytes); err != nil {
+	if err := checkText("reason", m.Reason, protocol.MaxReasonBytes); err != nil {
 		return err
 	}
 	return checkUsage("usage", m.Usage)
@@ -195,8 +192,8 @@ func (m *completion) validate() error {
 
 // checkRunningJobs checks the jobs a slave says it holds.
 func checkRunningJobs(field string, jobs []protocol.RunningJob) error {
-	if len(jobs) > MaxHeartbeatJobs {
-		return fieldError(field, "has %d entries: at most %d are accepted", len(jobs), MaxHeartbeatJobs)
+	if len(jobs) > protocol.MaxHeartbeatJobs {
+		return fieldError(field, "has %d entries: at most %d are accepted", len(jobs), protocol.MaxHeartbeatJobs)
 	}
 	for i, j := range jobs {
 		p := fmt.Sprintf("%s[%d]", field, i)
@@ -258,13 +255,13 @@ func checkUsage(field string, u *protocol.Usage) error {
 		return fieldError(field+".cpuPercent", "must be from 0 to %d, not %g", 100*maxSlaveCPUs, u.CPUPercent)
 	case u.MemoryMiB < 0 || u.MemoryMiB > maxSlaveMemoryMiB:
 		return fieldError(field+".memoryMiB", "must be from 0 to %d, not %d", maxSlaveMemoryMiB, u.MemoryMiB)
-	case len(u.GPUs) > MaxInventoryGPUs:
-		return fieldError(field+".gpus", "has %d entries: at most %d are accepted", len(u.GPUs), MaxInventoryGPUs)
+	case len(u.GPUs) > protocol.MaxInventoryGPUs:
+		return fieldError(field+".gpus", "has %d entries: at most %d are accepted", len(u.GPUs), protocol.MaxInventoryGPUs)
 	}
 	for i, g := range u.GPUs {
 		p := fmt.Sprintf("%s.gpus[%d]", field, i)
-		if g.Index < 0 || g.Index >= MaxInventoryGPUs {
-			return fieldError(p+".index", "must be from 0 to %d, not %d", MaxInventoryGPUs-1, g.Index)
+		if g.Index < 0 || g.Index >= protocol.MaxInventoryGPUs {
+			return fieldError(p+".index", "must be from 0 to %d, not %d", protocol.MaxInventoryGPUs-1, g.Index)
 		}
 		if g.UtilPercent < 0 || g.UtilPercent > 100 {
 			return fieldError(p+".utilPercent", "must be from 0 to 100, not %g", g.UtilPercent)

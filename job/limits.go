@@ -64,6 +64,19 @@ func DefaultLimits() Limits {
 	}
 }
 
+// ClientLimits are for a client's local checks (the CLI converting a version 1 file offline):
+// the fixed limits of DefaultLimits, with every limit an operator may change (resources,
+// counts, the host port range) opened wide. The master, which knows its configuration, decides
+// those; a client must not refuse what the master would accept.
+func ClientLimits() Limits {
+	l := DefaultLimits()
+	const wide = 1 << 30
+	l.GPUs, l.CPUs, l.MemoryGb, l.TmpfsGb = wide, wide, wide, wide
+	l.PortMappings, l.EnvVars, l.Storage = l.ListItems, wide, l.ListItems
+	l.HostPortMin, l.HostPortMax = 1, 65535
+	return l
+}
+
 // withDefaults fills every zero field from DefaultLimits.
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits()
@@ -93,16 +106,6 @@ func (l Limits) withDefaults() Limits {
 	fill(&l.StringBytes, d.StringBytes)
 	fill(&l.ListItems, d.ListItems)
 	return l
-}
-
-// Check reports a limit set that cannot work (a host port range upside down or outside
-// 1-65535), for the master's flags.
-func (l Limits) Check() error {
-	l = l.withDefaults()
-	if l.HostPortMin < 1 || l.HostPortMax > 65535 || l.HostPortMin > l.HostPortMax {
-		return fmt.Errorf("host port range %d-%d: must be within 1-65535, lowest first", l.HostPortMin, l.HostPortMax)
-	}
-	return nil
 }
 
 // ParsePortRange reads a host port range "30000-32767".

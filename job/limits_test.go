@@ -152,3 +152,17 @@ func TestParsePortRange(t *testing.T) {
 		}
 	}
 }
+
+// TestClientLimits: a client's local check accepts what an operator may allow (host port 8080,
+// 64 GPUs) and still refuses what no master accepts (a NUL).
+func TestClientLimits(t *testing.T) {
+	o := DefaultOptions()
+	o.Limits = ClientLimits()
+	if _, err := Parse([]byte(`{"jobDefinition": {"name": "n", "dockerImage": "debian:stable", "resources": {"gpus": 64},
+		"portMappings": [{"containerPort": 80, "hostPort": 8080}]}}`), o); err != nil {
+		t.Errorf("client limits: %v", err)
+	}
+	if _, err := Parse([]byte(`{"jobDefinition": {"name": "n\u0000", "dockerImage": "debian:stable"}}`), o); err == nil {
+		t.Error("client limits accepted a NUL")
+	}
+}

@@ -177,6 +177,22 @@ type ClientSpec struct {
 	Validity time.Duration
 }
 
+// Default lifetimes of client certificates: short enough that a leaked one does not outlive
+// its use for long (each can also be revoked), long enough not to be a chore; users renew from
+// the portal's profile.
+const (
+	DefaultUserValidity  = 90 * 24 * time.Hour
+	DefaultSlaveValidity = 365 * 24 * time.Hour
+)
+
+// DefaultValidity is the default lifetime of a client certificate of a kind.
+func DefaultValidity(k Kind) time.Duration {
+	if k == KindSlave {
+		return DefaultSlaveValidity
+	}
+	return DefaultUserValidity
+}
+
 // IssueClient signs a client certificate and returns it with its fresh private key.
 func (ca *CA) IssueClient(spec ClientSpec) (*x509.Certificate, crypto.Signer, error) {
 	tmpl, err := clientTemplate(spec)
@@ -207,7 +223,7 @@ func clientTemplate(spec ClientSpec) (*x509.Certificate, error) {
 		return nil, fmt.Errorf("client certificate URN %q is not a urn: URI", spec.URN)
 	}
 	if spec.Validity == 0 {
-		spec.Validity = 365 * 24 * time.Hour
+		spec.Validity = DefaultValidity(spec.Kind)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: randomSerial(),

@@ -80,6 +80,7 @@ func (c *Client) Join(ctx context.Context, req JoinRequest) (JoinReply, error) {
 
 // Register implements Master.
 func (c *Client) Register(ctx context.Context, inv Inventory) (Registration, error) {
+	inv.GPUStatus = CleanReason(inv.GPUStatus)
 	var out Registration
 	err := c.call(ctx, RegisterPath, inv, &out, 30*time.Second)
 	return out, err
@@ -101,6 +102,7 @@ func (c *Client) Next(ctx context.Context, req NextRequest) (Work, error) {
 
 // Update implements Master.
 func (c *Client) Update(ctx context.Context, u StateUpdate) error {
+	u.Reason = CleanReason(u.Reason)
 	return c.call(ctx, UpdatePath, u, nil, 30*time.Second)
 }
 
@@ -118,6 +120,7 @@ func (c *Client) LogState(ctx context.Context, jobUUID string) (LogState, error)
 
 // Done implements Master.
 func (c *Client) Done(ctx context.Context, d Completion) error {
+	d.Reason = CleanReason(d.Reason)
 	return c.call(ctx, DonePath, d, nil, 30*time.Second)
 }
 
@@ -140,6 +143,13 @@ func (e *StatusError) Unwrap() error {
 		return ErrNotFound
 	}
 	return nil
+}
+
+// Refused reports whether the master refused the slave's credentials (401: a revoked
+// certificate; 403: not a slave's): such an answer is no contact for the self-fencing, and the
+// next call tries the next master.
+func (e *StatusError) Refused() bool {
+	return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
 }
 
 // Temporary reports whether a retry may succeed (5xx, 429).
@@ -178,7 +188,8 @@ func (c *Client) call(ctx context.Context, path string, in, out any, timeout tim
 		failed()
 		return fmt.Errorf("%s at %s: read answer: %w", path, base, err)
 	}
-	if resp.StatusCode < 500 {
+	refused := resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden
+	if resp.StatusCode < 500 && !refused {
 		c.mu.Lock()
 		c.contact = time.Now()
 		c.mu.Unlock()

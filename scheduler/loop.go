@@ -377,7 +377,7 @@ func (l *Loop) snapshot(ctx context.Context) (Snapshot, map[string]string, error
 		}
 		snap.Slaves = append(snap.Slaves, Slave{
 			Name: s.Name, InstanceID: s.InstanceID, ClusterID: s.ClusterID,
-			Online: s.Online, Accepting: s.AcceptingJobs,
+			Online: s.Online, Accepting: s.AcceptingJobs && !s.Disabled,
 			CPUs: inv.CPUs, MemoryGb: max(int(inv.MemoryMiB/1024)-l.cfg.MemoryReserveGb, 0),
 			CudaMajor: inv.CudaMajor(), GPUs: inv.GPUs, CapacityGPUs: capacity,
 		})

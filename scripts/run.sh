@@ -2,7 +2,14 @@
 # run.sh DB_URL RUN_DIR PORT BIN — `make run`: a development OpenID provider (Dex, bin/gpulab-devidp)
 # for the portal login, a master, a demo project, user and certificate, and one local slave with
 # fake GPUs, all in RUN_DIR (.tmp/run). Ctrl-C stops them all (the slave's job containers are
-# left to be re-attached at the next start). GPULAB_DEVIDP_PORT moves Dex off port 5556.
+# left to be re-attached at the next start). GPULAB_DEVIDP_PORT moves Dex off port 5556;
+# GPULAB_RUN_SLAVE names the slave (default local-slave).
+#
+# No secret is ever put on a command line (ps shows it to every user) or in a log: alice's
+# password, the OpenID client secret and the slave's join token live in files of mode 0600 in
+# RUN_DIR, and the programs are given the files (--users-file, --client-secret-file,
+# GPULAB_OIDC_CLIENT_SECRET_FILE, --token-file). internal/e2e TestNoSecretInArgumentsOrLogs
+# runs this script and checks.
 set -euo pipefail
 db=$1; dir=$2; port=$3; bin=$4
 mkdir -p "$dir"
@@ -24,11 +31,11 @@ idp_port=${GPULAB_DEVIDP_PORT:-5556}
 issuer="http://127.0.0.1:$idp_port/dex"
 [ -s "$dir/alice-password" ] || (umask 077; od -An -N9 -tx1 /dev/urandom | tr -d ' \n' >"$dir/alice-password")
 [ -s "$dir/oidc-client-secret" ] || (umask 077; od -An -N24 -tx1 /dev/urandom | tr -d ' \n' >"$dir/oidc-client-secret")
-password=$(cat "$dir/alice-password")
-export GPULAB_OIDC_ISSUER="$issuer" GPULAB_OIDC_CLIENT_ID=gpulab-portal GPULAB_OIDC_CLIENT_SECRET="$(cat "$dir/oidc-client-secret")"
+(umask 077; printf 'alice:alice@example.org:%s\n' "$(cat "$dir/alice-password")" >"$dir/devidp-users")
+export GPULAB_OIDC_ISSUER="$issuer" GPULAB_OIDC_CLIENT_ID=gpulab-portal GPULAB_OIDC_CLIENT_SECRET_FILE="$dir/oidc-client-secret"
 "$bin/gpulab-devidp" --listen "127.0.0.1:$idp_port" --issuer "$issuer" --client-id gpulab-portal \
-  --client-secret "$GPULAB_OIDC_CLIENT_SECRET" --redirect-uri "https://localhost:$port/auth/callback" \
-  --user "alice:alice@example.org:$password" >"$dir/devidp.log" 2>&1 &
+  --client-secret-file "$dir/oidc-client-secret" --redirect-uri "https://localhost:$port/auth/callback" \
+  --users-file "$dir/devidp-users" >"$dir/devidp.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
   curl -sf "$issuer/.well-known/openid-configuration" >/dev/null 2>&1 && break
@@ -36,7 +43,7 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 
-"$m" serve --listen ":$port" --admins alice --oidc-redirect-url "https://localhost:$port/auth/callback" >"$dir/master.log" 2>&1 &
+"$m" serve --listen ":$port" --admins alice@example.org --oidc-redirect-url "https://localhost:$port/auth/callback" >"$dir/master.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
   curl -sk "https://localhost:$port/readyz" >/dev/null 2>&1 && break
@@ -46,9 +53,10 @@ done
 cp "$dir/data/ca.pem" "$dir/ca.pem"
 
 # One local slave with two fake GPUs (simulated; every listing marks them fake).
+slave=${GPULAB_RUN_SLAVE:-local-slave}
 if [ ! -f "$dir/slave/slave.json" ]; then
-  token=$("$m" slave-token --name local-slave --cluster 1 2>/dev/null)
-  "$bin/gpulab-slave" join --master "https://localhost:$port" --ca "$dir/ca.pem" --token "$token" --state-dir "$dir/slave" >/dev/null
+  (umask 077; "$m" slave-token --name "$slave" --cluster 1 2>/dev/null >"$dir/slave-token")
+  "$bin/gpulab-slave" join --master "https://localhost:$port" --ca "$dir/ca.pem" --token-file "$dir/slave-token" --state-dir "$dir/slave" >/dev/null
 fi
 mkdir -p "$dir/projects"
 "$bin/gpulab-slave" run --state-dir "$dir/slave" --scratch-root "$dir/scratch" --fake-gpus 2xV100-32GB \
@@ -59,12 +67,12 @@ api="https://localhost:$port/api/gpulab/v3.1"
 cat <<MSG
 
   GPULab master: https://localhost:$port   (API base $api)
-  Open https://localhost:$port and log in as alice / $password
+  Open https://localhost:$port and log in as alice, password in $dir/alice-password
                  (alice@example.org at the development OpenID provider $issuer)
   Database:      $db
   API login:     user alice (admin, member of project "demo"), certificate $dir/alice.pem
   Master CA:     $dir/ca.pem
-  Slave:         local-slave in cluster 1, 2 FAKE V100 GPUs (simulated), storage /project -> $dir/projects/<project>
+  Slave:         $slave in cluster 1, 2 FAKE V100 GPUs (simulated), storage /project -> $dir/projects/<project>
   Logs:          $dir/master.log, $dir/slave.log, $dir/devidp.log
 
   Try it (in another terminal):

@@ -547,13 +547,14 @@ func (a *Agent) isFenced() bool {
 
 // note records an answer of a master for the self-fencing: any answer but a 5xx (which says
 // the master cannot act: its database is away) shows a master that could act on the slave's
-// jobs, and so one that knows the slave is alive.
+// jobs, and so one that knows the slave is alive. A 401 or 403 (the slave's certificate revoked)
+// is no contact either: when every master refuses the slave, it fences itself as when cut off.
 func (a *Agent) note(err error) {
 	var se *protocol.StatusError
 	if err != nil && !errors.As(err, &se) && !errors.Is(err, protocol.ErrConflict) {
 		return // no answer
 	}
-	if se != nil && se.Temporary() {
+	if se != nil && (se.Temporary() || se.Refused()) {
 		return
 	}
 	a.mu.Lock()

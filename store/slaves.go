@@ -31,10 +31,12 @@ type Slave struct {
 	// CapacityGPUs are the most GPUs the slave has registered with (a protocol.GPU list): a
 	// request is impossible only against them, not against a momentary inventory.
 	CapacityGPUs json.RawMessage `db:"capacity_gpus"`
+	// Disabled slaves get no jobs and no job secrets (SetSlaveDisabled).
+	Disabled bool `db:"disabled"`
 }
 
 const slaveColumns = `id, name, instance_id, cluster_id, host, dns_name, version, inventory, usage, accepting_jobs,
-online, last_heartbeat, offline_since, registered_at, capacity_gpus`
+online, last_heartbeat, offline_since, registered_at, capacity_gpus, disabled`
 
 // ListSlaves lists slaves by cluster and name.
 func (s *Store) ListSlaves(ctx context.Context) ([]Slave, error) {
@@ -153,15 +155,16 @@ FROM jobs WHERE assigned_slave_name = $1 AND status IN `+liveStatuses+` ORDER BY
 	return out, mapErr(err, "list jobs of slave "+slaveName)
 }
 
-// JobStatuses returns the current state and attempt of the given jobs (missing ones are left
-// out).
-func (s *Store) JobStatuses(ctx context.Context, uuids []string) (map[string]SlaveJob, error) {
+// JobStatuses returns the current state and attempt of the given jobs that were last placed
+// on the slave (others and missing ones are left out: a slave learns nothing of other slaves'
+// jobs by listing their ids).
+func (s *Store) JobStatuses(ctx context.Context, slave string, uuids []string) (map[string]SlaveJob, error) {
 	out := map[string]SlaveJob{}
 	if len(uuids) == 0 {
 		return out, nil
 	}
 	var rows []SlaveJob
-	if err := s.q.SelectContext(ctx, &rows, `SELECT uuid::text AS uuid, status, attempt FROM jobs WHERE uuid = ANY($1::uuid[])`, pq.Array(uuids)); err != nil {
+	if err := s.q.SelectContext(ctx, &rows, `SELECT uuid::text AS uuid, status, attempt FROM jobs WHERE uuid = ANY($1::uuid[]) AND assigned_slave_name = $2`, pq.Array(uuids), slave); err != nil {
 		return nil, mapErr(err, "job states")
 	}
 	for _, r := range rows {
@@ -233,6 +236,7 @@ const assignJobs = `WITH input AS (
 		assigned_slave_name = i.slave, assigned_instance_id = i.instance, assigned_cluster_id = i.cluster, resources = i.resources,
 		scheduling = (j.scheduling - 'queuedExplanations' - 'estimatedStart') || jsonb_build_object('tallyIncrement', i.tally)
 	FROM input i WHERE j.uuid = i.uuid AND j.status = 'QUEUED'
+		AND NOT EXISTS (SELECT 1 FROM slaves s WHERE s.name = i.slave AND s.disabled)
 	RETURNING j.uuid, i.message
 )
 INSERT INTO job_events (job_uuid, kind, from_status, to_status, actor, message)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"time"
 
 	"github.com/lib/pq"
@@ -15,9 +16,18 @@ type User struct {
 	Email     string    `db:"email" json:"email"`
 	IsAdmin   bool      `db:"is_admin" json:"isAdmin"`
 	CreatedAt time.Time `db:"created_at" json:"createdAt"`
+	// Issuer and Subject are the OpenID provider's identity of the user ("" until his first
+	// portal login, or until an admin links one): the key of a login, never the name.
+	Issuer  string `db:"issuer" json:"issuer,omitempty"`
+	Subject string `db:"subject" json:"subject,omitempty"`
+	// EmailVerified says the provider vouched for Email (admins are matched by it).
+	EmailVerified bool `db:"email_verified" json:"emailVerified"`
+	// Disabled users are refused (401) on every request, whatever their credentials.
+	Disabled bool `db:"disabled" json:"disabled"`
 }
 
-const userColumns = `id, urn, name, email, is_admin, created_at`
+const userColumns = `id, urn, name, email, is_admin, created_at, COALESCE(issuer, '') AS issuer, COALESCE(subject, '') AS subject,
+email_verified, disabled`
 
 const upsertUser = `INSERT INTO users (urn, name, email, is_admin) VALUES ($1, $2, $3, $4)
 ON CONFLICT (urn) DO UPDATE SET email = CASE WHEN EXCLUDED.email <> '' THEN EXCLUDED.email ELSE users.email END,
@@ -63,15 +73,27 @@ func (s *Store) SetAdmin(ctx context.Context, userID int64, admin bool) error {
 // one query: it is what authenticating every API call needs, and two queries per request were
 // a quarter of the master's CPU when serving reads (bench/, B4).
 func (s *Store) GetUserWithProjects(ctx context.Context, urn string) (User, []int64, error) {
+	u, ids, _, err := s.GetUserWithProjectsAndCert(ctx, urn, "")
+	return u, ids, err
+}
+
+// GetUserWithProjectsAndCert is GetUserWithProjects that also reads, in the same query, the
+// state of the certificate with the given serial ("valid", "revoked" or "expired"; "" when the
+// master has no record of it), so a certificate call still costs one round trip.
+func (s *Store) GetUserWithProjectsAndCert(ctx context.Context, urn, serial string) (User, []int64, string, error) {
 	var row struct {
 		User
-		Projects pq.Int64Array `db:"project_ids"`
+		Projects  pq.Int64Array  `db:"project_ids"`
+		CertState sql.NullString `db:"cert_state"`
 	}
 	err := s.q.GetContext(ctx, &row, `SELECT u.id, u.urn, u.name, u.email, u.is_admin, u.created_at,
-    ARRAY(SELECT m.project_id FROM memberships m JOIN projects p ON p.id = m.project_id WHERE m.user_id = u.id ORDER BY p.name) AS project_ids
-FROM users u WHERE u.urn = $1`, urn)
+    COALESCE(u.issuer, '') AS issuer, COALESCE(u.subject, '') AS subject, u.email_verified, u.disabled,
+    ARRAY(SELECT m.project_id FROM memberships m JOIN projects p ON p.id = m.project_id WHERE m.user_id = u.id ORDER BY p.name) AS project_ids,
+    (SELECT CASE WHEN c.revoked_at IS NOT NULL THEN 'revoked' WHEN c.not_after <= now() THEN 'expired' ELSE 'valid' END
+     FROM certificates c WHERE c.serial = $2) AS cert_state
+FROM users u WHERE u.urn = $1`, urn, serial)
 	if err != nil {
-		return User{}, nil, mapErr(err, "get user "+urn)
+		return User{}, nil, "", mapErr(err, "get user "+urn)
 	}
-	return row.User, []int64(row.Projects), nil
+	return row.User, []int64(row.Projects), row.CertState.String, nil
 }

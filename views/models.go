@@ -263,6 +263,9 @@ type ProfileView struct {
 	User     store.User
 	Projects []store.Project
 	SSHKeys  []store.SSHKey
+	// Certificates are the user's API certificates, newest first (each with its serial, so he
+	// can revoke one that leaked).
+	Certificates []store.Certificate
 	// CertError and KeyError are the problems of the last certificate or key form; KeyName and
 	// KeyText what was typed into the key form.
 	CertError, KeyError string
@@ -287,6 +290,7 @@ type AdminSlave struct {
 	ClusterID     int
 	Online        bool
 	Accepting     bool
+	Disabled      bool
 	LastHeartbeat *time.Time
 }
 
@@ -298,6 +302,8 @@ type AdminView struct {
 	Projects []AdminProject
 	Clusters []AdminCluster
 	Slaves   []AdminSlave
+	// Certificates are every certificate the master issued, newest first.
+	Certificates []store.Certificate
 }
 
 // ReservationsView is the reservations calendar: the reservations the user may see, the days

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/pki"
@@ -62,7 +63,7 @@ func (s *Server) sessionContext(r *http.Request) (context.Context, error) {
 	if urn == "" {
 		return ctx, nil
 	}
-	caller, err := s.userCaller(ctx, urn, "", false, viaSession)
+	caller, err := s.userCaller(ctx, urn, "", "", false, viaSession)
 	if errors.Is(err, store.ErrNotFound) {
 		return ctx, nil
 	}
@@ -72,10 +73,21 @@ func (s *Server) sessionContext(r *http.Request) (context.Context, error) {
 	return handlers.WithCaller(ctx, caller), nil
 }
 
+// callerFromCert is the caller of a verified client certificate. Every request reads, without
+// a cache, whether the certificate is revoked and whether its user or slave is disabled, so a
+// revocation made on one master holds on the next request at every master. For a user this
+// is the same query that loads him (one round trip per request, as before).
 func (s *Server) callerFromCert(r *http.Request) (*handlers.Caller, error) {
-	id, err := pki.IdentityOf(r.TLS.VerifiedChains[0][0])
+	cert := r.TLS.VerifiedChains[0][0]
+	serial := cert.SerialNumber.String()
+	id, err := pki.IdentityOf(cert)
 	if err != nil {
 		return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: "client certificate: " + err.Error()}
+	}
+	if id.Kind != pki.KindUser {
+		if err := s.checkCertificate(r.Context(), serial); err != nil {
+			return nil, err
+		}
 	}
 	if id.Kind == pki.KindSlave {
 		urn, err := pki.ParseURN(id.URN)
@@ -88,28 +100,75 @@ func (s *Server) callerFromCert(r *http.Request) (*handlers.Caller, error) {
 		// Services get their own endpoints in a later milestone; user endpoints refuse them.
 		return &handlers.Caller{Kind: id.Kind, Via: "certificate"}, nil
 	}
-	// The certificate is the proof: a user the CA vouches for exists from his first call.
-	return s.userCaller(r.Context(), id.URN, id.Email, true, "certificate")
+	// A certificate of a user the master does not know is refused unless the operator lets the
+	// CA's word create users (--auto-create-cert-users): a certificate made before the user was
+	// deleted, or by an old master, must not bring him back.
+	c, err := s.userCaller(r.Context(), id.URN, id.Email, serial, s.cfg.AutoCreateCertUsers, "certificate")
+	if errors.Is(err, store.ErrNotFound) {
+		if err := s.checkCertificate(r.Context(), serial); err != nil {
+			return nil, err
+		}
+		return nil, &handlers.Error{Status: http.StatusUnauthorized,
+			Message: "the user of this certificate is not known to the master (an admin creates users, or starts the master with --auto-create-cert-users)"}
+	}
+	return c, err
 }
 
-// userCaller loads a user and his projects as a caller, for certificates and sessions alike.
-// Admins named in the configuration are made admins. With create, a user not yet known is
-// created (with email); without, a store.ErrNotFound comes back.
-func (s *Server) userCaller(ctx context.Context, urnStr, email string, create bool, via string) (*handlers.Caller, error) {
+// checkCertificate refuses (401) a certificate the master recorded as revoked or expired. One
+// the master has no record of (issued before certificates were recorded) is left to the TLS
+// stack's checks of signature and expiry; its user can still be disabled.
+func (s *Server) checkCertificate(ctx context.Context, serial string) error {
+	rec, err := s.store.GetCertificate(ctx, serial)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("check certificate %s: %w", serial, err)
+	}
+	return certStateError(serial, rec.State(time.Now()))
+}
+
+// certStateError is the 401 of a revoked or expired certificate, nil for any other state.
+func certStateError(serial, state string) error {
+	switch state {
+	case "revoked":
+		return &handlers.Error{Status: http.StatusUnauthorized, Message: "client certificate " + serial + " is revoked"}
+	case "expired":
+		return &handlers.Error{Status: http.StatusUnauthorized, Message: "client certificate " + serial + " has expired"}
+	}
+	return nil
+}
+
+// userCaller loads a user and his projects as a caller, for certificates (serial: the
+// certificate's, checked in the same query) and sessions (serial "") alike. Admins named in the
+// configuration (by verified e-mail or issuer and subject) are admins for this request. With
+// create, a user not yet known is created (with email); without, a store.ErrNotFound comes
+// back. A disabled user, a revoked or expired certificate, are refused with 401.
+func (s *Server) userCaller(ctx context.Context, urnStr, email, serial string, create bool, via string) (*handlers.Caller, error) {
 	urn, err := pki.ParseURN(urnStr)
 	if err != nil || urn.Type != "user" {
 		return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: fmt.Sprintf("credentials name %q, not a user", urnStr)}
 	}
-	admin := s.admins[urn.Name]
-	u, projectIDs, err := s.store.GetUserWithProjects(ctx, urnStr)
-	if (create && errors.Is(err, store.ErrNotFound)) || (err == nil && admin && !u.IsAdmin) {
-		if _, err = s.store.UpsertUser(ctx, urnStr, urn.Name, email, admin); err == nil {
-			u, projectIDs, err = s.store.GetUserWithProjects(ctx, urnStr)
+	u, projectIDs, certState, err := s.store.GetUserWithProjectsAndCert(ctx, urnStr, serial)
+	if create && errors.Is(err, store.ErrNotFound) {
+		if err := s.checkCertificate(ctx, serial); err != nil {
+			return nil, err
+		}
+		if _, err = s.store.UpsertUser(ctx, urnStr, urn.Name, email, false); err == nil {
+			s.log.InfoContext(ctx, "user created from his certificate", "user", urnStr)
+			u, projectIDs, certState, err = s.store.GetUserWithProjectsAndCert(ctx, urnStr, serial)
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load user %s: %w", urnStr, err)
 	}
+	if err := certStateError(serial, certState); err != nil {
+		return nil, err
+	}
+	if u.Disabled {
+		return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: "user " + u.Name + " is disabled: ask an administrator"}
+	}
+	u.IsAdmin = u.IsAdmin || s.admins.match(u)
 	c := &handlers.Caller{User: u, Kind: pki.KindUser, Via: via, ProjectIDs: projectIDs}
 	return c, nil
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -216,6 +217,47 @@ func hostileCases() []hostileCase {
 	get("NUL in a parameter", "name=%00", "name")
 	get("invalid UTF-8 in a parameter", "x=%ff%fe", `"x`)
 	get("bad escape", "x=%zz", "query")
+	get("page beyond 64 bits of offset", "page=9223372036854775807", "page")
+	get("max_hours beyond a duration", "max_hours=9223372036854775807", "max_hours")
+	get("max_hours of a million years", "max_hours=8760000000", "max_hours")
+	get("allowed_states unknown", "allowed_states=RUNNING,BOGUS", "allowed_states")
+	get("reservation_id not a UUID", "reservation_id=../../x", "reservation_id")
+	get("assigned_slave_name 10 KB", "assigned_slave_name="+strings.Repeat("s", 7<<10), "assigned_slave_name")
+	cases = append(cases,
+		hostileCase{name: "delete reservation not a UUID", as: "admin", method: "DELETE", path: v31 + "/reservations/..%2Fx", status: 400, field: `"id"`},
+		hostileCase{name: "job log offset negative", as: "alice", method: "GET", path: jobs + "/f6dbca7b-58fd-47e3-9ac4-9ad33e7f6030/log?offset=-1", status: 0, field: ""},
+		hostileCase{name: "usage with junk", as: "alice", method: "GET", path: v31 + "/usage?user=%ff", status: 400, field: "user"},
+		hostileCase{name: "admin user id not a number", as: "admin", method: "POST", path: "/admin/users/x/admin", body: []byte("admin=true"),
+			header: []string{"Content-Type", "application/x-www-form-urlencoded", "Accept", "application/json"}, status: 0, field: ""},
+		hostileCase{name: "admin project members of project x", as: "admin", method: "POST", path: "/admin/projects/x/members", body: []byte("user=alice"),
+			header: []string{"Content-Type", "application/x-www-form-urlencoded", "Accept", "application/json"}, status: 0, field: ""},
+		hostileCase{name: "admin slave unknown", as: "admin", method: "POST", path: "/admin/slaves/nope/accepting", body: []byte("accepting=true"),
+			header: []string{"Content-Type", "application/x-www-form-urlencoded", "Accept", "application/json"}, status: 0, field: ""},
+		hostileCase{name: "admin cluster id huge", as: "admin", method: "POST", path: "/admin/clusters", body: []byte("id=99999999999999999999&name=x"),
+			header: []string{"Content-Type", "application/x-www-form-urlencoded", "Accept", "application/json"}, status: 400, field: "id"},
+		hostileCase{name: "job action unknown", as: "alice", method: "POST", path: "/jobs/f6dbca7b-58fd-47e3-9ac4-9ad33e7f6030/explode", body: []byte("x=1"),
+			header: []string{"Content-Type", "application/x-www-form-urlencoded", "Accept", "application/json"}, status: 0, field: ""},
+	)
+	cases = append(cases,
+		hostileCase{name: "headers of 100 KiB", as: "alice", method: "GET", path: jobs, header: []string{"X-Big", strings.Repeat("h", 100<<10)}, status: 431, field: "Header"},
+		hostileCase{name: "NUL in a job id", as: "alice", method: "GET", path: jobs + "/abc%00def", status: 400, field: "path"},
+		hostileCase{name: "invalid UTF-8 in a job id", as: "alice", method: "GET", path: jobs + "/%ff%fe%fd%fc%fb%fa", status: 400, field: "path"},
+		hostileCase{name: "job id a path", as: "alice", method: "GET", path: jobs + "/..%2F..%2Fx", status: 400, field: "id"},
+		hostileCase{name: "NUL in a reservation id", as: "admin", method: "DELETE", path: v31 + "/reservations/r%00", status: 400, field: "path"},
+		hostileCase{name: "NUL in a slave name", as: "admin", method: "POST", path: "/admin/slaves/s%00/accepting", status: 400, field: "path"},
+	)
+	// Portal forms, posted as a script with a client certificate would.
+	form := func(name, path, body, field string) {
+		cases = append(cases, hostileCase{name: "form: " + name, as: "alice", method: "POST", path: path, body: []byte(body),
+			header: []string{"Content-Type", "application/x-www-form-urlencoded", "Accept", "application/json"}, status: 400, field: field})
+	}
+	form("ssh key name with NUL", "/profile/ssh-keys", "name=k%00&public_key=ssh-ed25519+AAAA", "name")
+	form("ssh key invalid UTF-8", "/profile/ssh-keys", "name=k&public_key=%ff", "public_key")
+	form("job form name with NUL", "/jobs/new", "name=a%00&image=busybox&cpus=1&gpus=0&cpuMemoryGb=1", "name")
+	form("job form JSON with NUL", "/jobs/new", "json="+url.QueryEscape(string(hostileJob(func(j map[string]any) { j["name"] = "a\x00" }))), "name")
+	form("job form JSON with 10,000 port mappings", "/jobs/new", "json="+url.QueryEscape(string(setDocker("portMappings", many(10000, func(i int) any { return 1 + i%60000 })))), "portMappings")
+	cases = append(cases, hostileCase{name: "form: 3 MiB", as: "alice", method: "POST", path: "/profile/ssh-keys", body: bytes.Repeat([]byte("a"), 3<<20),
+		header: []string{"Content-Type", "application/x-www-form-urlencoded", "Accept", "application/json"}, status: 413, field: "2097152"})
 
 	// Reservations (an admin's, so that validation is reached).
 	res := func(change func(r map[string]any)) []byte {
@@ -435,4 +477,44 @@ func newSlaveClient(t *testing.T, m *testmaster.Master, cert tls.Certificate) *p
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestSubmitWithinLargestSlave: without slaves only the static limits apply; with slaves a job
+// asking for more than the largest one has is refused at submit, naming the field; a slave that
+// joins counts at once.
+func TestSubmitWithinLargestSlave(t *testing.T) {
+	m := testmaster.Start(t, testmaster.Options{})
+	alice := m.AddUser("alice", false, "", "vision")
+	ctx := context.Background()
+	gpus := func(n int) []byte {
+		return hostileJob(func(j map[string]any) { resources(j)["gpus"] = n })
+	}
+	if status, body, _ := m.Do(alice, "POST", v31+"/jobs", bytes.NewReader(gpus(8))); status != http.StatusCreated {
+		t.Fatalf("8 GPUs without slaves: %d %s", status, body)
+	}
+	small := newSlaveClient(t, m, m.SlaveCert("small1", 1))
+	if _, err := small.Register(ctx, protocol.Inventory{InstanceID: "i1", CPUs: 4, MemoryMiB: 8192,
+		GPUs: []protocol.GPU{{Index: 0, UUID: "GPU-s", Model: "Fake"}}}); err != nil {
+		t.Fatal(err)
+	}
+	status, body, _ := m.Do(alice, "POST", v31+"/jobs", bytes.NewReader(gpus(2)))
+	if status != http.StatusBadRequest || !bytes.Contains(body, []byte("request.resources.gpus")) {
+		t.Fatalf("2 GPUs with a 1-GPU slave: %d %s", status, body)
+	}
+	big := newSlaveClient(t, m, m.SlaveCert("big1", 1))
+	if _, err := big.Register(ctx, protocol.Inventory{InstanceID: "i1", CPUs: 4, MemoryMiB: 8192,
+		GPUs: []protocol.GPU{{Index: 0, UUID: "GPU-b0", Model: "Fake"}, {Index: 1, UUID: "GPU-b1", Model: "Fake"}}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute) // guards the test only: the recheck is at most a second old
+	for {
+		status, body, _ = m.Do(alice, "POST", v31+"/jobs", bytes.NewReader(gpus(2)))
+		if status == http.StatusCreated {
+			break
+		}
+		if status != http.StatusBadRequest || time.Now().After(deadline) {
+			t.Fatalf("2 GPUs after a 2-GPU slave joined: %d %s", status, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

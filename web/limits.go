@@ -3,6 +3,7 @@ package web
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -62,13 +63,14 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// limitRequests refuses an oversized or unreadable query string (400 naming it) and gives a
+// limitRequests refuses an unreadable path and an oversized or unreadable query string (400
+// naming it) and gives a
 // request's body its deadline. The deadline is lifted as soon as the body has been read to its
 // end, before the handler answers: a slave's long poll reads its small body at once and then
 // waits as long as it asks.
 func (s *Server) limitRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := handlers.CheckQuery(r); err != nil {
+		if err := handlers.CheckURL(r); err != nil {
 			s.h.WriteError(w, r, err)
 			return
 		}
@@ -104,12 +106,15 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 type connLimiter struct {
 	net.Listener
 	max int
+	log *slog.Logger
 	mu  sync.Mutex
 	n   map[string]int
+	// logged is when a refusal was last logged: a flood of refusals logs once a minute.
+	logged time.Time
 }
 
-func limitConns(l net.Listener, max int) net.Listener {
-	return &connLimiter{Listener: l, max: max, n: map[string]int{}}
+func limitConns(l net.Listener, max int, log *slog.Logger) net.Listener {
+	return &connLimiter{Listener: l, max: max, log: log, n: map[string]int{}}
 }
 
 func (l *connLimiter) Accept() (net.Conn, error) {
@@ -124,8 +129,15 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		}
 		l.mu.Lock()
 		if l.n[host] >= l.max {
+			logIt := time.Since(l.logged) > time.Minute
+			if logIt {
+				l.logged = time.Now()
+			}
 			l.mu.Unlock()
 			_ = c.Close()
+			if logIt {
+				l.log.Warn("connections refused: too many from one client (logged once a minute)", "client", host, "max_conns_per_ip", l.max)
+			}
 			continue
 		}
 		l.n[host]++

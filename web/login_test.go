@@ -96,7 +96,7 @@ type sessionInfo struct {
 // The whole browser login against a real provider (Dex) and a real master: the login form,
 // the callback, the session cookie, the API with the cookie, CSRF protection, logout.
 func TestBrowserLogin(t *testing.T) {
-	m := testmaster.Start(t, testmaster.Options{Admins: []string{"alice"}, DevIdP: []testmaster.IdPUser{
+	m := testmaster.Start(t, testmaster.Options{Admins: []string{"alice@example.org"}, DevIdP: []testmaster.IdPUser{
 		{Name: "alice", Email: "alice@example.org", Password: "alice-secret-1"},
 		{Name: "Bad Name", Email: "bad+name@example.org", Password: "bad-secret-1"},
 	}})
@@ -177,8 +177,7 @@ func TestBrowserLogin(t *testing.T) {
 	if status, body := submit("X-CSRF-Token", info.CSRFToken, "Origin", m.URL); status != 201 {
 		t.Fatalf("submit with the token: %d %s", status, body)
 	}
-	// A client certificate needs no token; from a script (no Origin) it submits, but a browser
-	// presenting it to a cross-site page's post is refused.
+	// A client certificate needs no token; from a browser (Origin), it must be same-origin.
 	bob := m.AddUser("bob", false, "", "vision")
 	if status, body, _ := m.Do(bob, "POST", v31+"/jobs?hold=true", strings.NewReader(helloWorld)); status != 201 {
 		t.Fatalf("certificate submit: %d %s", status, body)

@@ -266,11 +266,41 @@ func (s *Server) finishLogin(r *http.Request, state, nonce, verifier string, sta
 		return store.User{}, &loginError{status: http.StatusForbidden, msg: err.Error()}
 	}
 	email, _ := claims["email"].(string)
-	u, err := s.store.UpsertUser(r.Context(), pki.UserURN(s.cfg.Authority, name), name, email, s.admins[name])
+	verified, _ := claims["email_verified"].(bool)
+	login := store.LoginUser{Issuer: idTok.Issuer, Subject: idTok.Subject, Name: name, Email: email, EmailVerified: verified && email != ""}
+	u, outcome, err := s.store.ResolveLogin(r.Context(), login, pki.UserURN(s.cfg.Authority, name))
 	if err != nil {
-		return store.User{}, fmt.Errorf("create user %s at login: %w", name, err)
+		return store.User{}, fmt.Errorf("find or create user %s at login: %w", name, err)
+	}
+	switch outcome {
+	case store.LoginNameTaken:
+		return store.User{}, &loginError{status: http.StatusForbidden, msg: nameTakenMessage(name, login)}
+	case store.LoginCreated:
+		s.log.Info("user created at his first login", "user", u.Name, "issuer", login.Issuer, "subject", login.Subject)
+	case store.LoginLinkedByEmail:
+		s.log.Info("login linked to an account by its verified e-mail", "user", u.Name, "issuer", login.Issuer, "subject", login.Subject)
+	}
+	if u.Disabled {
+		return store.User{}, &loginError{status: http.StatusForbidden, msg: "Your GPULab account " + u.Name + " is disabled. Ask an administrator."}
+	}
+	if !u.IsAdmin && s.admins.match(u) {
+		// Recorded, so the admin page lists him as one (each request matches again anyway).
+		if err := s.store.SetAdmin(r.Context(), u.ID, true); err != nil {
+			return store.User{}, fmt.Errorf("make %s an admin at login: %w", u.Name, err)
+		}
+		u.IsAdmin = true
 	}
 	return u, nil
+}
+
+// nameTakenMessage is what a login is told when its user name belongs to another account:
+// accounts never merge by name, so an administrator must link the login if it is the same
+// person. It names the command that does it.
+func nameTakenMessage(name string, l store.LoginUser) string {
+	return fmt.Sprintf("The GPULab user name %q belongs to another account, which is not linked to this login "+
+		"(issuer %s, subject %s). Accounts are never merged by name. If that account is yours, ask an administrator to link it: "+
+		"gpulab-master user link %s --issuer %s --subject %s (or PUT users/%s/login in the API).",
+		name, l.Issuer, l.Subject, name, l.Issuer, l.Subject, name)
 }
 
 // usernameFrom finds the GPULab user name in the ID token's claims: the configured claim,

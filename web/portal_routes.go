@@ -34,6 +34,7 @@ func PortalRoutes(h *handlers.Handlers) []Route {
 		{"GET", "/usage", false, p(h.UsagePage)},
 		{"GET", "/profile", false, p(h.ProfilePage)},
 		{"POST", "/profile/certificate", false, p(h.DownloadCertificate)},
+		{"POST", "/profile/certificates/{serial}/revoke", false, p(h.RevokeCertificateForm)},
 		{"POST", "/profile/ssh-keys", false, p(h.AddSSHKey)},
 		{"POST", "/profile/ssh-keys/{id}/delete", false, p(h.DeleteSSHKey)},
 
@@ -47,6 +48,9 @@ func PortalRoutes(h *handlers.Handlers) []Route {
 		{"POST", "/admin/clusters/{id}/owners", false, p(h.AdminAddClusterOwner)},
 		{"POST", "/admin/clusters/{id}/owners/{project}/delete", false, p(h.AdminRemoveClusterOwner)},
 		{"POST", "/admin/slaves/{name}/accepting", false, p(h.AdminSetSlaveAccepting)},
+		{"POST", "/admin/users/{name}/disabled", false, p(h.AdminSetUserDisabled)},
+		{"POST", "/admin/slaves/{name}/disabled", false, p(h.AdminSetSlaveDisabled)},
+		{"POST", "/admin/certificates/{serial}/revoke", false, p(h.AdminRevokeCertificate)},
 	}
 }
 

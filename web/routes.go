@@ -36,6 +36,13 @@ func APIRoutes(h *handlers.Handlers) []Route {
 		{"GET", "reservations", false, h.ListReservations},
 		{"POST", "reservations", false, h.CreateReservation},
 		{"DELETE", "reservations/{rid}", false, h.DeleteReservation},
+		// Identities, disabling and revocation (issue 10).
+		{"GET", "users", false, h.ListUsers},
+		{"PUT", "users/{name}/disabled", false, h.SetUserDisabled},
+		{"PUT", "users/{name}/login", false, h.LinkUserLogin},
+		{"GET", "certificates", false, h.ListCertificates},
+		{"POST", "certificates/{serial}/revoke", false, h.RevokeCertificate},
+		{"PUT", "slaves/{name}/disabled", false, h.SetSlaveDisabled},
 	}
 }
 

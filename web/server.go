@@ -32,8 +32,12 @@ type Config struct {
 	TLSCert *tls.Certificate
 	// Hosts are the names and addresses put in a server certificate made from CA.
 	Hosts []string
-	// Admins are user names that are admins whatever the database says.
+	// Admins are admins whatever the database says, each a verified e-mail address or
+	// ISSUER#SUBJECT (see ParseAdmins; a bare name is refused).
 	Admins []string
+	// AutoCreateCertUsers lets a valid certificate of a user the master does not know create
+	// that user; off, such a certificate gets 401.
+	AutoCreateCertUsers bool
 	// Authority is the URN authority of users created at their first portal login.
 	Authority string
 	// OIDC configures the portal's browser login; without an Issuer the login is off.
@@ -51,16 +55,18 @@ type Server struct {
 	store    *store.Store
 	h        *handlers.Handlers
 	log      *slog.Logger
-	admins   map[string]bool
+	admins   AdminSet
 	sessions *sessionStore
 	oidc     *oidcLogin // nil: portal login off
 }
 
 // New makes a server over the given store and handlers.
 func New(cfg Config, st *store.Store, h *handlers.Handlers, log *slog.Logger) *Server {
-	admins := map[string]bool{}
-	for _, a := range cfg.Admins {
-		admins[a] = true
+	admins, err := ParseAdmins(cfg.Admins)
+	if err != nil {
+		// The command line checks them first (exit code 2); a caller that did not gets no
+		// admins from the configuration rather than guessed ones.
+		log.Error("admins from the configuration ignored", "err", err)
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
 	srv := &Server{cfg: cfg, store: st, h: h, log: log, admins: admins, sessions: newSessionStore(cfg.SessionKeys)}
@@ -107,7 +113,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(tls.NewListener(limitConns(l, s.cfg.Limits.MaxConnsPerIP), tlsCfg)) }()
+	go func() { errc <- srv.Serve(tls.NewListener(limitConns(l, s.cfg.Limits.MaxConnsPerIP, s.log), tlsCfg)) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)

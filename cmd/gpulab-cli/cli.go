@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/opengpulab/gpulab/client"
+	"github.com/opengpulab/gpulab/internal/secretfile"
 )
 
 // version is the client's version, set at build time with
@@ -67,10 +68,12 @@ type app struct {
 // globalOptions are the options of imec's CLI that come before the command (here they may
 // also come after it).
 type globalOptions struct {
-	cert       string
-	password   string
-	masterURL  string
-	serverCert string
+	cert     string
+	password string
+	// passwordFile holds the password (mode 0600), so it stays off the command line.
+	passwordFile string
+	masterURL    string
+	serverCert   string
 	// retryMaxTime bounds the retries of one API call ("" means the client's default).
 	retryMaxTime string
 	debug        bool
@@ -99,6 +102,8 @@ var commands = []*command{
 	{name: "clusters", summary: "Show clusters and their slaves with free/total resources", run: (*app).cmdClusters},
 	{name: "convert", summary: "Convert a version 1 job definition to a version 2 job request", run: (*app).cmdConvert},
 	{name: "version", summary: "Show the client's and the master's versions", run: (*app).cmdVersion},
+	{name: "certs", summary: "List your API certificates, or revoke one by serial", run: (*app).cmdCerts},
+	{name: "admin", summary: "Admins: list users, disable/enable users and slaves", run: (*app).cmdAdmin},
 	{name: "help", summary: "Show the help of a command"}, // run by main: it needs this table
 }
 
@@ -196,6 +201,7 @@ func (a *app) main(args []string) int {
 	a.g = globalOptions{
 		cert:         a.env("GPULAB_CERT"),
 		password:     a.env("GPULAB_PASSWORD"),
+		passwordFile: a.env("GPULAB_PASSWORD_FILE"),
 		masterURL:    firstNonEmpty(a.env("GPULAB_API_BASE"), a.env("GPULAB_CUSTOM_MASTER_URL")),
 		serverCert:   a.env("GPULAB_SERVER_CERT"),
 		retryMaxTime: a.env("GPULAB_RETRY_MAX_TIME"),
@@ -307,6 +313,7 @@ func (a *app) baseURLForHint() string {
 func (a *app) registerGlobals(fs *flagSet) {
 	fs.String(&a.g.cert, "cert", "PEM", "your login PEM: certificate and private key, from the portal's\nprofile page [$GPULAB_CERT]")
 	fs.String(&a.g.password, "p,password", "PASSWORD", "password of the PEM's private key, if it is encrypted\n[$GPULAB_PASSWORD]; asked for when needed on a terminal")
+	fs.String(&a.g.passwordFile, "password-file", "FILE", "file (mode 0600) holding the PEM's password, which then stays\noff the command line [$GPULAB_PASSWORD_FILE]")
 	fs.String(&a.g.masterURL, "custom-master-url", "URL", "the master's URL up to /api, as for imec's client, e.g.\nhttps://gpulab.example.org/api/ (https://host:port and the full API base\nhttps://host/api/gpulab/v3.1 also work); several masters separated by commas:\nthe next is used when one cannot be reached\n[$GPULAB_API_BASE] (default "+client.DefaultBaseURL+")")
 	fs.String(&a.g.serverCert, "servercert", "PEM", "CA certificate to trust for the master, for a master with its own CA\n[$GPULAB_SERVER_CERT]")
 	fs.String(&a.g.retryMaxTime, "retry-max-time", "DURATION", "how long one API call keeps retrying while the master cannot be\nreached or answers 502/503/504, e.g. 90s or 5m (seconds without unit;\n0: no retries) [$GPULAB_RETRY_MAX_TIME] (default 1m)")
@@ -387,6 +394,11 @@ func (a *app) client(needCert bool) (*client.Client, error) {
 	retryMax, err := parseRetryMaxTime(a.g.retryMaxTime)
 	if err != nil {
 		return nil, err
+	}
+	if a.g.passwordFile != "" {
+		if a.g.password, err = secretfile.Either("--password", a.g.password, expandHome(a.g.passwordFile, a.env)); err != nil {
+			return nil, usagef("%v", err)
+		}
 	}
 	cfg := client.Config{
 		BaseURL:      a.g.masterURL,

@@ -198,7 +198,7 @@ func (a *app) prepareSubmission(data []byte, name string, o submitOptions) ([]by
 // line and column.
 func decodeJobDocument(data []byte, name, submitter string) (map[string]any, error) {
 	if job.IsV1(data) {
-		opts := job.DefaultOptions()
+		opts := localJobOptions()
 		opts.SubmitterEmail = submitter
 		j, err := job.ConvertV1(data, opts)
 		if err != nil {
@@ -225,7 +225,7 @@ func decodeJobDocument(data []byte, name, submitter string) (map[string]any, err
 	doc, err := decodeObject(stripTrailingCommas(data))
 	if err != nil {
 		// Let the job package say where the JSON breaks: it counts lines and columns.
-		if _, perr := job.Parse(data, job.DefaultOptions()); perr != nil {
+		if _, perr := job.Parse(data, localJobOptions()); perr != nil {
 			var se *job.SyntaxError
 			if errors.As(perr, &se) {
 				return nil, &jobFileError{name: name, err: perr}
@@ -533,9 +533,18 @@ func (a *app) cmdConvert(args []string) error {
 			}
 		}
 	}
-	j, err := job.Parse(data, job.DefaultOptions())
+	j, err := job.Parse(data, localJobOptions())
 	if err != nil {
 		return &jobFileError{name: name, err: err}
 	}
 	return a.writeValue(job.Submission(j))
+}
+
+// localJobOptions are the options of the CLI's own checks and conversions (offline): the job
+// package's defaults with the client limits, so that what an operator allows (more GPUs, other
+// host ports) is left for the master to decide.
+func localJobOptions() job.Options {
+	o := job.DefaultOptions()
+	o.Limits = job.ClientLimits()
+	return o
 }

@@ -288,6 +288,12 @@ func TestConvert(t *testing.T) {
 	if len(e.m.reqs("POST", "convert")) != 0 {
 		t.Error("convert without a certificate called the master")
 	}
+	// The local conversion leaves to the master what its operator may allow (host ports
+	// outside the default range).
+	r = e.runWith(`{"jobDefinition": {"name": "p", "dockerImage": "debian", "portMappings": [{"containerPort": 80, "hostPort": 8080}]}}`, nil, "convert")
+	if r.code != exitOK || !strings.Contains(r.stdout, `"hostPort": 8080`) {
+		t.Errorf("local convert with host port 8080:\n%s", r)
+	}
 
 	e.vars["GPULAB_CERT"] = e.certFile
 	r = e.runWith(helloV1, nil, "conv", "-")

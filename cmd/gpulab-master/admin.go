@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/opengpulab/gpulab/internal/secretfile"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/store"
 )
@@ -39,14 +40,21 @@ func userCert(ctx context.Context, args []string, getenv func(string) string, st
 	user := fs.String("user", "", "user name (required); the URN is urn:publicid:IDN+<authority>+user+<name>")
 	email := fs.String("email", "", "e-mail address, put in the certificate's RFC822 SubjectAltName (required)")
 	out := fs.String("out", "", "write the PEM here (mode 0600) instead of stdout")
-	password := fs.String("password", getenv("GPULAB_CERT_PASSWORD"), "encrypt the key with this password (env GPULAB_CERT_PASSWORD)")
-	days := fs.Int("days", 365, "validity in days")
+	password := fs.String("password", "", "encrypt the key with this password; prefer --password-file or the env GPULAB_CERT_PASSWORD (flags show in ps)")
+	passwordFile := fs.String("password-file", getenv("GPULAB_CERT_PASSWORD_FILE"), "file (mode 0600) holding the password that encrypts the key (env GPULAB_CERT_PASSWORD_FILE)")
+	days := fs.Int("days", int(pki.DefaultUserValidity/(24*time.Hour)), "validity in days")
 	admin := fs.Bool("admin", false, "make the user an admin")
 	st, err := adminSetup(ctx, fs, &c, args, getenv)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = st.Close() }()
+	if *password == "" && *passwordFile == "" {
+		*password = getenv("GPULAB_CERT_PASSWORD") // read after parsing: -h never shows it
+	}
+	if *password, err = secretfile.Either("--password", *password, *passwordFile); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
 	if !pki.NamePattern.MatchString(*user) {
 		return fmt.Errorf("--user %q: must be lowercase letters, digits, '.', '_' or '-': %w", *user, errUsage)
 	}
@@ -61,8 +69,15 @@ func userCert(ctx context.Context, args []string, getenv func(string) string, st
 	if _, err := st.UpsertUser(ctx, urn, *user, *email, *admin); err != nil {
 		return err
 	}
+	if *days <= 0 {
+		return fmt.Errorf("--days %d: must be positive: %w", *days, errUsage)
+	}
 	cert, key, err := ca.IssueClient(pki.ClientSpec{Kind: pki.KindUser, URN: urn, Email: *email, Name: *user, Validity: time.Duration(*days) * 24 * time.Hour})
 	if err != nil {
+		return err
+	}
+	// Recorded, so that it can be listed and revoked (`gpulab-master cert`).
+	if err := st.RecordCertificate(ctx, cert.SerialNumber.String(), store.CertUser, *user, cert.NotAfter); err != nil {
 		return err
 	}
 	data, err := pki.ClientPEM(cert, key, *password)
@@ -76,7 +91,7 @@ func userCert(ctx context.Context, args []string, getenv func(string) string, st
 	if err := os.WriteFile(*out, data, 0o600); err != nil {
 		return fmt.Errorf("write certificate: %w", err)
 	}
-	fmt.Fprintf(stderr, "wrote certificate of %s (%s) to %s\n", *user, urn, *out)
+	fmt.Fprintf(stderr, "wrote certificate %s of %s (%s), valid until %s, to %s\n", cert.SerialNumber, *user, urn, cert.NotAfter.UTC().Format(time.DateTime), *out)
 	return nil
 }
 

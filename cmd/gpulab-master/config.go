@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opengpulab/gpulab/internal/secretfile"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/store"
@@ -38,20 +39,27 @@ type config struct {
 	OIDCUsernameClaim  string
 	OIDCScopes         string
 	SessionKeys        string
-	HeartbeatInterval  time.Duration
-	HeartbeatGrace     time.Duration
-	JobGrace           time.Duration
-	FenceMargin        time.Duration
-	AssignLease        time.Duration
-	StartLease         time.Duration
-	StartDeadline      time.Duration
-	HaltLease          time.Duration
-	SchedulerInterval  time.Duration
-	MemoryReserveGb    int
-	MaxRunningUser     int
-	MaxRunningProject  int
-	TallyHalfLife      time.Duration
-	limits             limitFlags
+	// Files holding the secrets above (secretfile: mode 0600), so they stay off the command line.
+	OIDCClientSecretFile, SessionKeysFile string
+	HeartbeatInterval                     time.Duration
+	HeartbeatGrace                        time.Duration
+	JobGrace                              time.Duration
+	FenceMargin                           time.Duration
+	AssignLease                           time.Duration
+	StartLease                            time.Duration
+	StartDeadline                         time.Duration
+	HaltLease                             time.Duration
+	SchedulerInterval                     time.Duration
+	MemoryReserveGb                       int
+	MaxRunningUser                        int
+	MaxRunningProject                     int
+	TallyHalfLife                         time.Duration
+	limits                                limitFlags
+
+	// issue 10: identities and revocation.
+	AutoCreateCertUsers bool
+	UserCertValidity    time.Duration
+	SlaveCertValidity   time.Duration
 }
 
 // addCommon registers the flags every command needs (database, data folder, authority).
@@ -62,11 +70,20 @@ func (c *config) addCommon(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.LogLevel, "log-level", envOr(getenv, "GPULAB_LOG_LEVEL", "info"), "debug, info, warn or error (env GPULAB_LOG_LEVEL)")
 }
 
+// addCertValidity registers the lifetimes of issued certificates (serve and the admin commands
+// that issue them).
+func (c *config) addCertValidity(fs *flag.FlagSet, getenv func(string) string) {
+	fs.DurationVar(&c.UserCertValidity, "user-cert-validity", envDuration(getenv, "GPULAB_USER_CERT_VALIDITY", pki.DefaultUserValidity), "lifetime of user certificates the master issues (env GPULAB_USER_CERT_VALIDITY)")
+	fs.DurationVar(&c.SlaveCertValidity, "slave-cert-validity", envDuration(getenv, "GPULAB_SLAVE_CERT_VALIDITY", pki.DefaultSlaveValidity), "lifetime of slave certificates the master issues at a join (env GPULAB_SLAVE_CERT_VALIDITY)")
+}
+
 // addServe registers the flags of `serve`.
 func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
+	c.addCertValidity(fs, getenv)
 	fs.StringVar(&c.Listen, "listen", envOr(getenv, "GPULAB_LISTEN", ":8443"), "HTTPS listen address (env GPULAB_LISTEN)")
 	fs.StringVar(&c.Hostnames, "hostnames", getenv("GPULAB_HOSTNAMES"), "comma-separated names and IPs for the server certificate, besides localhost, 127.0.0.1 and the host name (env GPULAB_HOSTNAMES)")
-	fs.StringVar(&c.Admins, "admins", getenv("GPULAB_ADMINS"), "comma-separated user names that are admins (env GPULAB_ADMINS)")
+	fs.StringVar(&c.Admins, "admins", getenv("GPULAB_ADMINS"), "comma-separated admins, each a verified e-mail address or ISSUER#SUBJECT of an OpenID login; a bare name is refused (env GPULAB_ADMINS)")
+	fs.BoolVar(&c.AutoCreateCertUsers, "auto-create-cert-users", getenv("GPULAB_AUTO_CREATE_CERT_USERS") == "1", "a valid certificate of a user the master does not know creates him; off: 401 (env GPULAB_AUTO_CREATE_CERT_USERS=1)")
 	fs.StringVar(&c.TLSCert, "tls-cert", getenv("GPULAB_TLS_CERT"), "server certificate PEM instead of one from the CA (env GPULAB_TLS_CERT)")
 	fs.StringVar(&c.TLSKey, "tls-key", getenv("GPULAB_TLS_KEY"), "key of --tls-cert (env GPULAB_TLS_KEY)")
 	fs.BoolVar(&c.NoMigrate, "no-migrate", getenv("GPULAB_NO_MIGRATE") == "1", "do not migrate the schema at start; refuse to start on an older one (env GPULAB_NO_MIGRATE=1)")
@@ -93,18 +110,31 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.OIDCRedirectURL, "oidc-redirect-url", getenv("GPULAB_OIDC_REDIRECT_URL"), "callback URL registered at the provider (default https://<first --hostnames or localhost>:<port>/auth/callback; env GPULAB_OIDC_REDIRECT_URL)")
 	fs.StringVar(&c.OIDCUsernameClaim, "oidc-username-claim", envOr(getenv, "GPULAB_OIDC_USERNAME_CLAIM", "preferred_username"), "ID-token claim holding the user name; without it, the e-mail's local part (env GPULAB_OIDC_USERNAME_CLAIM)")
 	fs.StringVar(&c.OIDCScopes, "oidc-scopes", envOr(getenv, "GPULAB_OIDC_SCOPES", "openid,profile,email"), "comma-separated scopes asked of the provider (env GPULAB_OIDC_SCOPES)")
-	fs.StringVar(&c.SessionKeys, "session-keys", "", "comma-separated session cookie keys, 96 bytes each in hex or base64, the first current; none: made once and kept in <data-dir>/session-keys; prefer the env GPULAB_SESSION_KEYS")
+	fs.StringVar(&c.SessionKeys, "session-keys", "", "comma-separated session cookie keys, 96 bytes each in hex or base64, the first current; none: made once and kept in <data-dir>/session-keys; prefer --session-keys-file (flags show in ps)")
+	fs.StringVar(&c.OIDCClientSecretFile, "oidc-client-secret-file", getenv("GPULAB_OIDC_CLIENT_SECRET_FILE"), "file (mode 0600) holding the client secret at the OpenID provider (env GPULAB_OIDC_CLIENT_SECRET_FILE)")
+	fs.StringVar(&c.SessionKeysFile, "session-keys-file", getenv("GPULAB_SESSION_KEYS_FILE"), "file (mode 0600) holding the session cookie keys, one a line or comma-separated, the first current (env GPULAB_SESSION_KEYS_FILE)")
 }
 
 // fillSecrets takes secrets not given as flags from the environment (after parsing, so that
 // -h never prints them).
-func (c *config) fillSecrets(getenv func(string) string) {
-	if c.OIDCClientSecret == "" {
+// A secret file (--oidc-client-secret-file, --session-keys-file) is read here too; giving a
+// secret both directly and as a file is refused.
+func (c *config) fillSecrets(getenv func(string) string) error {
+	if c.OIDCClientSecret == "" && c.OIDCClientSecretFile == "" {
 		c.OIDCClientSecret = getenv("GPULAB_OIDC_CLIENT_SECRET")
 	}
-	if c.SessionKeys == "" {
+	if c.SessionKeys == "" && c.SessionKeysFile == "" {
 		c.SessionKeys = getenv("GPULAB_SESSION_KEYS")
 	}
+	var err error
+	if c.OIDCClientSecret, err = secretfile.Either("--oidc-client-secret", c.OIDCClientSecret, c.OIDCClientSecretFile); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if c.SessionKeys, err = secretfile.Either("--session-keys", c.SessionKeys, c.SessionKeysFile); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	c.SessionKeys = strings.ReplaceAll(c.SessionKeys, "\n", ",")
+	return nil
 }
 
 // oidcConfig is the portal login's configuration (login off without an issuer).

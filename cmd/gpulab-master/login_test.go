@@ -101,7 +101,7 @@ func TestServeWithPortalLogin(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan int, 1)
 		go func() {
-			done <- run(ctx, []string{"serve", "--listen", addr, "--hostnames", "127.0.0.1", "--admins", "carol", "--scheduler-interval", "1h"},
+			done <- run(ctx, []string{"serve", "--listen", addr, "--hostnames", "127.0.0.1", "--admins", "carol@example.org", "--scheduler-interval", "1h"},
 				func(k string) string { return env[k] }, &logs, &logs)
 		}()
 		stop := func() {
@@ -187,4 +187,45 @@ func insecureGet(url string) (*http.Response, error) {
 	}
 	_ = resp.Body.Close()
 	return resp, nil
+}
+
+// Secrets can come from files (mode 0600), which keeps them off the command line; a secret
+// given twice, or in a file others can read, is refused.
+func TestSecretFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	secret := write("secret", "client-secret-from-file\n", 0o600)
+	keys := write("keys", "k1\nk2\n", 0o600)
+	open := write("open", "x\n", 0o644)
+	cases := []struct {
+		name                     string
+		c                        config
+		env                      map[string]string
+		secret, sessionKeys, err string
+	}{
+		{"files", config{OIDCClientSecretFile: secret, SessionKeysFile: keys}, nil, "client-secret-from-file", "k1,k2", ""},
+		{"environment", config{}, map[string]string{"GPULAB_OIDC_CLIENT_SECRET": "from-env", "GPULAB_SESSION_KEYS": "e1"}, "from-env", "e1", ""},
+		{"file wins over the environment", config{OIDCClientSecretFile: secret}, map[string]string{"GPULAB_OIDC_CLIENT_SECRET": "from-env"}, "client-secret-from-file", "", ""},
+		{"flag and file", config{OIDCClientSecret: "x", OIDCClientSecretFile: secret}, nil, "", "", "not both"},
+		{"readable by others", config{SessionKeysFile: open}, nil, "", "", "chmod 600"},
+	}
+	for _, c := range cases {
+		err := c.c.fillSecrets(func(k string) string { return c.env[k] })
+		if (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.err)
+			continue
+		}
+		if err == nil && (c.c.OIDCClientSecret != c.secret || c.c.SessionKeys != c.sessionKeys) {
+			t.Errorf("%s: secret %q keys %q, want %q %q", c.name, c.c.OIDCClientSecret, c.c.SessionKeys, c.secret, c.sessionKeys)
+		}
+	}
 }

@@ -10,6 +10,9 @@
 //	gpulab-master cluster add ID [--name N]        create a cluster
 //	gpulab-master slave-token --name N --cluster C a one-time token for a slave to join
 //	gpulab-master slave drain|open NAME            stop / resume placing jobs on a slave
+//	gpulab-master slave disable|enable NAME        no jobs, no job secrets for a slave
+//	gpulab-master user list|disable|enable|link    users, their logins, disabling
+//	gpulab-master cert list|revoke                 issued certificates, revocation
 //	gpulab-master simulate --trace CSV             replay a workload trace through the scheduler
 //
 // Configuration comes from flags, each with an environment variable (see -h).
@@ -62,6 +65,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = slaveCmd(ctx, args, getenv, stdout, stderr)
 	case "simulate":
 		err = simulate(ctx, args, getenv, stdout, stderr)
+	case "user":
+		err = userCmd(ctx, args, getenv, stdout, stderr)
+	case "cert":
+		err = certCmd(ctx, args, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -98,6 +105,14 @@ Commands:
                                  make a one-time token with which a slave joins
   slave drain NAME | slave open NAME
                                  stop / resume placing jobs on a slave
+  slave disable NAME [--revoke] | slave enable NAME
+                                 no jobs and no job secrets for a slave (--revoke: and its certificates)
+  user list | user disable NAME | user enable NAME
+                                 list users (with their OpenID login) / refuse or allow a user
+  user link NAME --issuer I --subject S
+                                 link an OpenID login to an existing account
+  cert list [--owner NAME --kind user|slave] | cert revoke SERIAL
+                                 list issued certificates / revoke one (by serial)
   simulate --trace CSV [--policy fair|fifo|sjf-oracle|all] [--slaves N] [--gpus-per-slave G] [--jobs N]
                                  replay a workload trace through the scheduler in simulated time
 

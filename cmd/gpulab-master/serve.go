@@ -32,7 +32,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c.fillSecrets(getenv)
+	if err := c.fillSecrets(getenv); err != nil {
+		return err
+	}
 	log := newLogger(stderr, c.LogLevel)
 	opts, err := c.jobOptions()
 	if err != nil {
@@ -45,6 +47,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	oidcCfg, err := c.oidcConfig()
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	// issue 10: admins by verified e-mail or ISSUER#SUBJECT; a bare name is a usage error.
+	if _, err := web.ParseAdmins(splitList(c.Admins)); err != nil {
+		return fmt.Errorf("%w: --admins: %w", errUsage, err)
+	}
+	if c.UserCertValidity <= 0 || c.SlaveCertValidity <= 0 {
+		return fmt.Errorf("%w: --user-cert-validity and --slave-cert-validity must be positive", errUsage)
 	}
 	var sessionKeys []web.SessionKey
 	if oidcCfg.Issuer != "" {
@@ -82,7 +91,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		log.Info("made a new CA", "dir", absPath(c.DataDir))
 	}
 	wcfg := web.Config{Addr: c.Listen, CA: ca, Hosts: c.hosts(), Admins: splitList(c.Admins), Authority: c.Authority,
-		OIDC: oidcCfg, SessionKeys: sessionKeys, Limits: webLimits}
+		OIDC: oidcCfg, SessionKeys: sessionKeys, Limits: webLimits, AutoCreateCertUsers: c.AutoCreateCertUsers}
 	if oidcCfg.Issuer != "" {
 		log.Info("portal login configured", "issuer", oidcCfg.Issuer, "client_id", oidcCfg.ClientID, "redirect_url", oidcCfg.RedirectURL,
 			"username_claim", oidcCfg.UsernameClaim)
@@ -99,7 +108,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
 	h := handlers.New(st, handlers.Config{Authority: c.Authority, Version: version, LatestClientVersion: latestClientVersion,
 		JobOptions: opts, CA: ca, HeartbeatInterval: c.HeartbeatInterval, TallyHalfLife: c.TallyHalfLife, FenceAfter: c.JobGrace,
-		MemoryReserveGb: c.MemoryReserveGb}, log, wake, work)
+		MemoryReserveGb: c.MemoryReserveGb, UserCertValidity: c.UserCertValidity, SlaveCertValidity: c.SlaveCertValidity}, log, wake, work)
 	srv := web.New(wcfg, st, h, log)
 	loop := scheduler.NewLoop(st, scheduler.LoopConfig{Interval: c.SchedulerInterval, HeartbeatGrace: c.HeartbeatGrace,
 		JobGrace: c.JobGrace, FenceMargin: c.FenceMargin, MemoryReserveGb: c.MemoryReserveGb,

@@ -58,8 +58,11 @@ func slaveToken(ctx context.Context, args []string, getenv func(string) string, 
 
 // slaveCmd drains or reopens a slave.
 func slaveCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && (args[0] == "disable" || args[0] == "enable") {
+		return slaveDisable(ctx, args, getenv, stdout, stderr)
+	}
 	if len(args) < 1 || (args[0] != "drain" && args[0] != "open") {
-		return fmt.Errorf("expected `slave drain NAME` or `slave open NAME`: %w", errUsage)
+		return fmt.Errorf("expected `slave drain|open|disable|enable NAME`: %w", errUsage)
 	}
 	var c config
 	fs := flag.NewFlagSet("slave "+args[0], flag.ContinueOnError)

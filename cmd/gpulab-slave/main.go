@@ -33,6 +33,7 @@ import (
 
 	"github.com/docker/docker/client"
 
+	"github.com/opengpulab/gpulab/internal/secretfile"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/protocol"
 	"github.com/opengpulab/gpulab/slave"
@@ -108,10 +109,18 @@ func join(ctx context.Context, args []string, getenv func(string) string, stdout
 	fs.SetOutput(stderr)
 	master := fs.String("master", getenv("GPULAB_MASTER_URL"), "master URL, https://host:port (env GPULAB_MASTER_URL)")
 	caFile := fs.String("ca", getenv("GPULAB_MASTER_CA"), "the master's CA certificate, to trust it (env GPULAB_MASTER_CA)")
-	token := fs.String("token", getenv("GPULAB_JOIN_TOKEN"), "one-time join token from `gpulab-master slave-token` (env GPULAB_JOIN_TOKEN)")
+	token := fs.String("token", "", "one-time join token from `gpulab-master slave-token`; prefer --token-file or the env GPULAB_JOIN_TOKEN (flags show in ps)")
+	tokenFile := fs.String("token-file", getenv("GPULAB_JOIN_TOKEN_FILE"), "file (mode 0600) holding the join token (env GPULAB_JOIN_TOKEN_FILE)")
 	stateDir := fs.String("state-dir", envOr(getenv, "GPULAB_SLAVE_DIR", "/var/lib/gpulab-slave"), "where the key and certificates are kept (env GPULAB_SLAVE_DIR)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *token == "" && *tokenFile == "" {
+		*token = getenv("GPULAB_JOIN_TOKEN") // read after parsing: -h never shows it
+	}
+	var err error
+	if *token, err = secretfile.Either("--token", *token, *tokenFile); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if *master == "" || *caFile == "" || *token == "" {
 		return fmt.Errorf("--master, --ca and --token are required: %w", errUsage)
@@ -262,6 +271,9 @@ func runSlave(ctx context.Context, args []string, getenv func(string) string, st
 	unpinned := inv.CPUs > runtime.NumCPU()
 	if unpinned {
 		log.Warn("offering more CPUs than the machine has: jobs are not pinned to CPUs, only limited in CPU time", "cpus", inv.CPUs, "machine", runtime.NumCPU())
+	}
+	if err := storage.ReleaseStalePins(*scratch); err != nil {
+		log.Warn("staging mounts of an earlier run left", "err", err)
 	}
 	rt := container.New(dc, container.Config{Storage: storageMap, ScratchRoot: *scratch, SlaveName: id.Name, SlaveHost: host,
 		SlaveDNSName: *dnsName, SlaveInstanceID: inv.InstanceID, SlavePID: inv.PID, Version: version, Unpinned: unpinned,

@@ -223,7 +223,11 @@ func (c *cluster) addSlave(short string, gpus int, proxied bool, dockerHost stri
 	token := c.admin("slave-token", "--name", name, "--cluster", "1")
 	state := filepath.Join(c.dir, name)
 	ca := filepath.Join(c.dir, "data", "ca.pem")
-	join := exec.Command(c.slaveB, "join", "--master", c.masters[0].url(), "--ca", ca, "--token", token, "--state-dir", state)
+	tokenFile := filepath.Join(c.dir, name+"-token") // a file, not an argument: ps shows arguments
+	if err := os.WriteFile(tokenFile, []byte(strings.TrimSpace(token)+"\n"), 0o600); err != nil {
+		c.t.Fatalf("token file: %v", err)
+	}
+	join := exec.Command(c.slaveB, "join", "--master", c.masters[0].url(), "--ca", ca, "--token-file", tokenFile, "--state-dir", state)
 	if out, err := join.CombinedOutput(); err != nil {
 		c.t.Fatalf("join %s: %v %s", name, err, out)
 	}

@@ -6,8 +6,8 @@
 // It lives in its own Go module so Dex's large dependency tree stays out of the master's go.mod.
 //
 //	gpulab-devidp --issuer http://127.0.0.1:5556/dex --listen 127.0.0.1:5556 \
-//	    --client-id gpulab-portal --client-secret S --redirect-uri https://localhost:8443/auth/callback \
-//	    --user alice:alice@example.org:PASSWORD
+//	    --client-id gpulab-portal --client-secret-file SECRET --redirect-uri https://localhost:8443/auth/callback \
+//	    --users-file USERS   # NAME:EMAIL:PASSWORD a line; both files mode 0600
 package main
 
 import (
@@ -67,11 +67,31 @@ func run(ctx context.Context, args []string) error {
 	issuer := fs.String("issuer", "", "issuer URL; its path is where Dex is served (default http://<listen address>/dex)")
 	listen := fs.String("listen", "127.0.0.1:5556", "HTTP listen address (127.0.0.1:0: a free port; the issuer URL is printed on stdout)")
 	clientID := fs.String("client-id", "gpulab-portal", "the static client's id")
-	clientSecret := fs.String("client-secret", "gpulab-dev-secret", "the static client's secret")
+	clientSecret := fs.String("client-secret", "gpulab-dev-secret", "the static client's secret; prefer --client-secret-file (flags show in ps)")
+	clientSecretFile := fs.String("client-secret-file", "", "file (mode 0600) holding the static client's secret")
+	usersFile := fs.String("users-file", "", "file (mode 0600) of users, NAME:EMAIL:PASSWORD one a line; keeps passwords off the command line")
 	fs.Var(&redirects, "redirect-uri", "an allowed redirect URI of the client (repeatable; default https://localhost:8443/auth/callback)")
 	fs.Var(&users, "user", "NAME:EMAIL:PASSWORD of a user who logs in with NAME or EMAIL (repeatable; default alice:alice@example.org:alice-password)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *clientSecretFile != "" {
+		s, err := readSecretFile(*clientSecretFile)
+		if err != nil {
+			return fmt.Errorf("--client-secret-file: %w", err)
+		}
+		*clientSecret = s
+	}
+	if *usersFile != "" {
+		s, err := readSecretFile(*usersFile)
+		if err != nil {
+			return fmt.Errorf("--users-file: %w", err)
+		}
+		for _, line := range strings.Split(s, "\n") {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+				users = append(users, line)
+			}
+		}
 	}
 	if len(redirects) == 0 {
 		redirects = listFlag{"https://localhost:8443/auth/callback"}
@@ -138,4 +158,25 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("shut down: %w", err)
 	}
 	return nil
+}
+
+// readSecretFile reads a secret from a file readable by its owner only (as the master's
+// internal/secretfile does; this module does not depend on the master's).
+func readSecretFile(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("%s must be a regular file readable by its owner only (chmod 600 %s)", path, path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return s, nil
 }

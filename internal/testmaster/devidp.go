@@ -41,6 +41,9 @@ var devIdPBuild struct {
 	err     error
 }
 
+// DevIdPBinary is the path of the development provider's binary, built once per test process.
+func DevIdPBinary() (string, error) { return devIdPBinary() }
+
 // devIdPBinary builds internal/devidp once per test process: into <module>/.tmp/bin (kept
 // between runs; Go's build cache makes later builds a link step) or, when that cannot be
 // written, into a temporary folder that RemoveBuilds removes.
@@ -101,10 +104,19 @@ func StartDevIdP(t testing.TB, redirectURI string, users ...IdPUser) *DevIdP {
 		users = []IdPUser{{Name: "alice", Email: "alice@example.org", Password: "alice-password"}}
 	}
 	idp := &DevIdP{ClientID: "gpulab-portal", ClientSecret: "test-secret-" + fmt.Sprint(time.Now().UnixNano())}
-	args := []string{"--listen", "127.0.0.1:0", "--client-id", idp.ClientID, "--client-secret", idp.ClientSecret, "--redirect-uri", redirectURI}
+	// Secrets go through files (mode 0600), never the command line, as in `make run`.
+	dir := t.TempDir()
+	var lines []string
 	for _, u := range users {
-		args = append(args, "--user", u.Name+":"+u.Email+":"+u.Password)
+		lines = append(lines, u.Name+":"+u.Email+":"+u.Password)
 	}
+	secretFile, usersFile := filepath.Join(dir, "client-secret"), filepath.Join(dir, "users")
+	for file, content := range map[string]string{secretFile: idp.ClientSecret, usersFile: strings.Join(lines, "\n")} {
+		if err := os.WriteFile(file, []byte(content+"\n"), 0o600); err != nil {
+			t.Fatalf("dex secret file: %v", err)
+		}
+	}
+	args := []string{"--listen", "127.0.0.1:0", "--client-id", idp.ClientID, "--client-secret-file", secretFile, "--users-file", usersFile, "--redirect-uri", redirectURI}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }

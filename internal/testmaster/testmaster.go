@@ -84,6 +84,10 @@ type Options struct {
 	SessionKeys []web.SessionKey
 	// Web bounds connections and requests (default web.DefaultLimits).
 	Web web.Limits
+	// CA, when set, is the CA to use (another master's, so both accept the same certificates).
+	CA *pki.CA
+	// AutoCreateCertUsers lets certificates of unknown users create them (web.Config).
+	AutoCreateCertUsers bool
 }
 
 // Start runs a master for the test's duration.
@@ -127,6 +131,9 @@ func Start(t testing.TB, opts Options) *Master {
 	}
 	dir := t.TempDir()
 	ca, _, err := pki.LoadOrCreateCA(filepath.Join(dir, "ca"), "GPULab test CA")
+	if opts.CA != nil {
+		ca, err = opts.CA, os.WriteFile(filepath.Join(dir, "ca", "ca.pem"), opts.CA.CertPEM, 0o644)
+	}
 	if err != nil {
 		cancel()
 		t.Fatalf("make CA: %v", err)
@@ -157,7 +164,7 @@ func Start(t testing.TB, opts Options) *Master {
 		CA: ca, HeartbeatInterval: opts.HeartbeatInterval, MaxLongPoll: cmp.Or(opts.MaxLongPoll, 5*time.Second), FenceAfter: lc.JobGrace,
 		MissingGrace: opts.MissingGrace, WorkRecheck: opts.WorkRecheck}, log, wake, work)
 	wcfg := web.Config{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}, Admins: opts.Admins, Authority: Authority,
-		OIDC: oidcCfg, SessionKeys: opts.SessionKeys, Limits: opts.Web}
+		OIDC: oidcCfg, SessionKeys: opts.SessionKeys, Limits: opts.Web, AutoCreateCertUsers: opts.AutoCreateCertUsers}
 	srv := web.New(wcfg, st, h, log)
 	loopDone := make(chan struct{})
 	listenDone := make(chan struct{})
@@ -231,6 +238,8 @@ type User struct {
 	CertFile string
 	CertPEM  []byte
 	TLS      tls.Certificate
+	// Serial is the certificate's serial (recorded, so it can be revoked).
+	Serial string
 }
 
 // AddUser creates a user, makes him a member of the given projects (created when new) and
@@ -259,6 +268,9 @@ func (m *Master) AddUser(name string, admin bool, password string, projects ...s
 	if err != nil {
 		m.t.Fatalf("issue certificate: %v", err)
 	}
+	if err := m.Store.RecordCertificate(ctx, cert.SerialNumber.String(), store.CertUser, name, cert.NotAfter); err != nil {
+		m.t.Fatalf("record certificate: %v", err)
+	}
 	pemData, err := pki.ClientPEM(cert, key, password)
 	if err != nil {
 		m.t.Fatalf("encode certificate: %v", err)
@@ -271,7 +283,7 @@ func (m *Master) AddUser(name string, admin bool, password string, projects ...s
 	if err != nil {
 		m.t.Fatalf("load certificate: %v", err)
 	}
-	return &User{User: u, CertFile: file, CertPEM: pemData, TLS: tlsCert}
+	return &User{User: u, CertFile: file, CertPEM: pemData, TLS: tlsCert, Serial: cert.SerialNumber.String()}
 }
 
 // Client returns an HTTP client trusting the master's CA and presenting cert (nil: none).
@@ -327,6 +339,9 @@ func (m *Master) SlaveCert(name string, cluster int) tls.Certificate {
 	cert, key, err := m.CA.IssueClient(pki.ClientSpec{Kind: pki.KindSlave, URN: pki.URN{Authority: Authority, Type: "slave", Name: name}.String(), Name: name})
 	if err != nil {
 		m.t.Fatalf("issue slave certificate: %v", err)
+	}
+	if err := m.Store.RecordCertificate(ctx, cert.SerialNumber.String(), store.CertSlave, name, cert.NotAfter); err != nil {
+		m.t.Fatalf("record slave certificate: %v", err)
 	}
 	return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
 }

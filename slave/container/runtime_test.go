@@ -677,9 +677,8 @@ func TestLimitsInInspect(t *testing.T) {
 		case "/ram":
 			sawTmpfs = m.Type == "tmpfs"
 		case "/root/.ssh":
-			// Docker binds the staging path the folder was pinned on (storage.Pin).
-			pinned := filepath.Join(e.cfg.ScratchRoot, "pins", a.Job.UUID) + string(filepath.Separator)
-			sawSSH = m.Source == sshDir || strings.HasPrefix(m.Source, pinned)
+			// Docker mounts the staging path that storage.Pin bound the job's .ssh folder onto.
+			sawSSH = m.Type == "bind" && strings.HasPrefix(m.Source, filepath.Join(e.cfg.ScratchRoot, "pins", a.Job.UUID)+"/")
 		}
 	}
 	if !sawTmpfs || !sawSSH {

@@ -159,20 +159,38 @@ func pinOne(m Mount, staging string) (pinned, error) {
 }
 
 // Verify checks, for a started container whose first process is pid, that each pinned target
-// in the container is the inode that was checked. A container that has exited already (pid 0,
+// in the container is the inode that was checked (through /proc/<pid>/root). A container that has exited already (pid 0,
 // or its /proc entry gone) cannot be looked into and passes: the pin alone decided what it got.
 func (p *Pins) Verify(pid int) error {
 	if p == nil || pid <= 0 {
 		return nil
 	}
+	if len(p.pins) == 0 {
+		return nil
+	}
+	root, err := unix.Open(fmt.Sprintf("/proc/%d/root", pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) {
+		return nil // exited meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("verify storage: open the container's root: %w", err)
+	}
+	defer func() { _ = unix.Close(root) }()
 	for _, pn := range p.pins {
-		var st unix.Stat_t
-		err := unix.Lstat(fmt.Sprintf("/proc/%d/root%s", pid, pn.target), &st)
+		// RESOLVE_IN_ROOT: the target resolves as in the container, its absolute links
+		// included (an image may have /data as a link), never into the slave's own tree.
+		fd, err := unix.Openat2(root, pn.target, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) {
 			if _, perr := os.Stat(fmt.Sprintf("/proc/%d", pid)); perr != nil {
 				return nil // exited meanwhile
 			}
 		}
+		if err != nil {
+			return fmt.Errorf("verify storage %s in the container: %w", pn.target, err)
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(fd, &st)
+		_ = unix.Close(fd)
 		if err != nil {
 			return fmt.Errorf("verify storage %s in the container: %w", pn.target, err)
 		}
@@ -238,4 +256,28 @@ func unmount(path string) error {
 		}
 		return fmt.Errorf("unmount %s: %w", path, err)
 	}
+}
+
+// ReleaseStalePins releases the staging mounts a slave killed during a start left behind (Pin
+// releases them as soon as the container has started). Call it at the slave's start, before
+// any job starts.
+func ReleaseStalePins(scratchRoot string) error {
+	if !filepath.IsAbs(scratchRoot) {
+		return nil
+	}
+	entries, err := os.ReadDir(filepath.Join(scratchRoot, "pins"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("release stale storage pins: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		if plainName(e.Name()) {
+			p := &Pins{dir: pinsDir(scratchRoot, e.Name())}
+			errs = append(errs, p.releaseDir())
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -112,3 +112,25 @@ func TestPinVerify(t *testing.T) {
 		t.Fatal("Verify passed another project's folder")
 	}
 }
+
+func TestReleaseStalePins(t *testing.T) {
+	m, scratch, data, _ := pinEnv(t)
+	for _, id := range []string{"job4", "job5"} {
+		mounts, err := Resolve(m, "demo", id, scratch, []job.Storage{{HostPath: "/project/data", ContainerPath: "/data"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := Pin(scratch, id, mounts); err != nil { // a slave killed before Release
+			t.Fatal(err)
+		}
+	}
+	if err := ReleaseStalePins(scratch); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(scratch, "pins")); len(entries) != 0 {
+		t.Fatalf("left in pins: %v", entries)
+	}
+	if b, err := os.ReadFile(filepath.Join(data, "MARKER")); err != nil || string(b) != "demo" {
+		t.Fatalf("the project's folder was touched: %q %v", b, err)
+	}
+}
