@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/store"
 )
 
@@ -77,7 +79,7 @@ func (h *Handlers) SubmitJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	j, err := job.Parse(body, h.cfg.JobOptions)
+	j, err := job.Parse(body, h.jobOptionsFor(c))
 	if err != nil {
 		return err
 	}
@@ -620,7 +622,8 @@ func (h *Handlers) DeleteJob(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// JobEvents is GET jobs/{id}/debug: every event of the job, oldest first.
+// JobEvents is GET jobs/{id}/debug: every event of the job, oldest first; for v4.0 a JSON
+// list of imec's JobEvent (imec's client reads a bare list here, not {"items": ...}).
 func (h *Handlers) JobEvents(w http.ResponseWriter, r *http.Request) error {
 	_, rec, err := h.userAndJob(r)
 	if err != nil {
@@ -629,6 +632,10 @@ func (h *Handlers) JobEvents(w http.ResponseWriter, r *http.Request) error {
 	evs, err := h.store.ListJobEvents(r.Context(), rec.Job.UUID)
 	if err != nil {
 		return err
+	}
+	if imecShape(r.Context()) {
+		writeJSON(w, http.StatusOK, imecJobEvents(evs))
+		return nil
 	}
 	writeList(w, r, evs)
 	return nil
@@ -653,13 +660,24 @@ func (h *Handlers) JobLog(w http.ResponseWriter, r *http.Request) error {
 	case size == 0 || (ranged && from == size):
 		w.WriteHeader(http.StatusNoContent)
 	case ranged:
-		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, size-1, size))
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, logRangeEnd(r.Context(), size), size))
 		w.WriteHeader(http.StatusPartialContent)
 		_, _ = w.Write(data)
 	default:
 		_, _ = w.Write(data)
 	}
 	return nil
+}
+
+// logRangeEnd is the end written in the Content-Range of a partial log answer. HTTP's is the
+// last byte sent (size-1), which v3.x and our CLI use. imec's gpulab-cli (v4.0) asks for its
+// next piece from the end it was given (`log -f`), so with HTTP's end it would get and print the
+// last byte again every second; v4.0 gives it the size, where the next piece starts.
+func logRangeEnd(ctx context.Context, size int64) int64 {
+	if imecShape(ctx) {
+		return size
+	}
+	return size - 1
 }
 
 // readLog reads a job's log from the offset of a `Range: bytes=N-` header (0 without one), for
@@ -684,13 +702,23 @@ func (h *Handlers) readLog(w http.ResponseWriter, r *http.Request, rec *store.Jo
 	return data, size, from, ranged, nil
 }
 
+// jobOptionsFor is the job parsing options for a caller: a version 1 file's `email_run: true`
+// means the caller's address (none without a caller: then it is refused, naming the key).
+func (h *Handlers) jobOptionsFor(c *Caller) job.Options {
+	opts := h.cfg.JobOptions
+	if c != nil && c.Kind == pki.KindUser {
+		opts.SubmitterEmail = c.User.Email
+	}
+	return opts
+}
+
 // Convert is POST convert: a v1 (or v2) document in, the normalised v2 request out.
 func (h *Handlers) Convert(w http.ResponseWriter, r *http.Request) error {
 	body, err := readBody(w, r, maxJobBody)
 	if err != nil {
 		return err
 	}
-	j, err := job.Parse(body, h.cfg.JobOptions)
+	j, err := job.Parse(body, h.jobOptionsFor(CallerFrom(r.Context())))
 	if err != nil {
 		return err
 	}
