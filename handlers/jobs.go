@@ -566,7 +566,8 @@ func containsStatus(ss []job.Status, s job.Status) bool {
 // DeleteJob is DELETE jobs/{id}. An ended job becomes DELETED (hidden from default lists).
 // force=true cancels a job that has not ended first; real=true (admins) removes the row with
 // its events and log; finished=true only ever deletes ended jobs (409 otherwise, even with
-// force), for scripts that clean up.
+// force), for scripts that clean up. v4.0 is imec's client's: there a QUEUED or ON HOLD job is
+// cancelled and deleted without force, as imec's `rm` (with or without -f) expects.
 func (h *Handlers) DeleteJob(w http.ResponseWriter, r *http.Request) error {
 	c, err := requireUser(r)
 	if err != nil {
@@ -591,7 +592,10 @@ func (h *Handlers) DeleteJob(w http.ResponseWriter, r *http.Request) error {
 	ctx, id, actor := r.Context(), rec.Job.UUID, actorOf(c, rec)
 	st := rec.Job.State.Status
 	if !st.Ended() {
-		if finished || !force {
+		// imec's rm (v4.0) removes a job that has not started without a flag: its -f only adds
+		// ended jobs, and its force is for running ones.
+		pendingImec := imecShape(ctx) && (st == job.StatusQueued || st == job.StatusOnHold)
+		if !pendingImec && (finished || !force) {
 			return errorf(http.StatusConflict, "job %s is %s: only ended jobs can be deleted (cancel it first, or use force=true)", id, st)
 		}
 		if _, err := h.store.TransitionJob(ctx, id, job.SourcesOf(job.StatusCancelled, actor), job.StatusCancelled,
@@ -657,13 +661,23 @@ func (h *Handlers) JobLog(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Accept-Ranges", "bytes")
 	switch {
+	case size == 0 && !ranged && imecShape(r.Context()):
+		// imec's client (v4.0) without -f asks again on a 204 until it is given an end, so an
+		// empty log is an empty 200 for it: the end is 0, and it stops.
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(http.StatusOK)
 	case size == 0 || (ranged && from == size):
 		w.WriteHeader(http.StatusNoContent)
 	case ranged:
 		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, logRangeEnd(r.Context(), size), size))
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 		w.WriteHeader(http.StatusPartialContent)
 		_, _ = w.Write(data)
 	default:
+		// Always with its length: a log larger than the server's buffer would otherwise go
+		// chunked, and imec's `log -f` takes the next offset from Content-Length (0 without one,
+		// printing the whole log again every second).
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 		_, _ = w.Write(data)
 	}
 	return nil
