@@ -36,6 +36,10 @@ const (
 // maxPageSize is the largest page GET jobs serves.
 const maxPageSize = 200
 
+// imecDefaultPageSize is v4.0's page without page_size or max_count: imec's `jobs` sends
+// neither and shows, by its own help, 10 jobs.
+const imecDefaultPageSize = 10
+
 func boolParam(r *http.Request, name string) (bool, error) {
 	v := r.URL.Query().Get(name)
 	if v == "" {
@@ -418,6 +422,8 @@ func (h *Handlers) jobFilter(r *http.Request, c *Caller) (store.JobFilter, int, 
 		f.Limit = pageSize
 	case maxCount > 0:
 		f.Limit = min(maxCount, 10*maxPageSize)
+	case imecShape(r.Context()):
+		f.Limit = imecDefaultPageSize
 	default:
 		f.Limit = maxPageSize
 	}
@@ -448,12 +454,15 @@ func (h *Handlers) jobFilter(r *http.Request, c *Caller) (store.JobFilter, int, 
 		f.UserIDs = []int64{c.User.ID}
 	}
 	filtersWho := f.UserURN != "" || f.UserName != "" || f.ProjectURN != "" || f.ProjectName != "" || len(f.UserIDs) > 0
-	if !filtersWho && !c.Admin() {
+	// imec's `jobs` without -u asks v4.0 with no filter on who: imec's master answers the whole
+	// queue, everybody's jobs, sanitized outside the caller's projects (presentJobs does that).
+	wholeQueue := !filtersWho && imecShape(r.Context())
+	if !filtersWho && !c.Admin() && !wholeQueue {
 		f.UserIDs = []int64{c.User.ID}
 	}
 	// Everybody's running jobs on top (sanitized when outside the caller's projects).
 	f.AlsoOthersRunning = othersRunning
-	if !c.Admin() {
+	if !c.Admin() && !wholeQueue {
 		f.Visible = &store.Visibility{UserID: c.User.ID, ProjectIDs: c.ProjectIDs, OthersRunning: othersRunning}
 	}
 	if page < 1 {
@@ -470,7 +479,8 @@ type jobList struct {
 }
 
 // ListJobs is GET jobs with imec's filters, paging and sort. Without filters on user or
-// project it lists the caller's own jobs (admins: everybody's).
+// project it lists the caller's own jobs (admins: everybody's); v4.0, imec's, lists the whole
+// queue then, 10 jobs unless page_size says otherwise, as imec's `jobs` expects.
 func (h *Handlers) ListJobs(w http.ResponseWriter, r *http.Request) error {
 	c, err := requireUser(r)
 	if err != nil {

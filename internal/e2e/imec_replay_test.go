@@ -472,7 +472,14 @@ func TestImecClientReplay(t *testing.T) {
 			return nil
 		}
 	}
-	r.run("jobs", listHas(url.Values{}, running, queued, held))
+	// Someone else's job, in another project: imec's plain `jobs` shows the whole queue.
+	bob := e.m.AddUser("bob", false, "", "elsewhere")
+	status, data, _ := e.m.Do(bob, "POST", v31+"/jobs?hold=true", strings.NewReader(e.jobFile("bobs", "echo bob", nil)))
+	if status != 201 {
+		t.Fatalf("bob's submit: %d %s", status, data)
+	}
+	bobs := strings.TrimSpace(string(data))
+	r.run("jobs", listHas(url.Values{}, running, queued, held, bobs))
 	r.run("jobs -u", listHas(url.Values{"user_urn": {e.alice.URN}, "other_user_running": {"True"}, "page_size": {"50"}}, running, queued, held, done))
 	r.run("jobs -U", listHas(url.Values{"user_urn": {e.alice.URN}, "page_size": {"50"}}, running, queued, held, done))
 	r.run("jobs -c 2", func() error {
