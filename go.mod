@@ -7,7 +7,10 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/jmoiron/sqlx v1.4.0
 	github.com/lib/pq v1.12.3
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 )
+
+require golang.org/x/text v0.42.0 // indirect
 
 require (
 	github.com/a-h/parse v0.0.0-20250122154542-74294addb73e // indirect

@@ -16,11 +16,16 @@ const apiPath = "api/gpulab/v3.1/"
 
 var versionedAPIPath = regexp.MustCompile(`/api/gpulab/v[0-9]+\.[0-9]+/?$`)
 
+// imecAPIPath is the base of imec's own client, which this client does not use (see README,
+// "API versions").
+var imecAPIPath = regexp.MustCompile(`/api/gpulab/v4\.0/?$`)
+
 // NormalizeBaseURL turns what a user may type as the master's address into the API base with a
 // trailing slash, so that request paths can simply be appended. It accepts the full API base
 // (`https://host:8443/api/gpulab/v3.1`), imec's form ending in `/api` (what imec's
 // --custom-master-url and GPULAB_API_BASE expect), or just the master (`https://host:8443`);
-// a missing scheme means https.
+// a missing scheme means https. A v4.0 base becomes v3.1: v4.0 is imec's shape for imec's
+// client, v3.1 ours.
 func NormalizeBaseURL(raw string) (*url.URL, error) {
 	s := strings.TrimSpace(raw)
 	if s == "" {
@@ -42,6 +47,10 @@ func NormalizeBaseURL(raw string) (*url.URL, error) {
 	u.RawQuery, u.Fragment, u.RawPath = "", "", ""
 	p := u.Path
 	switch {
+	case imecAPIPath.MatchString(p):
+		// imec's v4.0 answers exactly imec's models, without what this client reads (estimated
+		// start, exit code, ...): the same master's v3.1 has it all.
+		p = imecAPIPath.ReplaceAllString(p, "/api/gpulab/v3.1/")
 	case versionedAPIPath.MatchString(p):
 		// Already the API base.
 	case strings.HasSuffix(strings.TrimSuffix(p, "/"), "/api"):

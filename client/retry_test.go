@@ -482,7 +482,7 @@ func TestParseBaseURLs(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"", DefaultBaseURL},
 		{"https://a:8443", "https://a:8443/api/gpulab/v3.1/"},
-		{"https://a:8443/api, https://b:8443/api/gpulab/v4.0,", "https://a:8443/api/gpulab/v3.1/ https://b:8443/api/gpulab/v4.0/"},
+		{"https://a:8443/api, https://b:8443/api/gpulab/v4.0,", "https://a:8443/api/gpulab/v3.1/ https://b:8443/api/gpulab/v3.1/"},
 		{"https://a, https://a/api", "https://a/api/gpulab/v3.1/"},
 	}
 	for _, tt := range tests {

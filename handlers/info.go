@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"net/http"
@@ -11,11 +12,17 @@ import (
 	"github.com/opengpulab/gpulab/store"
 )
 
-// Version is GET version.
+// Version is GET version. v4.0 is what imec's gpulab-cli reads, so its latest client version
+// is imec's (ImecClientVersion), never one that would nag imec's users to install a release
+// that does not exist; v3.x names our own CLI's.
 func (h *Handlers) Version(w http.ResponseWriter, r *http.Request) error {
+	latest := h.cfg.LatestClientVersion
+	if imecShape(r.Context()) {
+		latest = ImecClientVersion
+	}
 	writeJSON(w, http.StatusOK, map[string]string{
 		"version":               h.cfg.Version,
-		"latest_client_version": h.cfg.LatestClientVersion,
+		"latest_client_version": latest,
 	})
 	return nil
 }
@@ -101,19 +108,20 @@ func slaveInfo(s store.Slave, use slaveUse) SlaveInfo {
 
 func round2(f float64) float64 { return math.Round(f*100) / 100 }
 
-func (h *Handlers) clusterInfos(r *http.Request) ([]ClusterInfo, []SlaveInfo, error) {
-	ctx := r.Context()
+// clusterData reads what GET clusters and GET slaves show, in every API version: the
+// clusters, the slaves, and what the running jobs hold on each slave.
+func (h *Handlers) clusterData(ctx context.Context) ([]store.Cluster, []store.Slave, map[string]slaveUse, error) {
 	clusters, err := h.store.ListClusters(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	slaves, err := h.store.ListSlaves(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	running, err := h.store.ListJobs(ctx, store.JobFilter{Statuses: job.RunningStatuses})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	use := map[string]slaveUse{}
 	for _, rec := range running {
@@ -128,6 +136,14 @@ func (h *Handlers) clusterInfos(r *http.Request) ([]ClusterInfo, []SlaveInfo, er
 		u.cpus += len(res.CPUIDs)
 		u.memGb += res.CPUMemoryGb
 		use[name] = u
+	}
+	return clusters, slaves, use, nil
+}
+
+func (h *Handlers) clusterInfos(r *http.Request) ([]ClusterInfo, []SlaveInfo, error) {
+	clusters, slaves, use, err := h.clusterData(r.Context())
+	if err != nil {
+		return nil, nil, err
 	}
 	infos := make([]ClusterInfo, 0, len(clusters))
 	index := map[int]int{}
@@ -153,8 +169,17 @@ func (h *Handlers) clusterInfos(r *http.Request) ([]ClusterInfo, []SlaveInfo, er
 
 func add(dst *FreeTotal, v FreeTotal) { dst.Free += v.Free; dst.Total += v.Total }
 
-// Clusters is GET clusters: every cluster with its slaves and free/total resources.
+// Clusters is GET clusters: every cluster with its slaves and free/total resources; for v4.0
+// a JSON list of imec's ClusterInfo.
 func (h *Handlers) Clusters(w http.ResponseWriter, r *http.Request) error {
+	if imecShape(r.Context()) {
+		infos, _, err := h.imecInfos(r.Context())
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, infos)
+		return nil
+	}
 	infos, _, err := h.clusterInfos(r)
 	if err != nil {
 		return err
@@ -163,8 +188,17 @@ func (h *Handlers) Clusters(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// Slaves is GET slaves: every slave with its free/total resources.
+// Slaves is GET slaves: every slave with its free/total resources; for v4.0 a JSON list of
+// imec's SlaveInfo2.
 func (h *Handlers) Slaves(w http.ResponseWriter, r *http.Request) error {
+	if imecShape(r.Context()) {
+		_, slaves, err := h.imecInfos(r.Context())
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, slaves)
+		return nil
+	}
 	_, slaves, err := h.clusterInfos(r)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/store"
 )
 
@@ -33,6 +35,10 @@ const (
 
 // maxPageSize is the largest page GET jobs serves.
 const maxPageSize = 200
+
+// imecDefaultPageSize is v4.0's page without page_size or max_count: imec's `jobs` sends
+// neither and shows, by its own help, 10 jobs.
+const imecDefaultPageSize = 10
 
 func boolParam(r *http.Request, name string) (bool, error) {
 	v := r.URL.Query().Get(name)
@@ -77,7 +83,7 @@ func (h *Handlers) SubmitJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	j, err := job.Parse(body, h.cfg.JobOptions)
+	j, err := job.Parse(body, h.jobOptionsFor(c))
 	if err != nil {
 		return err
 	}
@@ -115,7 +121,11 @@ func (h *Handlers) SubmitJob(w http.ResponseWriter, r *http.Request) error {
 	h.sched.Wake()
 	h.log.InfoContext(r.Context(), "job submitted", "job", j.UUID, "user", c.User.Name, "project", project.Name, "status", j.State.Status)
 	if wantsJSON(r) {
-		writeJSON(w, http.StatusCreated, h.present(r, c, &store.JobRecord{Job: j, UserID: c.User.ID, ProjectID: project.ID}))
+		out, err := h.presentOne(r, c, &store.JobRecord{Job: j, UserID: c.User.ID, ProjectID: project.ID})
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, out)
 		return nil
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -266,14 +276,29 @@ func actorOf(c *Caller, rec *store.JobRecord) job.Actor {
 	return job.ActorAdmin
 }
 
-// present prepares a job for output: credentials always hidden, other users' jobs outside the
-// caller's projects sanitized, and the shape of the API version asked for.
+// present prepares a job for the portal's JSON answers (our own v3.1 shape); API handlers use
+// presentJobs, which knows every version.
 func (h *Handlers) present(r *http.Request, c *Caller, rec *store.JobRecord) any {
+	return presentV3(c, rec, apiVersion(r.Context()))
+}
+
+// presentOne is presentJobs for one job.
+func (h *Handlers) presentOne(r *http.Request, c *Caller, rec *store.JobRecord) (any, error) {
+	out, err := h.presentJobs(r.Context(), c, apiVersion(r.Context()), []*store.JobRecord{rec})
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// presentV3 prepares a job for a v3.x answer: credentials always hidden, other users' jobs
+// outside the caller's projects sanitized, v3.0 without what came with v3.1.
+func presentV3(c *Caller, rec *store.JobRecord, version string) any {
 	j := rec.Job.Redacted()
 	if c == nil || !canSee(c, rec) {
 		j = j.Sanitized()
 	}
-	if apiVersion(r.Context()) != V30 {
+	if version != V30 {
 		return j
 	}
 	return v30Job(j)
@@ -298,7 +323,11 @@ func (h *Handlers) GetJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, h.present(r, c, rec))
+	out, err := h.presentOne(r, c, rec)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -393,6 +422,8 @@ func (h *Handlers) jobFilter(r *http.Request, c *Caller) (store.JobFilter, int, 
 		f.Limit = pageSize
 	case maxCount > 0:
 		f.Limit = min(maxCount, 10*maxPageSize)
+	case imecShape(r.Context()):
+		f.Limit = imecDefaultPageSize
 	default:
 		f.Limit = maxPageSize
 	}
@@ -423,12 +454,15 @@ func (h *Handlers) jobFilter(r *http.Request, c *Caller) (store.JobFilter, int, 
 		f.UserIDs = []int64{c.User.ID}
 	}
 	filtersWho := f.UserURN != "" || f.UserName != "" || f.ProjectURN != "" || f.ProjectName != "" || len(f.UserIDs) > 0
-	if !filtersWho && !c.Admin() {
+	// imec's `jobs` without -u asks v4.0 with no filter on who: imec's master answers the whole
+	// queue, everybody's jobs, sanitized outside the caller's projects (presentJobs does that).
+	wholeQueue := !filtersWho && imecShape(r.Context())
+	if !filtersWho && !c.Admin() && !wholeQueue {
 		f.UserIDs = []int64{c.User.ID}
 	}
 	// Everybody's running jobs on top (sanitized when outside the caller's projects).
 	f.AlsoOthersRunning = othersRunning
-	if !c.Admin() {
+	if !c.Admin() && !wholeQueue {
 		f.Visible = &store.Visibility{UserID: c.User.ID, ProjectIDs: c.ProjectIDs, OthersRunning: othersRunning}
 	}
 	if page < 1 {
@@ -445,7 +479,8 @@ type jobList struct {
 }
 
 // ListJobs is GET jobs with imec's filters, paging and sort. Without filters on user or
-// project it lists the caller's own jobs (admins: everybody's).
+// project it lists the caller's own jobs (admins: everybody's); v4.0, imec's, lists the whole
+// queue then, 10 jobs unless page_size says otherwise, as imec's `jobs` expects.
 func (h *Handlers) ListJobs(w http.ResponseWriter, r *http.Request) error {
 	c, err := requireUser(r)
 	if err != nil {
@@ -459,9 +494,9 @@ func (h *Handlers) ListJobs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	items := make([]any, len(recs))
-	for i, rec := range recs {
-		items[i] = h.present(r, c, rec)
+	items, err := h.presentJobs(r.Context(), c, apiVersion(r.Context()), recs)
+	if err != nil {
+		return err
 	}
 	if apiVersion(r.Context()) == V40 {
 		writeJSON(w, http.StatusOK, jobList{Items: items, Page: page, PageSize: f.Limit})
@@ -521,7 +556,11 @@ func (h *Handlers) SetJobStatus(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, h.present(r, c, updated))
+	out, err := h.presentOne(r, c, updated)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -537,7 +576,8 @@ func containsStatus(ss []job.Status, s job.Status) bool {
 // DeleteJob is DELETE jobs/{id}. An ended job becomes DELETED (hidden from default lists).
 // force=true cancels a job that has not ended first; real=true (admins) removes the row with
 // its events and log; finished=true only ever deletes ended jobs (409 otherwise, even with
-// force), for scripts that clean up.
+// force), for scripts that clean up. v4.0 is imec's client's: there a QUEUED or ON HOLD job is
+// cancelled and deleted without force, as imec's `rm` (with or without -f) expects.
 func (h *Handlers) DeleteJob(w http.ResponseWriter, r *http.Request) error {
 	c, err := requireUser(r)
 	if err != nil {
@@ -562,7 +602,10 @@ func (h *Handlers) DeleteJob(w http.ResponseWriter, r *http.Request) error {
 	ctx, id, actor := r.Context(), rec.Job.UUID, actorOf(c, rec)
 	st := rec.Job.State.Status
 	if !st.Ended() {
-		if finished || !force {
+		// imec's rm (v4.0) removes a job that has not started without a flag: its -f only adds
+		// ended jobs, and its force is for running ones.
+		pendingImec := imecShape(ctx) && (st == job.StatusQueued || st == job.StatusOnHold)
+		if !pendingImec && (finished || !force) {
 			return errorf(http.StatusConflict, "job %s is %s: only ended jobs can be deleted (cancel it first, or use force=true)", id, st)
 		}
 		if _, err := h.store.TransitionJob(ctx, id, job.SourcesOf(job.StatusCancelled, actor), job.StatusCancelled,
@@ -593,7 +636,8 @@ func (h *Handlers) DeleteJob(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// JobEvents is GET jobs/{id}/debug: every event of the job, oldest first.
+// JobEvents is GET jobs/{id}/debug: every event of the job, oldest first; for v4.0 a JSON
+// list of imec's JobEvent (imec's client reads a bare list here, not {"items": ...}).
 func (h *Handlers) JobEvents(w http.ResponseWriter, r *http.Request) error {
 	_, rec, err := h.userAndJob(r)
 	if err != nil {
@@ -602,6 +646,10 @@ func (h *Handlers) JobEvents(w http.ResponseWriter, r *http.Request) error {
 	evs, err := h.store.ListJobEvents(r.Context(), rec.Job.UUID)
 	if err != nil {
 		return err
+	}
+	if imecShape(r.Context()) {
+		writeJSON(w, http.StatusOK, imecJobEvents(evs))
+		return nil
 	}
 	writeList(w, r, evs)
 	return nil
@@ -623,16 +671,37 @@ func (h *Handlers) JobLog(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Accept-Ranges", "bytes")
 	switch {
+	case size == 0 && !ranged && imecShape(r.Context()):
+		// imec's client (v4.0) without -f asks again on a 204 until it is given an end, so an
+		// empty log is an empty 200 for it: the end is 0, and it stops.
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(http.StatusOK)
 	case size == 0 || (ranged && from == size):
 		w.WriteHeader(http.StatusNoContent)
 	case ranged:
-		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, size-1, size))
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", from, logRangeEnd(r.Context(), size), size))
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 		w.WriteHeader(http.StatusPartialContent)
 		_, _ = w.Write(data)
 	default:
+		// Always with its length: a log larger than the server's buffer would otherwise go
+		// chunked, and imec's `log -f` takes the next offset from Content-Length (0 without one,
+		// printing the whole log again every second).
+		w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 		_, _ = w.Write(data)
 	}
 	return nil
+}
+
+// logRangeEnd is the end written in the Content-Range of a partial log answer. HTTP's is the
+// last byte sent (size-1), which v3.x and our CLI use. imec's gpulab-cli (v4.0) asks for its
+// next piece from the end it was given (`log -f`), so with HTTP's end it would get and print the
+// last byte again every second; v4.0 gives it the size, where the next piece starts.
+func logRangeEnd(ctx context.Context, size int64) int64 {
+	if imecShape(ctx) {
+		return size
+	}
+	return size - 1
 }
 
 // readLog reads a job's log from the offset of a `Range: bytes=N-` header (0 without one), for
@@ -657,13 +726,23 @@ func (h *Handlers) readLog(w http.ResponseWriter, r *http.Request, rec *store.Jo
 	return data, size, from, ranged, nil
 }
 
+// jobOptionsFor is the job parsing options for a caller: a version 1 file's `email_run: true`
+// means the caller's address (none without a caller: then it is refused, naming the key).
+func (h *Handlers) jobOptionsFor(c *Caller) job.Options {
+	opts := h.cfg.JobOptions
+	if c != nil && c.Kind == pki.KindUser {
+		opts.SubmitterEmail = c.User.Email
+	}
+	return opts
+}
+
 // Convert is POST convert: a v1 (or v2) document in, the normalised v2 request out.
 func (h *Handlers) Convert(w http.ResponseWriter, r *http.Request) error {
 	body, err := readBody(w, r, maxJobBody)
 	if err != nil {
 		return err
 	}
-	j, err := job.Parse(body, h.cfg.JobOptions)
+	j, err := job.Parse(body, h.jobOptionsFor(CallerFrom(r.Context())))
 	if err != nil {
 		return err
 	}

@@ -279,7 +279,7 @@ func (h *Handlers) mergeForm(text string, form, base views.JobForm) (map[string]
 			}
 			return nil, fieldError("json", "the JSON editor does not hold one plain JSON object (%v): fix it, or submit it without changing the form", err)
 		}
-		if _, v1 := doc["jobDefinition"]; v1 {
+		if job.IsV1([]byte(text)) {
 			j, err := job.Parse([]byte(text), h.cfg.JobOptions)
 			if err != nil {
 				return nil, err

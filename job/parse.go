@@ -26,6 +26,10 @@ type Options struct {
 	Now func() time.Time
 	// Limits bound every part of a job; zero fields take DefaultLimits.
 	Limits Limits
+	// SubmitterEmail is the address of who submits: a version 1 file's `email_run: true` or
+	// `email_done: true` means "mail me", as imec's old client's --email-run did. Empty where
+	// nobody is known (a conversion without login): then such a true is refused, naming it.
+	SubmitterEmail string
 }
 
 // DefaultOptions are imec's defaults: minDuration 1 week, maxDuration 2 weeks, no features.
@@ -74,7 +78,7 @@ func Parse(data []byte, opts Options) (*Job, error) {
 		r.add("", "a job must be a JSON object, not "+describe(tree))
 		return r.finish(nil)
 	}
-	if _, v1 := top["jobDefinition"]; v1 {
+	if isV1Tree(top) {
 		return r.convertV1(top)
 	}
 	return r.finish(r.job(top))

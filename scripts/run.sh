@@ -76,7 +76,7 @@ cat <<MSG
   Logs:          $dir/master.log, $dir/slave.log, $dir/devidp.log
 
   Try it (in another terminal):
-    export GPULAB_CERT=$dir/alice.pem GPULAB_API_BASE=$api GPULAB_SERVER_CERT=$dir/ca.pem
+    export GPULAB_CERT=$dir/alice.pem GPULAB_API_BASE=https://localhost:$port/api/ GPULAB_SERVER_CERT=$dir/ca.pem
     $bin/gpulab-cli submit --project demo --wait-done < examples/helloworld.json
     $bin/gpulab-cli jobs
     $bin/gpulab-cli log <job id>

@@ -314,7 +314,7 @@ func (a *app) registerGlobals(fs *flagSet) {
 	fs.String(&a.g.cert, "cert", "PEM", "your login PEM: certificate and private key, from the portal's\nprofile page [$GPULAB_CERT]")
 	fs.String(&a.g.password, "p,password", "PASSWORD", "password of the PEM's private key, if it is encrypted\n[$GPULAB_PASSWORD]; asked for when needed on a terminal")
 	fs.String(&a.g.passwordFile, "password-file", "FILE", "file (mode 0600) holding the PEM's password, which then stays\noff the command line [$GPULAB_PASSWORD_FILE]")
-	fs.String(&a.g.masterURL, "custom-master-url", "URL", "the master's API base, e.g. https://gpulab.example.org/api/gpulab/v3.1\n(https://host:port or imec's https://host/api also work); several masters\nseparated by commas: the next is used when one cannot be reached\n[$GPULAB_API_BASE] (default "+client.DefaultBaseURL+")")
+	fs.String(&a.g.masterURL, "custom-master-url", "URL", "the master's URL up to /api, as for imec's client, e.g.\nhttps://gpulab.example.org/api/ (https://host:port and the full API base\nhttps://host/api/gpulab/v3.1 also work); several masters separated by commas:\nthe next is used when one cannot be reached\n[$GPULAB_API_BASE] (default "+client.DefaultBaseURL+")")
 	fs.String(&a.g.serverCert, "servercert", "PEM", "CA certificate to trust for the master, for a master with its own CA\n[$GPULAB_SERVER_CERT]")
 	fs.String(&a.g.retryMaxTime, "retry-max-time", "DURATION", "how long one API call keeps retrying while the master cannot be\nreached or answers 502/503/504, e.g. 90s or 5m (seconds without unit;\n0: no retries) [$GPULAB_RETRY_MAX_TIME] (default 1m)")
 	fs.Bool(&a.g.debug, "debug", "print each API request and answer, and each retry, on stderr")

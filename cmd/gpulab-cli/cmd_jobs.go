@@ -17,6 +17,7 @@ type jobsOptions struct {
 	userName, project                   string
 	pending, running, finished, deleted bool
 	raw, definition, noLines, quiet     bool
+	table                               bool
 }
 
 func (a *app) cmdJobs(args []string) error {
@@ -37,7 +38,8 @@ func (a *app) cmdJobs(args []string) error {
 	fs.Bool(&o.deleted, "deleted", "only deleted jobs")
 	fs.Bool(&o.raw, "r,raw", "print the JSON the master sends")
 	fs.Bool(&o.definition, "d,definition", "(with ID) print the job's request as JSON, ready to submit again")
-	fs.Bool(&o.noLines, "n,no-lines", "(list) draw no lines between the columns")
+	fs.Bool(&o.table, "table", "(list) a table sized to its contents, with lines between the columns,\ninstead of imec's fixed-width columns")
+	fs.Bool(&o.noLines, "n,no-lines", "(list, with --table) draw no lines between the columns")
 	fs.Bool(&o.quiet, "q,quiet", "(list) print only the job IDs, one per line")
 	pos, err := a.parseCommand(fs, args)
 	if err != nil {
@@ -115,11 +117,80 @@ func (a *app) listJobs(cl *client.Client, o jobsOptions) error {
 		}
 		return nil
 	}
-	a.jobsTable(jobs).render(a.stdout, !o.noLines)
+	if o.table || o.noLines {
+		a.jobsTable(jobs).render(a.stdout, !o.noLines)
+		return nil
+	}
+	a.stdout.printf("%s\n", imecJobLine("TASK ID", "NAME", "COMMAND", "CREATED", "USER", "PROJECT", "CID", "STATUS"))
+	for i := range jobs {
+		j := &jobs[i]
+		created, cid := "", ""
+		if t := createdAt(j); !t.IsZero() {
+			created = a.formatTime(t)
+		}
+		// imec shows the cluster a job runs or ran on, none for a job not placed yet.
+		if res := j.State.Resources; res != nil && res.ClusterID != 0 {
+			cid = strconv.Itoa(res.ClusterID)
+		}
+		user := imecMiniID(j.Owner.UserURN)
+		a.stdout.printf("%s\n", imecJobLine(j.UUID, j.Name, j.Request.Docker.Command.String(), created,
+			user, urnName(j.Owner.ProjectURN), cid, string(j.State.Status)))
+	}
 	return nil
 }
 
-// jobsTable lays out jobs with the columns of imec's `gpulab-cli jobs`.
+// imecMiniID is the user as imec's listing names one: name@authority, with imec's short names
+// for its own authorities (unlike miniID, the authority is kept whole); "" when urn is no user URN.
+func imecMiniID(urn string) string {
+	auth, _, name := client.SplitURN(urn)
+	if name == "" || auth == "" {
+		return ""
+	}
+	switch auth {
+	case "wall2.ilabt.iminds.be":
+		auth = "w2"
+	case "ilabt.imec.be":
+		auth = "ilabt"
+	case "example.com":
+		auth = "ex"
+	}
+	return name + "@" + auth
+}
+
+// imecColumns are the widths of imec's `gpulab-cli jobs` listing, which users' scripts cut and
+// awk: each column padded to its width and cut at it (cut: false only pads), one space between.
+var imecColumns = []struct {
+	width int
+	cut   bool
+}{{36, false}, {20, true}, {20, true}, {25, true}, {12, true}, {15, true}, {3, false}, {10, true}}
+
+// imecJobLine formats one line of the listing as imec's client does: fixed widths, values cut
+// without an ellipsis, an empty value shown as "***" (imec's mark for "none"). Line breaks and
+// tabs in a value become spaces, so that a job is always one line.
+func imecJobLine(values ...string) string {
+	var b strings.Builder
+	for i, c := range imecColumns {
+		v := "***"
+		if i < len(values) && strings.TrimSpace(values[i]) != "" {
+			v = strings.Join(strings.Fields(values[i]), " ")
+		}
+		r := []rune(v)
+		if c.cut && len(r) > c.width {
+			r = r[:c.width]
+		}
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(string(r))
+		if pad := c.width - len(r); pad > 0 {
+			b.WriteString(strings.Repeat(" ", pad))
+		}
+	}
+	return b.String()
+}
+
+// jobsTable lays out jobs as a table sized to its contents (jobs --table): the columns of
+// imec's listing with readable titles.
 func (a *app) jobsTable(jobs []job.Job) *table {
 	t := &table{cols: []column{
 		{title: "ID", min: 36}, {title: "Name"}, {title: "Command"}, {title: "Created"},

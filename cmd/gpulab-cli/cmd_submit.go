@@ -121,15 +121,25 @@ func (a *app) prepareSubmission(data []byte, name string, o submitOptions) ([]by
 		return data, nil
 	}
 
-	doc, err := decodeJobDocument(data, name)
+	submitter := ""
+	if job.IsV1(data) {
+		// A version 1 file's `email_run: true` means "mail me", as for imec's old client.
+		if id, err := a.identity(); err == nil {
+			submitter = id.Email
+		}
+	}
+	doc, err := decodeJobDocument(data, name, submitter)
 	if err != nil {
 		return nil, err
 	}
 	project := o.project
 	if project == "" {
 		owner, _ := doc["owner"].(map[string]any)
-		if urn, _ := owner["projectUrn"].(string); urn == "" {
+		switch urn, _ := owner["projectUrn"].(string); {
+		case urn == "":
 			project = envProject
+		case !strings.HasPrefix(urn, "urn:"):
+			project = urn // a bare name, as a version 1 file's project: made a URN below
 		}
 	}
 	if project == "" && !wantsExtra {
@@ -183,11 +193,14 @@ func (a *app) prepareSubmission(data []byte, name string, o submitOptions) ([]by
 }
 
 // decodeJobDocument decodes a job file into a generic document (numbers kept exact), the
-// version 1 format converted to version 2. Errors name the file and, for JSON errors, the line
-// and column.
-func decodeJobDocument(data []byte, name string) (map[string]any, error) {
+// version 1 format converted to version 2 (its project kept as owner.projectUrn; submitter is
+// the address its `email_run: true` means). Errors name the file and, for JSON errors, the
+// line and column.
+func decodeJobDocument(data []byte, name, submitter string) (map[string]any, error) {
 	if job.IsV1(data) {
-		j, err := job.ConvertV1(data, localJobOptions())
+		opts := localJobOptions()
+		opts.SubmitterEmail = submitter
+		j, err := job.ConvertV1(data, opts)
 		if err != nil {
 			return nil, &jobFileError{name: name, err: err}
 		}
@@ -203,6 +216,9 @@ func decodeJobDocument(data []byte, name string) (map[string]any, error) {
 		// defaults, and the master must apply its own configured ones instead.
 		if req, ok := doc["request"].(map[string]any); ok {
 			delete(req, "scheduling")
+		}
+		if j.Owner.ProjectURN != "" {
+			doc["owner"] = map[string]any{"projectUrn": j.Owner.ProjectURN}
 		}
 		return doc, nil
 	}

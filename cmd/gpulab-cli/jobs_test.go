@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,6 +91,33 @@ func TestJobsList(t *testing.T) {
 	if r.code != exitOK {
 		t.Fatalf("jobs:\n%s", r)
 	}
+	// imec's fixed-width columns, written here with Go's own padding and cutting (which count
+	// characters as Python's do), so that scripts written for imec's client read ours.
+	imecLine := func(v ...any) string {
+		return fmt.Sprintf("%-36s %-20.20s %-20.20s %-25.25s %-12.12s %-15.15s %-3s %-10.10s", v...)
+	}
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	if len(lines) != 4 || lines[0] != imecLine("TASK ID", "NAME", "COMMAND", "CREATED", "USER", "PROJECT", "CID", "STATUS") {
+		t.Fatalf("jobs: want imec's header and 3 lines:\n%s", r.stdout)
+	}
+	for _, want := range []string{
+		imecLine(runningID, "train-resnet-with-a-very-long-name", "python3 train.py --epochs 100 --lr 0.1",
+			"2024-05-01T10:00:00+00:00", "alice@gpulab.example.org", "demo", "1", "RUNNING"),
+		imecLine(bobsID, "waiting", "sleep 60", "2024-05-01T11:00:00+00:00", "bob@gpulab.example.org", "demo", "***", "QUEUED"),
+	} {
+		if !slices.Contains(lines, want) {
+			t.Errorf("jobs output lacks the line\n%q\n%s", want, r.stdout)
+		}
+	}
+	// What `cut -c1-36` and `cut -c139-` give scripts: the ID and the status.
+	for i, l := range lines[1:] {
+		if id, st := strings.TrimSpace(l[:36]), strings.TrimSpace(l[138:]); len(id) != 36 || !validStatus(st) {
+			t.Errorf("line %d: columns 1-36 %q and 139- %q are not an ID and a status", i+1, id, st)
+		}
+	}
+
+	// The table of earlier versions stays available.
+	r = e.run("jobs", "--table")
 	assertTable(t, r.stdout, 3)
 	header := strings.Split(r.stdout, "\n")[1]
 	for _, col := range []string{"ID", "Name", "Command", "Created", "User", "Project", "Cluster", "Status"} {
@@ -101,7 +130,7 @@ func TestJobsList(t *testing.T) {
 		"alice@gpulab", "| demo ", "RUNNING", "sleep 60", "bob@gpulab", "QUEUED",
 	} {
 		if !strings.Contains(r.stdout, want) {
-			t.Errorf("jobs output lacks %q:\n%s", want, r.stdout)
+			t.Errorf("jobs --table output lacks %q:\n%s", want, r.stdout)
 		}
 	}
 	q := e.m.reqs("GET", "jobs")[0].Query
@@ -306,6 +335,24 @@ func TestRedactImage(t *testing.T) {
 	for in, want := range tests {
 		if got := redactImage(in); got != want {
 			t.Errorf("redactImage(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func validStatus(s string) bool {
+	_, err := job.ParseStatus(s)
+	return err == nil
+}
+
+func TestImecMiniID(t *testing.T) {
+	for urn, want := range map[string]string{
+		"urn:publicid:IDN+ilabt.imec.be+user+jdoe":         "jdoe@ilabt",
+		"urn:publicid:IDN+wall2.ilabt.iminds.be+user+jdoe": "jdoe@w2",
+		"urn:publicid:IDN+gpulab.example.org+user+alice":   "alice@gpulab.example.org",
+		"": "", "not a urn": "",
+	} {
+		if got := imecMiniID(urn); got != want {
+			t.Errorf("imecMiniID(%q) = %q, want %q", urn, got, want)
 		}
 	}
 }

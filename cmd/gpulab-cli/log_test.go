@@ -105,6 +105,14 @@ func TestMasterURLForms(t *testing.T) {
 	if r := e.run("version"); r.code != exitOK {
 		t.Errorf("GPULAB_CUSTOM_MASTER_URL:\n%s", r)
 	}
+	// GPULAB_API_BASE as imec's client needs it (up to /api/), and in the older full form.
+	delete(e.vars, "GPULAB_CUSTOM_MASTER_URL")
+	for _, u := range []string{e.m.srv.URL + "/api/", e.m.apiURL()} {
+		e.vars["GPULAB_API_BASE"] = u
+		if r := e.run("jobs"); r.code != exitOK {
+			t.Errorf("GPULAB_API_BASE=%s:\n%s", u, r)
+		}
+	}
 }
 
 func TestConnectionErrorsGiveHints(t *testing.T) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -310,5 +311,30 @@ func TestConvert(t *testing.T) {
 	r = e.runWith(`{"jobDefinition": {"name": "x", "dockerImage": "debian", "bogus": 1}}`, nil, "convert")
 	if r.code != exitError || !strings.Contains(r.stderr, "stdin is not a valid job:\n  jobDefinition.bogus: ") {
 		t.Errorf("convert of a bad job:\n%s", r)
+	}
+}
+
+// imec's v1 file as its old client wrote it: when the client must change it (here an SSH key),
+// the file's project stays the project and `email_run: true` becomes the user's address.
+func TestSubmitImecV1File(t *testing.T) {
+	e := newTestEnv(t)
+	data, err := os.ReadFile("../../job/testdata/v1/imec_batch.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := e.writeFile("imec_v1.json", strings.Replace(string(data), `"project": "vision"`, `"project": "demo"`, 1))
+	r := e.run("submit", "--ssh-pub-key", "ssh-rsa AAAAinline", file)
+	if r.code != exitOK {
+		t.Fatalf("submit imec v1 file:\n%s", r)
+	}
+	doc := decodeSubmitted(t, e)
+	if owner, _ := doc["owner"].(map[string]any); owner["projectUrn"] != demoURN {
+		t.Errorf("owner = %v, want the file's project demo", doc["owner"])
+	}
+	extra := doc["request"].(map[string]any)["extra"].(map[string]any)
+	for _, k := range []string{"emailOnRun", "emailOnEnd"} {
+		if got, _ := extra[k].([]any); len(got) != 1 || got[0] != aliceEmail {
+			t.Errorf("%s = %v, want [%s]", k, extra[k], aliceEmail)
+		}
 	}
 }
