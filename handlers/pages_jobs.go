@@ -123,9 +123,9 @@ func (h *Handlers) JobsPage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if wantsJSON(r) {
-		items := make([]any, len(recs))
-		for i, rec := range recs {
-			items[i] = h.present(r, c, rec)
+		items, err := h.presentJobs(r.Context(), c, apiVersion(r.Context()), recs)
+		if err != nil {
+			return err
 		}
 		writeJSON(w, http.StatusOK, items)
 		return nil
@@ -405,7 +405,11 @@ func (h *Handlers) JobAction(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if wantsJSON(r) {
-		writeJSON(w, http.StatusOK, h.present(r, c, rec))
+		out, err := h.presentOne(r, c, rec)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, out)
 		return nil
 	}
 	if isHTMX(r) {

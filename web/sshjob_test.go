@@ -1,0 +1,94 @@
+package web_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/opengpulab/gpulab/handlers"
+	"github.com/opengpulab/gpulab/internal/testmaster"
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/protocol"
+)
+
+// testHostKey is a fresh ed25519 public key in authorized_keys form.
+func testHostKey(t *testing.T) string {
+	t.Helper()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp)))
+}
+
+// A slave's SSH endpoint from its registration reaches the job JSON of its RUNNING jobs, in
+// v3.1 and v4.0, with the master as jump host; other users (in the project: those outside it do not see the job) see the user names hidden; a bad
+// endpoint is refused naming the field.
+func TestJobShowsSSHAccess(t *testing.T) {
+	m := testmaster.Start(t, testmaster.Options{SSHJump: &handlers.SSHJumpHost{Host: "jump.test", Port: 2200}})
+	w := &protoWorld{m: m, alice: m.AddUser("alice", false, "", "vision"), name: "sshslave1"}
+	carol := m.AddUser("carol", false, "", "vision")
+	w.slave = w.slaveClient(t, w.name)
+	ctx := context.Background()
+	inv := protocol.Inventory{InstanceID: "i1", CPUs: 8, MemoryMiB: 16384, GPUs: []protocol.GPU{{Index: 0, UUID: "GPU-a", Model: "Fake V100"}},
+		SSH: &protocol.SSHEndpoint{Host: "slave1.test", Port: 2222, HostKey: "ssh-ed25519 not-a-key"}}
+	if _, err := w.slave.Register(ctx, inv); err == nil || !strings.Contains(err.Error(), "ssh.hostKey") {
+		t.Fatalf("bad host key: %v", err)
+	}
+	inv.SSH.HostKey = testHostKey(t)
+	if _, err := w.slave.Register(ctx, inv); err != nil {
+		t.Fatal(err)
+	}
+	sl, err := m.Store.GetSlave(ctx, w.name)
+	if err != nil || sl.SSHHost != "slave1.test" || sl.SSHPort != 2222 || sl.SSHHostKey != inv.SSH.HostKey {
+		t.Fatalf("stored endpoint: %+v %v", sl, err)
+	}
+	id, attempt := w.job(t, w.name, 0, false)
+	resources := func(u *testmaster.User, base string) map[string]any {
+		t.Helper()
+		status, data, _ := m.Do(u, "GET", base+"/jobs/"+id, nil)
+		if status != 200 {
+			t.Fatalf("GET %s as %s: %d %s", base, u.Name, status, data)
+		}
+		var j struct {
+			State struct {
+				Resources map[string]any `json:"resources"`
+			} `json:"state"`
+		}
+		if err := json.Unmarshal(data, &j); err != nil {
+			t.Fatal(err)
+		}
+		return j.State.Resources
+	}
+	if r := resources(w.alice, v31); r["sshHost"] != nil {
+		t.Errorf("ASSIGNED job has SSH: %v", r)
+	}
+	w.advance(t, w.slave, id, attempt, job.StatusRunning)
+	for _, base := range []string{v31, v40} {
+		r := resources(w.alice, base)
+		if r["sshHost"] != "slave1.test" || r["sshPort"] != 2222.0 || r["sshUsername"] != id[:8] ||
+			r["sshProxyHost"] != "jump.test" || r["sshProxyPort"] != 2200.0 || r["sshProxyUsername"] != "alice" {
+			t.Errorf("%s owner: %v", base, r)
+		}
+		if r := resources(carol, base); r["sshHost"] != "slave1.test" || r["sshUsername"] != "hidden" || r["sshProxyUsername"] != "hidden" {
+			t.Errorf("%s as carol (same project): %v", base, r)
+		}
+	}
+	// A registration without an endpoint (SSH turned off) clears it.
+	inv.SSH, inv.InstanceID = nil, "i2"
+	if _, err := w.slave.Register(ctx, inv); err != nil {
+		t.Fatal(err)
+	}
+	if sl, err := m.Store.GetSlave(ctx, w.name); err != nil || sl.SSHHost != "" || sl.SSHPort != 0 {
+		t.Errorf("endpoint after a registration without: %+v %v", sl, err)
+	}
+}
