@@ -1,6 +1,15 @@
 package handlers
 
 import (
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/store"
 )
@@ -17,6 +26,8 @@ const hiddenSSHUsername = "hidden"
 type SSHJumpHost struct {
 	Host string
 	Port int
+	// HostKey is its public host key in authorized_keys form (published in known_hosts).
+	HostKey string
 }
 
 // sshEndpoint is a slave's SSH endpoint from its latest registration.
@@ -66,4 +77,37 @@ func withSSH(j *job.Job, slaves map[string]sshEndpoint, jump *SSHJumpHost, owner
 			res.SSHProxyUsername = hiddenSSHUsername
 		}
 	}
+}
+
+// SSHKnownHosts is GET ssh/known_hosts (public): the host keys of the master's jump host and
+// of every slave that serves SSH, in known_hosts form ([host]:port for ports other than 22),
+// for clients to trust instead of asking users about unknown keys. A slave's key that does
+// not parse is left out.
+func (h *Handlers) SSHKnownHosts(w http.ResponseWriter, r *http.Request) error {
+	ss, err := h.store.ListSlaves(r.Context())
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	if j := h.cfg.SSHJump; j != nil && j.HostKey != "" {
+		knownHostsLine(&b, j.Host, j.Port, j.HostKey)
+	}
+	for _, s := range ss {
+		if s.SSHHost != "" && s.SSHPort > 0 && s.SSHHostKey != "" && !s.Disabled {
+			knownHostsLine(&b, s.SSHHost, s.SSHPort, s.SSHHostKey)
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, b.String())
+	return nil
+}
+
+// knownHostsLine writes one known_hosts line, nothing for a key that does not parse.
+func knownHostsLine(b *strings.Builder, host string, port int, key string) {
+	pk, _, _, _, err := ssh.ParseAuthorizedKey([]byte(key))
+	if err != nil {
+		return
+	}
+	b.WriteString(knownhosts.Line([]string{knownhosts.Normalize(net.JoinHostPort(host, strconv.Itoa(port)))}, pk))
+	b.WriteByte('\n')
 }

@@ -32,9 +32,10 @@ func testHostKey(t *testing.T) string {
 
 // A slave's SSH endpoint from its registration reaches the job JSON of its RUNNING jobs, in
 // v3.1 and v4.0, with the master as jump host; other users (in the project: those outside it do not see the job) see the user names hidden; a bad
-// endpoint is refused naming the field.
+// endpoint is refused naming the field; GET ssh/known_hosts publishes the host keys.
 func TestJobShowsSSHAccess(t *testing.T) {
-	m := testmaster.Start(t, testmaster.Options{SSHJump: &handlers.SSHJumpHost{Host: "jump.test", Port: 2200}})
+	jumpKey := testHostKey(t)
+	m := testmaster.Start(t, testmaster.Options{SSHJump: &handlers.SSHJumpHost{Host: "jump.test", Port: 2200, HostKey: jumpKey}})
 	w := &protoWorld{m: m, alice: m.AddUser("alice", false, "", "vision"), name: "sshslave1"}
 	carol := m.AddUser("carol", false, "", "vision")
 	w.slave = w.slaveClient(t, w.name)
@@ -82,6 +83,12 @@ func TestJobShowsSSHAccess(t *testing.T) {
 		if r := resources(carol, base); r["sshHost"] != "slave1.test" || r["sshUsername"] != "hidden" || r["sshProxyUsername"] != "hidden" {
 			t.Errorf("%s as carol (same project): %v", base, r)
 		}
+	}
+	// The host keys are public, in known_hosts form.
+	status, data, _ := m.Do(nil, "GET", v31+"/ssh/known_hosts", nil)
+	want := "[jump.test]:2200 " + jumpKey + "\n[slave1.test]:2222 " + inv.SSH.HostKey + "\n"
+	if status != 200 || string(data) != want {
+		t.Errorf("known_hosts: %d %q, want %q", status, data, want)
 	}
 	// A registration without an endpoint (SSH turned off) clears it.
 	inv.SSH, inv.InstanceID = nil, "i2"
