@@ -134,29 +134,58 @@ func shellJoin(words []string) string {
 	return strings.Join(q, " ")
 }
 
-// sshKeyFile is the key ssh logs in with: the login PEM (its certificate's key is what the
-// CLI puts in sshPubKeys, and OpenSSH reads the PEM's key block) unless it is readable by
-// others (OpenSSH refuses such a key), else the first of ~/.ssh's usual keys; "" leaves the
-// choice to OpenSSH.
-func (a *app) sshKeyFile() string {
+// sshKeyFile is the key ssh logs in to j with: of the login PEM (OpenSSH reads its key
+// block) and ~/.ssh's usual keys, the first whose public key the job carries in sshPubKeys;
+// else the first of ~/.ssh's keys (it may be on the profile), else the login PEM. A PEM that
+// others may read is skipped: OpenSSH refuses such a key. "" leaves the choice to OpenSSH.
+func (a *app) sshKeyFile(j *job.Job) string {
+	type candidate struct{ file, pub string }
+	var cands []candidate
 	if a.g.cert != "" {
 		pemFile := expandHome(a.g.cert, a.env)
+		if abs, err := filepath.Abs(pemFile); err == nil {
+			pemFile = abs
+		}
 		if st, err := os.Stat(pemFile); err == nil && st.Mode().Perm()&0o077 == 0 {
-			if abs, err := filepath.Abs(pemFile); err == nil {
-				return abs
-			}
-			return pemFile
+			data, _ := os.ReadFile(pemFile)
+			cands = append(cands, candidate{pemFile, certSSHKey(data)})
 		}
 	}
+	var homeKeys []candidate
 	if home := a.env("HOME"); home != "" {
 		for _, name := range []string{"id_ed25519", "id_ecdsa", "id_rsa"} {
 			f := filepath.Join(home, ".ssh", name)
 			if _, err := os.Stat(f); err == nil {
-				return f
+				pub, _ := os.ReadFile(f + ".pub")
+				homeKeys = append(homeKeys, candidate{f, strings.TrimSpace(string(pub))})
 			}
 		}
 	}
+	cands = append(cands, homeKeys...)
+	var jobKeys []string
+	if j != nil {
+		jobKeys = j.Request.Extra.SSHPubKeys
+	}
+	for _, c := range cands {
+		for _, k := range jobKeys {
+			if c.pub != "" && sameSSHKey(c.pub, k) {
+				return c.file
+			}
+		}
+	}
+	switch {
+	case len(homeKeys) > 0:
+		return homeKeys[0].file
+	case len(cands) > 0:
+		return cands[0].file
+	}
 	return ""
+}
+
+// sameSSHKey compares two authorized_keys lines by type and key, not comment.
+func sameSSHKey(a, b string) bool {
+	fa, fb := strings.Fields(a), strings.Fields(b)
+	return len(fa) >= 2 && len(fb) >= 2 && fa[0] == fb[0] && fa[1] == fb[1]
 }
 
 // sshPubKeys are the public keys an interactive job is given: the login certificate's (in
@@ -298,7 +327,7 @@ func (a *app) runSSH(cl *client.Client, prog string, j *job.Job, o sshFlags, com
 	if o.proxy && t.ProxyHost == "" {
 		return fmt.Errorf("the master serves no jump host for job %s: connect directly (leave out --proxy)", j.UUID)
 	}
-	s := sshSetup{Key: a.sshKeyFile(), Proxy: t.ProxyHost != "" && !o.noProxy}
+	s := sshSetup{Key: a.sshKeyFile(j), Proxy: t.ProxyHost != "" && !o.noProxy}
 	if s.KnownHosts, err = a.updateKnownHosts(cl); err != nil {
 		return err
 	}

@@ -206,3 +206,44 @@ func TestLoginPEMIsAnOpenSSHKey(t *testing.T) {
 		t.Errorf("ssh-keygen -y: %q, the certificate's key: %q", out, certSSHKey(pem))
 	}
 }
+
+// The key ssh is given is one the job carries: the login PEM's or a ~/.ssh key's; without a
+// match, the ~/.ssh key (it may be on the profile); without one, the PEM.
+func TestSSHKeyChoice(t *testing.T) {
+	e := newTestEnv(t)
+	e.vars["HOME"] = e.dir
+	pem, _ := os.ReadFile(e.certFile)
+	a := newApp(t.Context(), func(k string) string { return e.vars[k] }, strings.NewReader(""), &strings.Builder{}, &strings.Builder{})
+	a.g.cert = e.certFile
+	withKeys := func(keys ...string) *job.Job {
+		return &job.Job{Request: job.Request{Extra: job.Extra{SSHPubKeys: keys}}}
+	}
+	if got := a.sshKeyFile(withKeys()); got != e.certFile {
+		t.Errorf("no ~/.ssh key: %s, want the PEM", got)
+	}
+	if err := os.MkdirAll(filepath.Join(e.dir, ".ssh"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	homeKey := e.writeFile(".ssh/id_ed25519", "private")
+	e.writeFile(".ssh/id_ed25519.pub", "ssh-ed25519 AAAAHome alice@laptop\n")
+	cases := []struct {
+		name string
+		j    *job.Job
+		want string
+	}{
+		{"job carries the certificate's key", withKeys("ssh-ed25519 AAAAOther x", certSSHKey(pem)), e.certFile},
+		{"job carries the ~/.ssh key", withKeys("ssh-ed25519 AAAAHome other-comment"), homeKey},
+		{"job carries neither", withKeys("ssh-ed25519 AAAAOther x"), homeKey},
+	}
+	for _, tc := range cases {
+		if got := a.sshKeyFile(tc.j); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	if err := os.Chmod(e.certFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.sshKeyFile(withKeys(certSSHKey(pem))); got != homeKey {
+		t.Errorf("a PEM others may read: %s, want %s", got, homeKey)
+	}
+}

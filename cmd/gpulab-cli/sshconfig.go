@@ -28,7 +28,7 @@ func shortJobID(uuid string) string {
 
 // hostsConfig renders the entries of the jobs that can be logged in to (RUNNING, with an SSH
 // endpoint, the caller's own: another user's shows its user name hidden).
-func hostsConfig(jobs []job.Job, key, knownHosts string) string {
+func hostsConfig(jobs []job.Job, key func(*job.Job) string, knownHosts string) string {
 	var b strings.Builder
 	b.WriteString("# Written by gpulab-cli jobs: one entry per running job of yours. Edits are lost.\n")
 	for i := range jobs {
@@ -37,9 +37,10 @@ func hostsConfig(jobs []job.Job, key, knownHosts string) string {
 			continue
 		}
 		name := "gpulab-" + shortJobID(jobs[i].UUID)
-		writeHostEntry(&b, name, t, sshSetup{Key: key, KnownHosts: knownHosts})
+		k := key(&jobs[i])
+		writeHostEntry(&b, name, t, sshSetup{Key: k, KnownHosts: knownHosts})
 		if t.ProxyHost != "" {
-			writeHostEntry(&b, name+"-proxy", t, sshSetup{Key: key, KnownHosts: knownHosts, Proxy: true})
+			writeHostEntry(&b, name+"-proxy", t, sshSetup{Key: k, KnownHosts: knownHosts, Proxy: true})
 		}
 	}
 	return b.String()
@@ -88,7 +89,7 @@ func (a *app) updateHostsConfig(jobs []job.Job) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("make %s: %w", dir, err)
 	}
-	if err := writeFileAtomic(path, []byte(hostsConfig(jobs, a.sshKeyFile(), knownHosts)), 0o600); err != nil {
+	if err := writeFileAtomic(path, []byte(hostsConfig(jobs, a.sshKeyFile, knownHosts)), 0o600); err != nil {
 		return err
 	}
 	return ensureInclude(filepath.Join(dir, "config"))
