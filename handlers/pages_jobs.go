@@ -233,6 +233,9 @@ func (h *Handlers) jobDetail(r *http.Request, c *Caller, rec *store.JobRecord, w
 	}
 	v.Ports = portLinks(j)
 	v.GPUs = jobGPUs(j)
+	if v.SSH, err = h.jobSSHView(ctx, c, rec); err != nil {
+		return v, err
+	}
 	req, err := json.MarshalIndent(job.Submission(j), "", "  ")
 	if err != nil {
 		return v, err

@@ -1,6 +1,9 @@
 package handlers
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/store"
+	"github.com/opengpulab/gpulab/views"
 )
 
 // SSH access to running jobs, as the job JSON shows it (imec's state.resources fields): the
@@ -110,4 +114,61 @@ func knownHostsLine(b *strings.Builder, host string, port int, key string) {
 	}
 	b.WriteString(knownhosts.Line([]string{knownhosts.Normalize(net.JoinHostPort(host, strconv.Itoa(port)))}, pk))
 	b.WriteByte('\n')
+}
+
+// sshView is the job page's ssh command for a job whose SSH fields withSSH has filled (nil
+// when it has none): through the jump host when there is one, and a `-N -L` form per port the
+// job declared, forwarding the same local port to it inside the job.
+func sshView(j *job.Job) *views.SSHView {
+	res := j.State.Resources
+	if res == nil || res.SSHHost == "" || res.SSHUsername == "" || res.SSHUsername == hiddenSSHUsername {
+		return nil
+	}
+	base := []string{"ssh"}
+	if res.SSHProxyHost != "" {
+		jump := res.SSHProxyUsername + "@" + res.SSHProxyHost
+		if res.SSHProxyPort != 0 && res.SSHProxyPort != 22 {
+			jump += ":" + strconv.Itoa(res.SSHProxyPort)
+		}
+		base = append(base, "-J", jump)
+	}
+	if res.SSHPort != 0 && res.SSHPort != 22 {
+		base = append(base, "-p", strconv.Itoa(res.SSHPort))
+	}
+	login := res.SSHUsername + "@" + res.SSHHost
+	v := &views.SSHView{Command: strings.Join(append(base, login), " "), CLICommand: "gpulab-cli ssh " + SSHUsername(j.UUID)}
+	seen := map[int]bool{}
+	for _, pm := range j.Request.Docker.PortMappings {
+		p := pm.ContainerPort
+		if p <= 0 || seen[p] {
+			continue
+		}
+		seen[p] = true
+		fwd := fmt.Sprintf("%d:localhost:%d", p, p)
+		v.Forwards = append(v.Forwards, views.SSHForward{ContainerPort: p,
+			Command: strings.Join(append(append([]string{}, base...), "-N", "-L", fwd, login), " ")})
+	}
+	return v
+}
+
+// jobSSHView is the SSH part of the job page, for the job's owner while it runs.
+func (h *Handlers) jobSSHView(ctx context.Context, c *Caller, rec *store.JobRecord) (*views.SSHView, error) {
+	res := rec.Job.State.Resources
+	if c == nil || rec.UserID != c.User.ID || rec.Job.State.Status != job.StatusRunning || res == nil {
+		return nil, nil
+	}
+	sl, err := h.store.GetSlave(ctx, res.SlaveName)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	j := rec.Job.Redacted()
+	withSSH(j, slaveSSHEndpoints([]store.Slave{sl}), h.cfg.SSHJump, rec.UserName, true)
+	v := sshView(j)
+	if v != nil {
+		v.KnownHostURL = "/api/gpulab/" + V31 + "/ssh/known_hosts"
+	}
+	return v, nil
 }

@@ -5,6 +5,9 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -14,6 +17,8 @@ import (
 	"github.com/opengpulab/gpulab/internal/testmaster"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/protocol"
+	"github.com/opengpulab/gpulab/store"
+	"github.com/opengpulab/gpulab/web"
 )
 
 // testHostKey is a fresh ed25519 public key in authorized_keys form.
@@ -97,5 +102,56 @@ func TestJobShowsSSHAccess(t *testing.T) {
 	}
 	if sl, err := m.Store.GetSlave(ctx, w.name); err != nil || sl.SSHHost != "" || sl.SSHPort != 0 {
 		t.Errorf("endpoint after a registration without: %+v %v", sl, err)
+	}
+}
+
+// The job page shows its owner, while the job runs, the ssh command to copy and its -L form
+// for each declared port; another member of the project sees none.
+func TestJobPageShowsSSHCommand(t *testing.T) {
+	m := testmaster.Start(t, testmaster.Options{})
+	h := handlers.New(m.Store, handlers.Config{Authority: testmaster.Authority, Version: "test", JobOptions: job.DefaultOptions(), CA: m.CA,
+		SSHJump: &handlers.SSHJumpHost{Host: "jump.test", Port: 2200}}, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
+	mux := http.NewServeMux()
+	for _, rt := range web.PortalRoutes(h) {
+		mux.Handle(rt.Method+" "+rt.Path, h.Wrap(rt.Handler))
+	}
+	p := &portal{t: t, m: m, h: h, mux: mux}
+	w := &protoWorld{m: m, alice: m.AddUser("alice", false, "", "vision"), name: "sshslave2"}
+	carol := m.AddUser("carol", false, "", "vision")
+	w.slave = w.slaveClient(t, w.name)
+	if _, err := w.slave.Register(context.Background(), protocol.Inventory{InstanceID: "i1", CPUs: 8, MemoryMiB: 16384,
+		SSH: &protocol.SSHEndpoint{Host: "slave2.test", Port: 2222, HostKey: testHostKey(t)}}); err != nil {
+		t.Fatal(err)
+	}
+	status, data, _ := m.Do(w.alice, "POST", v31+"/jobs", strings.NewReader(`{"name": "nb", "request": {"resources": {"cpus": 1, "gpus": 0, "cpuMemoryGb": 1},
+	  "docker": {"image": "busybox", "portMappings": [{"containerPort": 8888}, {"containerPort": 6006}]}}}`))
+	if status != 201 {
+		t.Fatalf("submit: %d %s", status, data)
+	}
+	id := strings.TrimSpace(string(data))
+	if _, err := m.Store.AssignJobs(context.Background(), []store.Assignment{{JobUUID: id, Placement: store.Placement{SlaveName: w.name, SlaveInstanceID: "i1", ClusterID: 1,
+		Resources: job.StateResources{SlaveName: w.name, CPUIDs: []int{0}, CPUMemoryGb: 1}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if page := p.get(w.alice, "/jobs/"+id).expect(200); page.has("data-testid", "job-ssh") {
+		t.Error("an ASSIGNED job shows an ssh command")
+	}
+	m.ForceJobStatus(id, job.StatusRunning)
+	page := p.get(w.alice, "/jobs/"+id).expect(200)
+	login := " -p 2222 " + id[:8] + "@slave2.test"
+	if got, want := strings.TrimSpace(textOf(page.one("data-testid", "job-ssh-command"))), "ssh -J alice@jump.test:2200"+login; got != want {
+		t.Errorf("ssh command %q, want %q", got, want)
+	}
+	for _, port := range []string{"8888", "6006"} {
+		want := "ssh -J alice@jump.test:2200 -p 2222 -N -L " + port + ":localhost:" + port + " " + id[:8] + "@slave2.test"
+		if got := strings.TrimSpace(textOf(page.one("data-testid", "job-ssh-forward-"+port))); got != want {
+			t.Errorf("port %s: %q, want %q", port, got, want)
+		}
+	}
+	if got := strings.TrimSpace(textOf(page.one("data-testid", "job-ssh-cli"))); got != "gpulab-cli ssh "+id[:8] {
+		t.Errorf("cli command %q", got)
+	}
+	if p.get(carol, "/jobs/"+id).expect(200).has("data-testid", "job-ssh") {
+		t.Error("another project member sees the ssh command")
 	}
 }
