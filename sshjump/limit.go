@@ -60,3 +60,13 @@ func (f *failures) fail(ip string) {
 		}
 	}
 }
+
+// forgive takes back ip's latest failure (a connection that logged in after all).
+func (f *failures) forgive(ip string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ts := f.byIP[ip]; len(ts) > 0 {
+		f.byIP[ip] = ts[:len(ts)-1]
+		f.recent(ip, f.now())
+	}
+}

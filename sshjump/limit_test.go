@@ -24,6 +24,11 @@ func TestFailureLimit(t *testing.T) {
 	if f.blocked("10.0.0.6") {
 		t.Fatal("another address blocked")
 	}
+	f.forgive("10.0.0.5") // the third came from a connection that logged in after all
+	if f.blocked("10.0.0.5") {
+		t.Fatal("blocked after a failure was taken back")
+	}
+	f.fail("10.0.0.5")
 	now = now.Add(31 * time.Second) // the first failure is now 61 s old
 	if f.blocked("10.0.0.5") {
 		t.Fatal("still blocked with 2 failures in the window")

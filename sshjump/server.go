@@ -106,20 +106,31 @@ func clientIP(a net.Addr) string {
 }
 
 // serverConfig is a connection's SSH configuration: public keys only, checked against the
-// user's current keys; triedKey notes that a key was refused (a failed login, as opposed to a
-// scanner that hung up).
-func (s *Server) serverConfig(ctx context.Context, triedKey *bool) *ssh.ServerConfig {
+// user's current keys. A connection's first refused key counts as one failed login for its
+// address, at once (not when the client hangs up, which it may do after trying again); a key
+// accepted later on the same connection takes that failure back, so a client that offers a
+// few keys before the right one is not punished.
+func (s *Server) serverConfig(ctx context.Context, ip string) *ssh.ServerConfig {
+	counted := false
 	cfg := &ssh.ServerConfig{
 		MaxAuthTries: 6,
 		PublicKeyCallback: func(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
 			login, err := s.logins.GetSSHLogin(ctx, meta.User())
 			if err == nil && !login.Disabled && hasKey(login.Keys, key) {
+				if counted {
+					s.fails.forgive(ip)
+					counted = false
+				}
 				return &ssh.Permissions{}, nil
 			}
 			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				s.log.WarnContext(ctx, "ssh jump host: read login", "user", meta.User(), "err", err)
 			}
-			*triedKey = true
+			if !counted {
+				s.fails.fail(ip)
+				counted = true
+				s.log.InfoContext(ctx, "ssh jump host: key refused", "user", meta.User(), "from", meta.RemoteAddr().String())
+			}
 			return nil, errDenied
 		},
 		ServerVersion: "SSH-2.0-GPULab-jump",
@@ -146,14 +157,10 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	if s.fails.blocked(ip) {
 		return
 	}
-	var triedKey bool
 	_ = nc.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-	sc, chans, reqs, err := ssh.NewServerConn(nc, s.serverConfig(ctx, &triedKey))
+	sc, chans, reqs, err := ssh.NewServerConn(nc, s.serverConfig(ctx, ip))
 	if err != nil {
-		if triedKey {
-			s.fails.fail(ip)
-			s.log.InfoContext(ctx, "ssh jump host: login refused", "from", nc.RemoteAddr().String())
-		}
+		s.log.DebugContext(ctx, "ssh jump host: no login", "from", nc.RemoteAddr().String(), "err", err)
 		return
 	}
 	_ = nc.SetDeadline(time.Time{})

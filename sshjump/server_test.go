@@ -234,3 +234,85 @@ func TestJumpHostWithOpenSSH(t *testing.T) {
 		t.Errorf("disabled alice: exit %d, %q", code, out)
 	}
 }
+
+// A login gets nothing but forwards to jobs; failed logins are limited per address: after
+// MaxFailures refused logins, even the right key is refused from that address until the
+// window has passed.
+func TestJumpHostLimitsFailedLogins(t *testing.T) {
+	m := testmaster.Start(t, testmaster.Options{})
+	ctx := context.Background()
+	alice := m.AddUser("alice", false, "", "vision")
+	dir := t.TempDir()
+	_, alicePub := userKey(t, dir, "alice_key")
+	aliceSigner := signerOf(t, filepath.Join(dir, "alice_key"))
+	_, _ = userKey(t, dir, "mallory_key")
+	mallory := signerOf(t, filepath.Join(dir, "mallory_key"))
+	if _, err := m.Store.AddSSHKey(ctx, alice.ID, "laptop", sshjump.AuthorizedKey(alicePub), ssh.FingerprintSHA256(alicePub)); err != nil {
+		t.Fatal(err)
+	}
+	hostKey, _, err := sshjump.LoadOrCreateHostKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- sshjump.New(m.Store, sshjump.Config{HostKey: hostKey, MaxFailures: 2, FailureWindow: time.Hour},
+			slog.New(slog.NewTextHandler(io.Discard, nil))).Serve(jctx, l)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	login := func(s ssh.Signer) error {
+		c, err := ssh.Dial("tcp", l.Addr().String(), &ssh.ClientConfig{User: "alice", Auth: []ssh.AuthMethod{ssh.PublicKeys(s)},
+			HostKeyCallback: ssh.FixedHostKey(hostKey.PublicKey()), Timeout: 10 * time.Second})
+		if err == nil {
+			_ = c.Close()
+		}
+		return err
+	}
+	// Logged in, alice gets no shell, no agent and no remote forwarding: only forwards to jobs.
+	c, err := ssh.Dial("tcp", l.Addr().String(), &ssh.ClientConfig{User: "alice", Auth: []ssh.AuthMethod{ssh.PublicKeys(aliceSigner)},
+		HostKeyCallback: ssh.FixedHostKey(hostKey.PublicKey()), Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("alice's key: %v", err)
+	}
+	if s, err := c.NewSession(); err == nil {
+		_ = s.Close()
+		t.Error("the jump host opened a session")
+	}
+	if _, _, err := c.OpenChannel("auth-agent@openssh.com", nil); err == nil {
+		t.Error("the jump host opened an agent channel")
+	}
+	if rl, err := c.Listen("tcp", "127.0.0.1:0"); err == nil {
+		_ = rl.Close()
+		t.Error("the jump host accepted a remote forward")
+	}
+	if _, err := c.Dial("tcp", "127.0.0.1:22"); err == nil {
+		t.Error("the jump host forwarded to a place no job of alice's runs")
+	}
+	_ = c.Close()
+	for i := range 2 {
+		if err := login(mallory); err == nil {
+			t.Fatalf("mallory's key accepted (try %d)", i+1)
+		}
+	}
+	if err := login(aliceSigner); err == nil {
+		t.Error("the right key got in after 2 failures from this address")
+	}
+}
+
+func signerOf(t *testing.T, file string) ssh.Signer {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ssh.ParsePrivateKey(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -99,7 +100,7 @@ func (a *app) updateHostsConfig(jobs []job.Job) error {
 // under its own `Host *` so that it applies wherever the user's file ends.
 func ensureInclude(config string) error {
 	data, err := os.ReadFile(config)
-	if err != nil && !os.IsNotExist(err) {
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("read %s: %w", config, err)
 	}
 	for _, line := range strings.Split(string(data), "\n") {
