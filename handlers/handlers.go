@@ -54,6 +54,10 @@ type Config struct {
 	// UserCertValidity and SlaveCertValidity are the lifetimes of the certificates issued
 	// (0: pki's defaults, 90 days and a year).
 	UserCertValidity, SlaveCertValidity time.Duration
+
+	// SSHJump is the master's SSH jump host as users reach it (nil: the master serves none);
+	// the job JSON names it as sshProxyHost/sshProxyPort.
+	SSHJump *SSHJumpHost
 }
 
 // Handlers serves the API. Create it with New.

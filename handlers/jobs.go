@@ -276,12 +276,6 @@ func actorOf(c *Caller, rec *store.JobRecord) job.Actor {
 	return job.ActorAdmin
 }
 
-// present prepares a job for the portal's JSON answers (our own v3.1 shape); API handlers use
-// presentJobs, which knows every version.
-func (h *Handlers) present(r *http.Request, c *Caller, rec *store.JobRecord) any {
-	return presentV3(c, rec, apiVersion(r.Context()))
-}
-
 // presentOne is presentJobs for one job.
 func (h *Handlers) presentOne(r *http.Request, c *Caller, rec *store.JobRecord) (any, error) {
 	out, err := h.presentJobs(r.Context(), c, apiVersion(r.Context()), []*store.JobRecord{rec})
@@ -292,12 +286,14 @@ func (h *Handlers) presentOne(r *http.Request, c *Caller, rec *store.JobRecord) 
 }
 
 // presentV3 prepares a job for a v3.x answer: credentials always hidden, other users' jobs
-// outside the caller's projects sanitized, v3.0 without what came with v3.1.
-func presentV3(c *Caller, rec *store.JobRecord, version string) any {
+// outside the caller's projects sanitized, v3.0 without what came with v3.1; SSH access as
+// withSSH shows it.
+func presentV3(c *Caller, rec *store.JobRecord, version string, ssh map[string]sshEndpoint, jump *SSHJumpHost) any {
 	j := rec.Job.Redacted()
 	if c == nil || !canSee(c, rec) {
 		j = j.Sanitized()
 	}
+	withSSH(j, ssh, jump, rec.UserName, c != nil && canTouch(c, rec))
 	if version != V30 {
 		return j
 	}

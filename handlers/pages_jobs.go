@@ -123,9 +123,9 @@ func (h *Handlers) JobsPage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if wantsJSON(r) {
-		items := make([]any, len(recs))
-		for i, rec := range recs {
-			items[i] = h.present(r, c, rec)
+		items, err := h.presentJobs(r.Context(), c, apiVersion(r.Context()), recs)
+		if err != nil {
+			return err
 		}
 		writeJSON(w, http.StatusOK, items)
 		return nil
@@ -233,6 +233,9 @@ func (h *Handlers) jobDetail(r *http.Request, c *Caller, rec *store.JobRecord, w
 	}
 	v.Ports = portLinks(j)
 	v.GPUs = jobGPUs(j)
+	if v.SSH, err = h.jobSSHView(ctx, c, rec); err != nil {
+		return v, err
+	}
 	req, err := json.MarshalIndent(job.Submission(j), "", "  ")
 	if err != nil {
 		return v, err
@@ -405,7 +408,11 @@ func (h *Handlers) JobAction(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if wantsJSON(r) {
-		writeJSON(w, http.StatusOK, h.present(r, c, rec))
+		out, err := h.presentOne(r, c, rec)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, out)
 		return nil
 	}
 	if isHTMX(r) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -111,8 +112,12 @@ func (h *Handlers) SlaveRegister(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("encode inventory: %w", err)
 	}
-	if _, err := h.store.RegisterSlave(ctx, store.SlaveRegistration{Name: c.SlaveName, InstanceID: inv.InstanceID, ClusterID: known.ClusterID,
-		Host: inv.Host, DNSName: inv.DNSName, Version: inv.Version, Inventory: data}); err != nil {
+	reg := store.SlaveRegistration{Name: c.SlaveName, InstanceID: inv.InstanceID, ClusterID: known.ClusterID,
+		Host: inv.Host, DNSName: inv.DNSName, Version: inv.Version, Inventory: data}
+	if e := inv.SSH; e != nil {
+		reg.SSHHost, reg.SSHPort, reg.SSHHostKey = e.Host, e.Port, strings.TrimSpace(e.HostKey)
+	}
+	if _, err := h.store.RegisterSlave(ctx, reg); err != nil {
 		return err
 	}
 	h.forgetCapacity()

@@ -3,8 +3,10 @@ package handlers
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/google/uuid"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/protocol"
@@ -93,7 +95,34 @@ func (m *inventory) validate() error {
 			return err
 		}
 	}
+	if err := checkSSHEndpoint("ssh", m.SSH); err != nil {
+		return err
+	}
 	return checkRunningJobs("containers", m.Containers)
+}
+
+// checkSSHEndpoint checks a slave's SSH endpoint (nil: none): the job JSON sends users there
+// and the master publishes its host key, so a host, a port and a parsable key are required.
+func checkSSHEndpoint(p string, e *protocol.SSHEndpoint) error {
+	if e == nil {
+		return nil
+	}
+	if err := checkText(p+".host", e.Host, maxSlaveText); err != nil {
+		return err
+	}
+	if e.Host == "" || strings.ContainsAny(e.Host, " \t[]@/") {
+		return fieldError(p+".host", "must be a host name or address")
+	}
+	if e.Port < 1 || e.Port > 65535 {
+		return fieldError(p+".port", "must be from 1 to 65535, not %d", e.Port)
+	}
+	if err := checkText(p+".hostKey", e.HostKey, 16<<10); err != nil {
+		return err
+	}
+	if _, _, _, rest, err := ssh.ParseAuthorizedKey([]byte(e.HostKey)); err != nil || len(strings.TrimSpace(string(rest))) > 0 {
+		return fieldError(p+".hostKey", "must be one public key in authorized_keys form")
+	}
+	return nil
 }
 
 func (m *heartbeat) validate() error {

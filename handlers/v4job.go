@@ -112,6 +112,12 @@ type v4StateResources struct {
 	PortMappings     []job.PortMapping `json:"portMappings"`
 	GPUDetails       *v4GPUOverview    `json:"gpuDetails,omitempty"`
 	TmpfsMemGb       int               `json:"tmpfsMemGb"`
+	SSHHost          string            `json:"sshHost,omitempty"`
+	SSHPort          int               `json:"sshPort,omitempty"`
+	SSHUsername      string            `json:"sshUsername,omitempty"`
+	SSHProxyHost     string            `json:"sshProxyHost,omitempty"`
+	SSHProxyPort     int               `json:"sshProxyPort,omitempty"`
+	SSHProxyUsername string            `json:"sshProxyUsername,omitempty"`
 }
 
 // v4GPUOverview is imec's GpuOverview. NVML facts our slaves do not report (serial, board,
@@ -184,12 +190,8 @@ type slaveFacts struct {
 	cudaVersion   string
 }
 
-// loadSlaveFacts reads every slave's registration once per answer.
-func (h *Handlers) loadSlaveFacts(ctx context.Context) (map[string]slaveFacts, error) {
-	ss, err := h.store.ListSlaves(ctx)
-	if err != nil {
-		return nil, err
-	}
+// slaveFactsOf reads the slaves' registrations (read once per answer).
+func slaveFactsOf(ss []store.Slave) (map[string]slaveFacts, error) {
 	facts := make(map[string]slaveFacts, len(ss))
 	for _, s := range ss {
 		var inv protocol.Inventory
@@ -351,6 +353,8 @@ func v4ResourcesOf(j *job.Job, res *job.StateResources, sanitized bool, slave sl
 		// value for "not shown") otherwise. Our slave runs every job itself: worker 0.
 		SlaveInstancePID: -1,
 		PortMappings:     append([]job.PortMapping{}, res.PortMappings...),
+		SSHHost:          res.SSHHost, SSHPort: res.SSHPort, SSHUsername: res.SSHUsername,
+		SSHProxyHost: res.SSHProxyHost, SSHProxyPort: res.SSHProxyPort, SSHProxyUsername: res.SSHProxyUsername,
 	}
 	if slave.instanceID != "" && slave.instanceID == res.SlaveInstanceID && slave.pid > 0 {
 		out.SlaveInstancePID = slave.pid
@@ -475,13 +479,18 @@ func v4UsageOf(j *job.Job) *v4UsageStatistics {
 // Job model for v4.0 (see v4JobOf), our own job for v3.x (see present).
 func (h *Handlers) presentJobs(ctx context.Context, c *Caller, version string, recs []*store.JobRecord) ([]any, error) {
 	out := make([]any, len(recs))
+	ss, err := h.store.ListSlaves(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read slaves to show jobs: %w", err)
+	}
+	ssh := slaveSSHEndpoints(ss)
 	if version != V40 {
 		for i, rec := range recs {
-			out[i] = presentV3(c, rec, version)
+			out[i] = presentV3(c, rec, version, ssh, h.cfg.SSHJump)
 		}
 		return out, nil
 	}
-	slaves, err := h.loadSlaveFacts(ctx)
+	slaves, err := slaveFactsOf(ss)
 	if err != nil {
 		return nil, fmt.Errorf("read slaves for the v4.0 job shape: %w", err)
 	}
@@ -491,6 +500,7 @@ func (h *Handlers) presentJobs(ctx context.Context, c *Caller, version string, r
 		if sanitized {
 			j = j.Sanitized()
 		}
+		withSSH(j, ssh, h.cfg.SSHJump, rec.UserName, c != nil && canTouch(c, rec))
 		out[i] = v4JobOf(j, sanitized, slaves)
 	}
 	return out, nil

@@ -185,4 +185,14 @@ type StateResources struct {
 	PortMappings    []PortMapping   `json:"portMappings"`
 	GPUDetails      json.RawMessage `json:"gpuDetails,omitempty"`
 	ExitCode        *int            `json:"exitCode,omitempty"`
+	// SSH access to a running job (imec's fields): the slave's SSH endpoint, the user name that
+	// names the job there, and the master as jump host when it serves as one. Never stored:
+	// the master fills them when it shows a RUNNING job (the endpoint is the slave's, the job
+	// only runs there).
+	SSHHost          string `json:"sshHost,omitempty"`
+	SSHPort          int    `json:"sshPort,omitempty"`
+	SSHUsername      string `json:"sshUsername,omitempty"`
+	SSHProxyHost     string `json:"sshProxyHost,omitempty"`
+	SSHProxyPort     int    `json:"sshProxyPort,omitempty"`
+	SSHProxyUsername string `json:"sshProxyUsername,omitempty"`
 }

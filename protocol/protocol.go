@@ -66,6 +66,8 @@ const (
 	LogPath       = BasePath + "log"
 	LogStatePath  = BasePath + "logstate"
 	DonePath      = BasePath + "done"
+	// SSHAuthPath is where a slave's SSH server asks whether a key may log in to a job.
+	SSHAuthPath = BasePath + "ssh-auth"
 )
 
 // Errors both sides branch on. The HTTP client maps status codes back to them.
@@ -145,6 +147,39 @@ type Inventory struct {
 	// Containers are the job containers the slave found on its engine at start, running or
 	// not: the master requeues or ends the jobs it has on the slave that are not among them.
 	Containers []RunningJob `json:"containers,omitempty"`
+	// SSH is the slave's SSH endpoint for its running jobs; nil when the slave serves none.
+	SSH *SSHEndpoint `json:"ssh,omitempty"`
+}
+
+// SSHEndpoint is where a slave (or the master, as jump host) serves SSH, as users reach it.
+type SSHEndpoint struct {
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	// HostKey is the server's public host key in authorized_keys form ("ssh-ed25519 AAAA…"),
+	// which the master publishes so that clients never meet an unknown host key.
+	HostKey string `json:"hostKey"`
+}
+
+// SSHAuthRequest asks the master whether PublicKey may log in to the job that the SSH user
+// name names, on the asking slave. The master decides (and records the login as an event on
+// the job), so that a disabled user, a removed profile key or a job that stopped running is
+// refused at once, without the slave keeping keys.
+type SSHAuthRequest struct {
+	// User is the SSH user name as given: the job's UUID or its first 8 characters.
+	User string `json:"user"`
+	// PublicKey is the offered key in authorized_keys form.
+	PublicKey string `json:"publicKey"`
+	// RemoteAddr is the client's address, for the event and rate limits ("10.0.0.5:51234").
+	RemoteAddr string `json:"remoteAddr"`
+}
+
+// SSHAuthAnswer is the master's decision. When Allowed, JobUUID is the job to exec into and
+// UserName its owner's name; else Reason says why (for the slave's log, never for the client).
+type SSHAuthAnswer struct {
+	Allowed  bool   `json:"allowed"`
+	JobUUID  string `json:"jobUuid,omitempty"`
+	UserName string `json:"userName,omitempty"`
+	Reason   string `json:"reason,omitempty"`
 }
 
 // CudaMajor is the CUDA major version, 0 when unknown.

@@ -43,6 +43,8 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 
+# The master is the SSH jump host to the jobs (GPULAB_SSH_LISTEN moves it off port 2022).
+export GPULAB_SSH_LISTEN="${GPULAB_SSH_LISTEN:-:2022}"
 "$m" serve --listen ":$port" --admins alice@example.org --oidc-redirect-url "https://localhost:$port/auth/callback" >"$dir/master.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
@@ -81,6 +83,7 @@ cat <<MSG
     $bin/gpulab-cli jobs
     $bin/gpulab-cli log <job id>
     $bin/gpulab-cli clusters --short
+    $bin/gpulab-cli interactive --project demo --duration-minutes 30 --docker-image debian:stable
     curl --cacert $dir/ca.pem --cert $dir/alice.pem --key $dir/alice.pem $api/jobs
 
   Stop with Ctrl-C.

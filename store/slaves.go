@@ -33,10 +33,16 @@ type Slave struct {
 	CapacityGPUs json.RawMessage `db:"capacity_gpus"`
 	// Disabled slaves get no jobs and no job secrets (SetSlaveDisabled).
 	Disabled bool `db:"disabled"`
+	// SSHHost and SSHPort are where the slave serves SSH for its running jobs, as users (or the
+	// master's jump host) reach it; SSHHostKey its host key in authorized_keys form. An empty
+	// host: the slave serves no SSH.
+	SSHHost    string `db:"ssh_host"`
+	SSHPort    int    `db:"ssh_port"`
+	SSHHostKey string `db:"ssh_host_key"`
 }
 
 const slaveColumns = `id, name, instance_id, cluster_id, host, dns_name, version, inventory, usage, accepting_jobs,
-online, last_heartbeat, offline_since, registered_at, capacity_gpus, disabled`
+online, last_heartbeat, offline_since, registered_at, capacity_gpus, disabled, ssh_host, ssh_port, ssh_host_key`
 
 // ListSlaves lists slaves by cluster and name.
 func (s *Store) ListSlaves(ctx context.Context) ([]Slave, error) {
@@ -83,6 +89,11 @@ type SlaveRegistration struct {
 	Name, InstanceID, Host, DNSName, Version string
 	ClusterID                                int
 	Inventory                                json.RawMessage
+	// SSHHost, SSHPort and SSHHostKey are the slave's SSH endpoint (empty: none); a registration
+	// without one clears the previous instance's.
+	SSHHost    string
+	SSHPort    int
+	SSHHostKey string
 }
 
 // RegisterSlave records a slave's (new) instance and inventory and marks it online. The
@@ -91,15 +102,18 @@ type SlaveRegistration struct {
 // a while is not a GPU the cluster no longer has.
 func (s *Store) RegisterSlave(ctx context.Context, r SlaveRegistration) (Slave, error) {
 	var sl Slave
-	err := s.q.GetContext(ctx, &sl, `INSERT INTO slaves (name, instance_id, cluster_id, host, dns_name, version, inventory, online, last_heartbeat, capacity_gpus)
+	err := s.q.GetContext(ctx, &sl, `INSERT INTO slaves (name, instance_id, cluster_id, host, dns_name, version, inventory, online, last_heartbeat, capacity_gpus,
+    ssh_host, ssh_port, ssh_host_key)
 VALUES ($1, $2, $3, $4, $5, $6, $7, TRUE, now(),
-    CASE WHEN jsonb_typeof($7::jsonb->'gpus') = 'array' THEN $7::jsonb->'gpus' ELSE '[]'::jsonb END)
+    CASE WHEN jsonb_typeof($7::jsonb->'gpus') = 'array' THEN $7::jsonb->'gpus' ELSE '[]'::jsonb END, $8, $9, $10)
 ON CONFLICT (name) DO UPDATE SET instance_id = EXCLUDED.instance_id, cluster_id = EXCLUDED.cluster_id, host = EXCLUDED.host,
     dns_name = EXCLUDED.dns_name, version = EXCLUDED.version, inventory = EXCLUDED.inventory, online = TRUE,
+    ssh_host = EXCLUDED.ssh_host, ssh_port = EXCLUDED.ssh_port, ssh_host_key = EXCLUDED.ssh_host_key,
     last_heartbeat = now(), offline_since = NULL,
     capacity_gpus = CASE WHEN jsonb_array_length(EXCLUDED.capacity_gpus) >= jsonb_array_length(slaves.capacity_gpus)
         THEN EXCLUDED.capacity_gpus ELSE slaves.capacity_gpus END
-RETURNING `+slaveColumns, r.Name, r.InstanceID, r.ClusterID, r.Host, r.DNSName, r.Version, r.Inventory)
+RETURNING `+slaveColumns, r.Name, r.InstanceID, r.ClusterID, r.Host, r.DNSName, r.Version, r.Inventory,
+		r.SSHHost, r.SSHPort, r.SSHHostKey)
 	return sl, mapErr(err, "register slave "+r.Name)
 }
 

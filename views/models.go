@@ -158,6 +158,23 @@ type JobDetailView struct {
 	Explanations []string
 	// EstimatedStart is when the scheduler expects the queued job to start (nil: unknown).
 	EstimatedStart *time.Time
+	// SSH is how the owner logs in to the running job (nil: not running, not his, or its slave
+	// serves no SSH).
+	SSH *SSHView
+}
+
+// SSHView is the ssh command that logs in to a job, and one -L form per declared port.
+type SSHView struct {
+	Command      string
+	CLICommand   string
+	KnownHostURL string
+	Forwards     []SSHForward
+}
+
+// SSHForward forwards a local port to a port of the job.
+type SSHForward struct {
+	ContainerPort int
+	Command       string
 }
 
 // JobForm holds the common fields of the Create Job form as the user typed them. Everything

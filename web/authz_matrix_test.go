@@ -141,6 +141,10 @@ func slaveCall(path string, body func(id string) any) func(*matrixFixture, strin
 var routeRules = map[string]rule{
 	// The JSON API.
 	"GET " + apiV + "version": {public, noSubject, fixed(apiV + "version")},
+
+	// SSH into jobs (issue 12): the host keys are public.
+	"GET " + apiV + "ssh/known_hosts": {public, noSubject, fixed(apiV + "ssh/known_hosts")},
+
 	"POST " + apiV + "jobs": {member, noSubject, func(f *matrixFixture, _ string) (string, string, string) {
 		return apiV + "jobs", matrixJob, "application/json"
 	}},

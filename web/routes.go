@@ -43,6 +43,8 @@ func APIRoutes(h *handlers.Handlers) []Route {
 		{"GET", "certificates", false, h.ListCertificates},
 		{"POST", "certificates/{serial}/revoke", false, h.RevokeCertificate},
 		{"PUT", "slaves/{name}/disabled", false, h.SetSlaveDisabled},
+		// SSH into jobs (issue 12): the host keys clients trust.
+		{"GET", "ssh/known_hosts", true, h.SSHKnownHosts},
 	}
 }
 

@@ -102,6 +102,9 @@ var commands = []*command{
 	{name: "clusters", summary: "Show clusters and their slaves with free/total resources", run: (*app).cmdClusters},
 	{name: "convert", summary: "Convert a version 1 job definition to a version 2 job request", run: (*app).cmdConvert},
 	{name: "version", summary: "Show the client's and the master's versions", run: (*app).cmdVersion},
+	{name: "ssh", summary: "Log in to a running job of yours with ssh, or run a command there", run: (*app).cmdSSH},
+	{name: "sftp", summary: "Copy files from and to a running job of yours with sftp", run: (*app).cmdSFTP},
+	{name: "interactive", summary: "Start an interactive job and log in to it with ssh", run: (*app).cmdInteractive},
 	{name: "certs", summary: "List your API certificates, or revoke one by serial", run: (*app).cmdCerts},
 	{name: "admin", summary: "Admins: list users, disable/enable users and slaves", run: (*app).cmdAdmin},
 	{name: "help", summary: "Show the help of a command"}, // run by main: it needs this table
@@ -113,6 +116,8 @@ var aliases = map[string]string{
 	"job":    "jobs",
 	"slave":  "clusters",
 	"slaves": "clusters",
+	// "s" was submit's prefix before ssh and sftp came: it stays submit.
+	"s": "submit",
 }
 
 // noPrefix lists the commands that must be typed in full: a prefix of them never resolves,
@@ -240,6 +245,10 @@ func (a *app) main(args []string) int {
 	}
 	if errors.Is(err, errAlreadyReported) {
 		return exitError
+	}
+	var es *exitStatus
+	if errors.As(err, &es) {
+		return es.code // ssh's own status: its messages are on stderr already
 	}
 	if err != nil {
 		var ue *usageError

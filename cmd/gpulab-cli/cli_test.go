@@ -15,6 +15,9 @@ func TestResolveCommand(t *testing.T) {
 		{in: "submit", want: "submit"},
 		{in: "su", want: "submit"},
 		{in: "s", want: "submit"},
+		{in: "ss", want: "ssh"},
+		{in: "sf", want: "sftp"},
+		{in: "i", want: "interactive"},
 		{in: "j", want: "jobs"},
 		{in: "job", want: "jobs"}, // imec alias (and a prefix)
 		{in: "jobs", want: "jobs"},

@@ -111,6 +111,9 @@ func (a *app) listJobs(cl *client.Client, o jobsOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := a.updateHostsConfig(jobs); err != nil {
+		a.stderr.printf("Warning: %v\n", err) // the listing itself is fine
+	}
 	if o.quiet {
 		for _, j := range jobs {
 			a.stdout.printf("%s\n", j.UUID)

@@ -88,6 +88,7 @@ func newFakeMaster(t *testing.T, ca *pki.CA) *fakeMaster {
 	mux.HandleFunc("POST "+base+"convert", m.convert)
 	mux.HandleFunc("GET "+base+"clusters", func(w http.ResponseWriter, r *http.Request) { m.raw(w, m.locked(&m.clusters)) })
 	mux.HandleFunc("GET "+base+"slaves", func(w http.ResponseWriter, r *http.Request) { m.raw(w, m.locked(&m.slaves)) })
+	mux.HandleFunc("GET "+base+"ssh/known_hosts", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, fakeKnownHosts) })
 
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)

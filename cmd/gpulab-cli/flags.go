@@ -35,8 +35,16 @@ func newFlagSet(name, usage, about string) *flagSet {
 
 func splitNames(names string) []string { return strings.Split(names, ",") }
 
+// record notes a flag for the help. A name the command has already taken is left out: a
+// command's own flag wins over a global one of the same name (ssh's -p is --proxy; the
+// password is then only --password).
 func (f *flagSet) record(names, arg, usage string) []string {
-	ns := splitNames(names)
+	var ns []string
+	for _, n := range splitNames(names) {
+		if f.fs.Lookup(n) == nil {
+			ns = append(ns, n)
+		}
+	}
 	f.help = append(f.help, flagHelp{names: ns, arg: arg, usage: usage})
 	return ns
 }

@@ -25,6 +25,8 @@ type config struct {
 	DataDir            string
 	Authority          string
 	Listen             string
+	SSHListen          string
+	SSHAdvertise       string
 	Hostnames          string
 	Admins             string
 	TLSCert, TLSKey    string
@@ -81,6 +83,8 @@ func (c *config) addCertValidity(fs *flag.FlagSet, getenv func(string) string) {
 func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	c.addCertValidity(fs, getenv)
 	fs.StringVar(&c.Listen, "listen", envOr(getenv, "GPULAB_LISTEN", ":8443"), "HTTPS listen address (env GPULAB_LISTEN)")
+	fs.StringVar(&c.SSHListen, "ssh-listen", getenv("GPULAB_SSH_LISTEN"), "listen address of the SSH jump host to users' jobs (e.g. :2222); empty: none (env GPULAB_SSH_LISTEN)")
+	fs.StringVar(&c.SSHAdvertise, "ssh-advertise", getenv("GPULAB_SSH_ADVERTISE"), "HOST:PORT users reach the SSH jump host at, as the job JSON's sshProxyHost/Port say (default: the first --hostnames or localhost, and the --ssh-listen port; env GPULAB_SSH_ADVERTISE)")
 	fs.StringVar(&c.Hostnames, "hostnames", getenv("GPULAB_HOSTNAMES"), "comma-separated names and IPs for the server certificate, besides localhost, 127.0.0.1 and the host name (env GPULAB_HOSTNAMES)")
 	fs.StringVar(&c.Admins, "admins", getenv("GPULAB_ADMINS"), "comma-separated admins, each a verified e-mail address or ISSUER#SUBJECT of an OpenID login; a bare name is refused (env GPULAB_ADMINS)")
 	fs.BoolVar(&c.AutoCreateCertUsers, "auto-create-cert-users", getenv("GPULAB_AUTO_CREATE_CERT_USERS") == "1", "a valid certificate of a user the master does not know creates him; off: 401 (env GPULAB_AUTO_CREATE_CERT_USERS=1)")

@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/scheduler"
+	"github.com/opengpulab/gpulab/sshjump"
 	"github.com/opengpulab/gpulab/store"
 	"github.com/opengpulab/gpulab/web"
 )
@@ -105,10 +107,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		}
 		wcfg.TLSCert = &cert
 	}
+	jump, err := c.startSSHJump(ctx, st, log)
+	if err != nil {
+		return err
+	}
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
 	h := handlers.New(st, handlers.Config{Authority: c.Authority, Version: version, LatestClientVersion: latestClientVersion,
 		JobOptions: opts, CA: ca, HeartbeatInterval: c.HeartbeatInterval, TallyHalfLife: c.TallyHalfLife, FenceAfter: c.JobGrace,
-		MemoryReserveGb: c.MemoryReserveGb, UserCertValidity: c.UserCertValidity, SlaveCertValidity: c.SlaveCertValidity}, log, wake, work)
+		MemoryReserveGb: c.MemoryReserveGb, UserCertValidity: c.UserCertValidity, SlaveCertValidity: c.SlaveCertValidity,
+		SSHJump: jump}, log, wake, work)
 	srv := web.New(wcfg, st, h, log)
 	loop := scheduler.NewLoop(st, scheduler.LoopConfig{Interval: c.SchedulerInterval, HeartbeatGrace: c.HeartbeatGrace,
 		JobGrace: c.JobGrace, FenceMargin: c.FenceMargin, MemoryReserveGb: c.MemoryReserveGb,
@@ -127,6 +134,60 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	log.Info("master listening", "url", "https://"+displayAddr(l.Addr()), "ca", absPath(c.DataDir)+"/ca.pem", "authority", c.Authority)
 	return srv.Serve(ctx, l)
+}
+
+// startSSHJump serves the SSH jump host when --ssh-listen is set (nil, nil otherwise), with
+// the host key made once in the data folder, and says where users reach it.
+func (c *config) startSSHJump(ctx context.Context, st *store.Store, log *slog.Logger) (*handlers.SSHJumpHost, error) {
+	if c.SSHListen == "" {
+		return nil, nil
+	}
+	signer, created, err := sshjump.LoadOrCreateHostKey(c.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		log.Info("made the SSH host key", "file", filepath.Join(absPath(c.DataDir), sshjump.HostKeyFile))
+	}
+	l, err := net.Listen("tcp", c.SSHListen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --ssh-listen %s: %w", c.SSHListen, err)
+	}
+	jump, err := sshAdvertised(c.SSHAdvertise, splitList(c.Hostnames), l.Addr())
+	if err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("%w: --ssh-advertise: %w", errUsage, err)
+	}
+	jump.HostKey = sshjump.AuthorizedKey(signer.PublicKey())
+	srv := sshjump.New(st, sshjump.Config{HostKey: signer}, log)
+	go func() {
+		if err := srv.Serve(ctx, l); err != nil {
+			log.Error("ssh jump host stopped", "err", err)
+		}
+	}()
+	log.Info("ssh jump host listening", "addr", l.Addr().String(), "advertised", net.JoinHostPort(jump.Host, strconv.Itoa(jump.Port)))
+	return jump, nil
+}
+
+// sshAdvertised is the jump host as users reach it: --ssh-advertise, else the first of
+// --hostnames (localhost when none) with the port listened on.
+func sshAdvertised(advertise string, hostnames []string, listened net.Addr) (*handlers.SSHJumpHost, error) {
+	if advertise == "" {
+		host := "localhost"
+		if len(hostnames) > 0 {
+			host = hostnames[0]
+		}
+		return &handlers.SSHJumpHost{Host: host, Port: listened.(*net.TCPAddr).Port}, nil
+	}
+	host, port, err := net.SplitHostPort(advertise)
+	if err != nil {
+		return nil, fmt.Errorf("want HOST:PORT, not %q", advertise)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 || host == "" {
+		return nil, fmt.Errorf("want HOST:PORT with a port from 1 to 65535, not %q", advertise)
+	}
+	return &handlers.SSHJumpHost{Host: host, Port: p}, nil
 }
 
 // listen passes the other masters' notifications to this master's signals, listening again

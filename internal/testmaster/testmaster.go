@@ -88,6 +88,8 @@ type Options struct {
 	CA *pki.CA
 	// AutoCreateCertUsers lets certificates of unknown users create them (web.Config).
 	AutoCreateCertUsers bool
+	// SSHJump is the jump host the job JSON names (handlers.Config.SSHJump; nil: none).
+	SSHJump *handlers.SSHJumpHost
 }
 
 // Start runs a master for the test's duration.
@@ -162,7 +164,7 @@ func Start(t testing.TB, opts Options) *Master {
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
 	h := handlers.New(st, handlers.Config{Authority: Authority, Version: "test", LatestClientVersion: "4.0.0", JobOptions: jobOpts,
 		CA: ca, HeartbeatInterval: opts.HeartbeatInterval, MaxLongPoll: cmp.Or(opts.MaxLongPoll, 5*time.Second), FenceAfter: lc.JobGrace,
-		MissingGrace: opts.MissingGrace, WorkRecheck: opts.WorkRecheck}, log, wake, work)
+		MissingGrace: opts.MissingGrace, WorkRecheck: opts.WorkRecheck, SSHJump: opts.SSHJump}, log, wake, work)
 	wcfg := web.Config{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}, Admins: opts.Admins, Authority: Authority,
 		OIDC: oidcCfg, SessionKeys: opts.SessionKeys, Limits: opts.Web, AutoCreateCertUsers: opts.AutoCreateCertUsers}
 	srv := web.New(wcfg, st, h, log)
