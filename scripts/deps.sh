@@ -19,6 +19,8 @@ command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || missing+=(d
 dpkg-query -W -f='${Status}' faketime 2>/dev/null | grep -q 'ok installed' || missing+=(faketime)
 # The portal is tested in headless Chromium (chromedp).
 command -v chromium >/dev/null || [ -x /usr/bin/chromium ] || missing+=(chromium)
+# SSH into jobs is tested with the real OpenSSH client (ssh, sftp, ssh-keygen).
+command -v ssh >/dev/null && command -v sftp >/dev/null || missing+=(openssh-client)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "deps.sh: missing ${missing[*]}; run as root or install them" >&2; exit 1
