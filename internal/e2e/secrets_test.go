@@ -52,7 +52,7 @@ func TestNoSecretInArgumentsOrLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	port, idpPort := freePort(t), freePort(t)
+	port, idpPort, sshPort := freePort(t), freePort(t), freePort(t)
 	slave := slaveName("secrets")
 	t.Cleanup(func() { removeContainers(docker, slave) })
 
@@ -65,7 +65,8 @@ func TestNoSecretInArgumentsOrLogs(t *testing.T) {
 	ready := make(chan struct{})
 	run := exec.Command("bash", filepath.Join(root, "scripts", "run.sh"), db, dir, port, bin)
 	run.Dir = root
-	run.Env = append(os.Environ(), "GPULAB_DEVIDP_PORT="+idpPort, "GPULAB_RUN_SLAVE="+slave)
+	// Ports of its own, so that a `make run` or another test run beside it does not collide.
+	run.Env = append(os.Environ(), "GPULAB_DEVIDP_PORT="+idpPort, "GPULAB_RUN_SLAVE="+slave, "GPULAB_SSH_LISTEN=127.0.0.1:"+sshPort)
 	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	run.Stdout, run.Stderr = &watchWriter{w: &runOut, want: "Stop with Ctrl-C", seen: ready}, &runOut
 	if err := run.Start(); err != nil {
