@@ -448,26 +448,31 @@ func (f *matrixFixture) digest() string {
 		`SELECT id, user_id FROM ssh_keys ORDER BY id`,
 		`SELECT id FROM reservations ORDER BY id`,
 	} {
-		rows, err := f.w.m.Store.DB().QueryContext(context.Background(), q)
-		if err != nil {
-			f.t.Fatalf("digest %s: %v", q, err)
-		}
-		cols, _ := rows.Columns()
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
-				f.t.Fatal(err)
-			}
-			fmt.Fprintf(&b, "%v;", vals)
-		}
-		_ = rows.Close()
+		f.digestQuery(&b, q)
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// digestQuery writes the rows of one query of the digest.
+func (f *matrixFixture) digestQuery(b *strings.Builder, q string) {
+	rows, err := f.w.m.Store.DB().QueryContext(context.Background(), q)
+	if err != nil {
+		f.t.Fatalf("digest %s: %v", q, err)
+	}
+	defer func() { _ = rows.Close() }()
+	cols, _ := rows.Columns()
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			f.t.Fatal(err)
+		}
+		fmt.Fprintf(b, "%v;", vals)
+	}
 }
 
 func (a actor) do(t *testing.T, base, method, path, body, contentType string) (int, string) {

@@ -119,7 +119,7 @@ func shortSSHCommand(t sshTarget, s sshSetup, command []string) string {
 // shellQuote quotes a word for /bin/sh when it needs it.
 func shellQuote(w string) string {
 	if w != "" && strings.IndexFunc(w, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=@%+,", r))
+		return (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && !strings.ContainsRune("-_./:=@%+,", r)
 	}) < 0 {
 		return w
 	}

@@ -246,12 +246,12 @@ func (p *Pins) releaseDir() error {
 func unmount(path string) error {
 	for {
 		err := unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-		switch {
-		case err == nil:
+		switch err {
+		case nil:
 			continue // bound twice (a retried start): unmount again until nothing is left
-		case err == unix.EINVAL || err == unix.ENOENT:
+		case unix.EINVAL, unix.ENOENT:
 			return nil
-		case err == unix.EINTR:
+		case unix.EINTR:
 			continue
 		}
 		return fmt.Errorf("unmount %s: %w", path, err)
