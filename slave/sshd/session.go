@@ -164,7 +164,11 @@ func (s *Server) execIn(ctx context.Context, t *target, ch ssh.Channel, cmd []st
 	}
 	go func() {
 		_, _ = io.Copy(att.Conn, ch)
-		_ = att.CloseWrite() // the client's EOF is the command's
+		// The client's EOF is the command's, without a terminal. A terminal has no half
+		// close (as with OpenSSH's sshd): closing the exec's input would hang it up.
+		if pty == nil {
+			_ = att.CloseWrite()
+		}
 	}()
 	if opts.Tty {
 		_, _ = io.Copy(ch, att.Reader)
