@@ -18,6 +18,7 @@ import (
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/protocol"
 	"github.com/opengpulab/gpulab/slave/sshd"
+	"github.com/opengpulab/gpulab/store"
 )
 
 // The slave's SSH server against the real OpenSSH client (Debian's openssh-client), a real
@@ -150,7 +151,7 @@ func TestSSHIntoJob(t *testing.T) {
 	}
 
 	// An interactive-like job: a web server inside, and it waits.
-	id := e.submit(e.jobFile("ssh", "mkdir -p /tmp/www && echo hello-through-ssh > /tmp/www/index.html && httpd -p 8080 -h /tmp/www && sleep 3600", func(r map[string]any) {
+	id := e.submit(e.jobFile("ssh", "mkdir -p /tmp/www && echo hello-through-ssh > /tmp/www/index.html && httpd -p 8080 -h /tmp/www && httpd -p 127.0.0.1:8081 -h /tmp/www && sleep 3600", func(r map[string]any) {
 		r["docker"].(map[string]any)["storage"] = []any{map[string]any{"containerPath": "/project"}}
 		r["extra"] = map[string]any{"sshPubKeys": []string{alicePub}}
 	}))
@@ -186,10 +187,47 @@ func TestSSHIntoJob(t *testing.T) {
 		t.Fatalf("ssh -i <login pem>: exit %d, output %q", code, out)
 	}
 
-	// ssh -L reaches the web server inside the job; forwarding elsewhere is refused.
-	lport := freePort(t)
+	// A disabled owner is refused, and accepted again once enabled.
+	ctx := context.Background()
+	if err := e.m.Store.SetUserDisabled(ctx, "alice", true); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := srv.ssh(t, aliceKey, id, "echo in"); code != 255 {
+		t.Fatalf("a disabled owner's key: exit %d, output %q", code, out)
+	}
+	if err := e.m.Store.SetUserDisabled(ctx, "alice", false); err != nil {
+		t.Fatal(err)
+	}
+	// A certificate key opens the job while the certificate is valid: not once revoked, not
+	// once expired.
+	certKey, _ := sshKey(t, "alice-cert")
+	certFP, _ := exec.Command("ssh-keygen", "-lf", certKey+".pub").Output()
+	if err := e.m.Store.RecordCertificate(ctx, "900001", store.CertUser, "alice", time.Now().Add(time.Hour), strings.Fields(string(certFP))[1]); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := srv.ssh(t, certKey, id, "echo in"); code != 0 {
+		t.Fatalf("a valid certificate's key: exit %d, output %q", code, out)
+	}
+	if _, err := e.m.Store.RevokeCertificate(ctx, "900001"); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := srv.ssh(t, certKey, id, "echo in"); code != 255 {
+		t.Fatalf("a revoked certificate's key: exit %d, output %q", code, out)
+	}
+	expKey, _ := sshKey(t, "alice-expired")
+	expFP, _ := exec.Command("ssh-keygen", "-lf", expKey+".pub").Output()
+	if err := e.m.Store.RecordCertificate(ctx, "900002", store.CertUser, "alice", time.Now().Add(-time.Minute), strings.Fields(string(expFP))[1]); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := srv.ssh(t, expKey, id, "echo in"); code != 255 {
+		t.Fatalf("an expired certificate's key: exit %d, output %q", code, out)
+	}
+
+	// ssh -L reaches the web servers inside the job, also one listening on the job's loopback
+	// only; forwarding elsewhere is refused.
+	lport, lport2 := freePort(t), freePort(t)
 	fwd := exec.Command("ssh", append(srv.opts(aliceKey), "-p", srv.port, "-N", "-o", "ExitOnForwardFailure=yes",
-		"-L", "127.0.0.1:"+lport+":localhost:8080", id+"@127.0.0.1")...)
+		"-L", "127.0.0.1:"+lport+":localhost:8080", "-L", "127.0.0.1:"+lport2+":localhost:8081", id+"@127.0.0.1")...)
 	var fwdOut bytes.Buffer
 	fwd.Stdout, fwd.Stderr = &fwdOut, &fwdOut
 	if err := fwd.Start(); err != nil {
@@ -198,6 +236,9 @@ func TestSSHIntoJob(t *testing.T) {
 	t.Cleanup(func() { _ = fwd.Process.Kill(); _ = fwd.Wait() })
 	waitUntil(t, "the job's web server through ssh -L", func() bool {
 		return strings.Contains(httpGet("127.0.0.1:"+lport), "hello-through-ssh")
+	})
+	waitUntil(t, "the job's loopback-only web server through ssh -L", func() bool {
+		return strings.Contains(httpGet("127.0.0.1:"+lport2), "hello-through-ssh")
 	})
 	if out, code := srv.ssh(t, aliceKey, id, "-W", "192.0.2.1:80"); code == 0 {
 		t.Fatalf("ssh -W to an address outside the job: exit 0, output %q", out)
