@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/opengpulab/gpulab/job"
@@ -139,22 +140,38 @@ func (h *Handlers) sshJob(ctx context.Context, slave, user string) (*store.JobRe
 		if err != nil {
 			return nil, err
 		}
-		var found *store.JobRecord
-		for _, rec := range recs {
-			if !strings.HasPrefix(rec.Job.UUID, user) || !running(rec) {
-				continue
-			}
-			if found != nil {
-				return nil, fmt.Errorf("job %s on %s: %w", user, slave, store.ErrAmbiguous)
-			}
-			found = rec
+		recs = slices.DeleteFunc(recs, func(rec *store.JobRecord) bool { return !running(rec) })
+		ids := make([]string, len(recs))
+		for i, rec := range recs {
+			ids[i] = rec.Job.UUID
 		}
-		if found == nil {
-			return nil, fmt.Errorf("job %s on %s: %w", user, slave, store.ErrNotFound)
+		i, err := pickShortID(ids, user)
+		if err != nil {
+			return nil, fmt.Errorf("job %s on %s: %w", user, slave, err)
 		}
-		return found, nil
+		return recs[i], nil
 	}
 	return nil, fmt.Errorf("ssh user %q names no job: %w", user, store.ErrNotFound)
+}
+
+// pickShortID finds the one id that starts with short: its index, else ErrNotFound, or
+// ErrAmbiguous when two do (imec's 8-character ids can collide; a login must never land in
+// the wrong job).
+func pickShortID(ids []string, short string) (int, error) {
+	found := -1
+	for i, id := range ids {
+		if !strings.HasPrefix(id, short) {
+			continue
+		}
+		if found >= 0 {
+			return -1, store.ErrAmbiguous
+		}
+		found = i
+	}
+	if found < 0 {
+		return -1, store.ErrNotFound
+	}
+	return found, nil
 }
 
 // sshKeyOf reports whether key may log in to the job: one of its sshPubKeys, one of the owner's
