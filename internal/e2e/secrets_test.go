@@ -65,7 +65,7 @@ func TestNoSecretInArgumentsOrLogs(t *testing.T) {
 	ready := make(chan struct{})
 	run := exec.Command("bash", filepath.Join(root, "scripts", "run.sh"), db, dir, port, bin)
 	run.Dir = root
-	run.Env = append(os.Environ(), "GPULAB_DEVIDP_PORT="+idpPort, "GPULAB_RUN_SLAVE="+slave)
+	run.Env = append(os.Environ(), "GPULAB_DEVIDP_PORT="+idpPort, "GPULAB_RUN_SLAVE="+slave, "GPULAB_RUN_SSH_PORT="+freePort(t))
 	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	run.Stdout, run.Stderr = &watchWriter{w: &runOut, want: "Stop with Ctrl-C", seen: ready}, &runOut
 	if err := run.Start(); err != nil {

@@ -151,7 +151,7 @@ func TestSSHIntoJob(t *testing.T) {
 	}
 
 	// An interactive-like job: a web server inside, and it waits.
-	id := e.submit(e.jobFile("ssh", "mkdir -p /tmp/www && echo hello-through-ssh > /tmp/www/index.html && httpd -p 8080 -h /tmp/www && httpd -p 127.0.0.1:8081 -h /tmp/www && sleep 3600", func(r map[string]any) {
+	id := e.submit(e.jobFile("ssh", "ln -s ../../../../../../.. /tmp/esc && ln -s /etc /tmp/abs && mkdir -p /tmp/www && echo hello-through-ssh > /tmp/www/index.html && httpd -p 8080 -h /tmp/www && httpd -p 127.0.0.1:8081 -h /tmp/www && sleep 3600", func(r map[string]any) {
 		r["docker"].(map[string]any)["storage"] = []any{map[string]any{"containerPath": "/project"}}
 		r["extra"] = map[string]any{"sshPubKeys": []string{alicePub}}
 	}))
@@ -251,7 +251,7 @@ func TestSSHIntoJob(t *testing.T) {
 	}
 	back := filepath.Join(t.TempDir(), "back.txt")
 	batch := filepath.Join(t.TempDir(), "batch")
-	_ = os.WriteFile(batch, fmt.Appendf(nil, "put %s /project/up.txt\nmkdir /project/sub\nls /project\nget /project/up.txt %s\nget /etc/passwd\n", local, back), 0o600)
+	_ = os.WriteFile(batch, fmt.Appendf(nil, "put %s /project/up.txt\nmkdir /project/sub\nls /project\nget /project/up.txt %s\nget /etc/passwd\nget /tmp/esc/etc/hostname esc-hostname\nget /tmp/abs/hostname abs-hostname\nput %s /tmp/esc/escaped-%s.txt\n", local, back, local, id), 0o600)
 	sf := exec.Command("sftp", append(srv.opts(aliceKey), "-P", srv.port, "-b", batch, id+"@127.0.0.1")...)
 	sf.Dir = t.TempDir()
 	if out, err := sf.CombinedOutput(); err != nil {
@@ -265,6 +265,25 @@ func TestSSHIntoJob(t *testing.T) {
 	}
 	if data, err := os.ReadFile(filepath.Join(sf.Dir, "passwd")); err != nil || !strings.Contains(string(data), "root:") {
 		t.Fatalf("the container's /etc/passwd by sftp: %q %v", data, err)
+	}
+
+	// Links inside the container resolve inside it, relative or absolute: sftp never reaches
+	// the slave's own files.
+	hostname, code := srv.ssh(t, aliceKey, id, "cat /etc/hostname")
+	if code != 0 || strings.TrimSpace(hostname) == "" {
+		t.Fatalf("the container's hostname: exit %d %q", code, hostname)
+	}
+	for _, f := range []string{"esc-hostname", "abs-hostname"} {
+		if data, err := os.ReadFile(filepath.Join(sf.Dir, f)); err != nil || string(data) != hostname {
+			t.Errorf("%s through a link: %q %v, want the container's %q", f, data, err, hostname)
+		}
+	}
+	if _, err := os.Stat("/escaped-" + id + ".txt"); err == nil {
+		_ = os.Remove("/escaped-" + id + ".txt")
+		t.Errorf("sftp wrote through a link into the slave's root")
+	}
+	if out, code := srv.ssh(t, aliceKey, id, "cat /escaped-"+id+".txt"); code != 0 || out != "sent by sftp\n" {
+		t.Errorf("the file put through a link is not in the container's root: exit %d %q", code, out)
 	}
 
 	// Every login is an event on the job.

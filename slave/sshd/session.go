@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
@@ -152,6 +153,21 @@ func (s *Server) execIn(ctx context.Context, t *target, ch ssh.Channel, cmd []st
 	defer stop()
 	if pty != nil {
 		go func() {
+			// Engines before API 1.42 ignore ConsoleSize: size the terminal once it exists (the
+			// exec starts with the attach; retried briefly, as the Docker CLI does).
+			if pty.Rows > 0 && pty.Columns > 0 {
+				size := container.ResizeOptions{Height: uint(pty.Rows), Width: uint(pty.Columns)}
+				for i := range 10 {
+					if s.docker.ContainerExecResize(rctx, created.ID, size) == nil {
+						break
+					}
+					select {
+					case <-time.After(time.Duration(i+1) * 10 * time.Millisecond):
+					case <-rctx.Done():
+						return
+					}
+				}
+			}
 			for {
 				select {
 				case w := <-resize:
