@@ -171,6 +171,16 @@ func TestSSHIntoJob(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "/dev/pts/") {
 		t.Fatalf("ssh -tt: exit %d, output %q", code, out)
 	}
+	// The client's terminal size reaches the job's terminal (script(1) gives ssh a terminal).
+	if _, err := exec.LookPath("script"); err == nil {
+		line := strings.Join(append(append([]string{"ssh"}, srv.opts(aliceKey)...), "-p", srv.port, "-tt", id+"@127.0.0.1", "'sleep 0.2; stty size'"), " ")
+		sc := exec.Command("script", "-qec", "stty rows 40 cols 100; "+line, "/dev/null")
+		sc.Stdin = strings.NewReader("")
+		out, err := sc.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "40 100") {
+			t.Fatalf("terminal size through ssh -tt: %v %q", err, out)
+		}
+	}
 	// Another user's key is refused, as is alice's key for a job id that does not exist.
 	if out, code := srv.ssh(t, bobKey, id, "echo in"); code != 255 || strings.Contains(out, "in\n") {
 		t.Fatalf("bob's key: exit %d, output %q", code, out)
