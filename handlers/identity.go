@@ -272,7 +272,11 @@ func (h *Handlers) issueUserCertificate(ctx context.Context, u store.User, passw
 	if err != nil {
 		return nil, nil, fmt.Errorf("issue certificate for %s: %w", u.Name, err)
 	}
-	if err := h.store.RecordCertificate(ctx, cert.SerialNumber.String(), store.CertUser, u.Name, cert.NotAfter); err != nil {
+	fp, err := pki.SSHFingerprint(cert.PublicKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := h.store.RecordCertificate(ctx, cert.SerialNumber.String(), store.CertUser, u.Name, cert.NotAfter, fp); err != nil {
 		return nil, nil, err
 	}
 	data, err := pki.ClientPEM(cert, key, password)

@@ -75,7 +75,7 @@ func (h *Handlers) SlaveJoin(w http.ResponseWriter, r *http.Request) error {
 		return errorf(http.StatusBadRequest, "csr: %v", err)
 	}
 	// Recorded, so that an admin can list and revoke it (`gpulab-master cert revoke`).
-	if err := h.store.RecordCertificate(ctx, cert.SerialNumber.String(), store.CertSlave, name, cert.NotAfter); err != nil {
+	if err := h.store.RecordCertificate(ctx, cert.SerialNumber.String(), store.CertSlave, name, cert.NotAfter, ""); err != nil {
 		return err
 	}
 	if err := h.store.JoinSlave(ctx, name, cluster); err != nil {

@@ -124,6 +124,14 @@ func (c *Client) Done(ctx context.Context, d Completion) error {
 	return c.call(ctx, DonePath, d, nil, 30*time.Second)
 }
 
+// SSHAuth asks whether a key may log in to a job over SSH (not part of Master: only the slave's
+// SSH server asks it). A refusal is an answer with Allowed false, not an error.
+func (c *Client) SSHAuth(ctx context.Context, req SSHAuthRequest) (SSHAuthAnswer, error) {
+	var out SSHAuthAnswer
+	err := c.call(ctx, SSHAuthPath, req, &out, 15*time.Second)
+	return out, err
+}
+
 // StatusError is an answer of the master that is not a success.
 type StatusError struct {
 	Status  int

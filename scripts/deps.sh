@@ -17,6 +17,8 @@ dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed'
 command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
 # The fault suite moves Postgres's clock with libfaketime (internal/chaos, clock scenarios).
 dpkg-query -W -f='${Status}' faketime 2>/dev/null | grep -q 'ok installed' || missing+=(faketime)
+# SSH into jobs is tested with the real OpenSSH client (ssh, sftp, ssh-keygen).
+command -v ssh >/dev/null && command -v sftp >/dev/null || missing+=(openssh-client)
 # The portal is tested in headless Chromium (chromedp).
 command -v chromium >/dev/null || [ -x /usr/bin/chromium ] || missing+=(chromium)
 # SSH into jobs is tested with the real OpenSSH client (ssh, sftp, ssh-keygen).

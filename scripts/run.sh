@@ -3,7 +3,8 @@
 # for the portal login, a master, a demo project, user and certificate, and one local slave with
 # fake GPUs, all in RUN_DIR (.tmp/run). Ctrl-C stops them all (the slave's job containers are
 # left to be re-attached at the next start). GPULAB_DEVIDP_PORT moves Dex off port 5556;
-# GPULAB_RUN_SLAVE names the slave (default local-slave).
+# GPULAB_RUN_SLAVE names the slave (default local-slave); GPULAB_RUN_SSH_PORT is the port of its
+# SSH server for jobs, on loopback (default 2222).
 #
 # No secret is ever put on a command line (ps shows it to every user) or in a log: alice's
 # password, the OpenID client secret and the slave's join token live in files of mode 0600 in
@@ -61,8 +62,9 @@ if [ ! -f "$dir/slave/slave.json" ]; then
   "$bin/gpulab-slave" join --master "https://localhost:$port" --ca "$dir/ca.pem" --token-file "$dir/slave-token" --state-dir "$dir/slave" >/dev/null
 fi
 mkdir -p "$dir/projects"
+ssh_port=${GPULAB_RUN_SSH_PORT:-2222}
 "$bin/gpulab-slave" run --state-dir "$dir/slave" --scratch-root "$dir/scratch" --fake-gpus 2xV100-32GB \
-  --storage "/project=$dir/projects/{project}" >"$dir/slave.log" 2>&1 &
+  --storage "/project=$dir/projects/{project}" --ssh-listen "127.0.0.1:$ssh_port" --ssh-advertise "localhost:$ssh_port" >"$dir/slave.log" 2>&1 &
 pids+=($!)
 
 api="https://localhost:$port/api/gpulab/v3.1"
@@ -75,6 +77,7 @@ cat <<MSG
   API login:     user alice (admin, member of project "demo"), certificate $dir/alice.pem
   Master CA:     $dir/ca.pem
   Slave:         $slave in cluster 1, 2 FAKE V100 GPUs (simulated), storage /project -> $dir/projects/<project>
+                 SSH into its running jobs: ssh -p $ssh_port <job id>@localhost (a key of the job or of alice's profile, or -i $dir/alice.pem)
   Logs:          $dir/master.log, $dir/slave.log, $dir/devidp.log
 
   Try it (in another terminal):

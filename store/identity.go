@@ -179,11 +179,22 @@ func (c Certificate) State(now time.Time) string {
 
 const certColumns = `serial, kind, owner, not_after, revoked_at, created_at`
 
-// RecordCertificate records an issued certificate (serial in decimal).
-func (s *Store) RecordCertificate(ctx context.Context, serial, kind, owner string, notAfter time.Time) error {
-	_, err := s.q.ExecContext(ctx, `INSERT INTO certificates (serial, kind, owner, not_after) VALUES ($1, $2, $3, $4)`,
-		serial, kind, owner, notAfter)
+// RecordCertificate records an issued certificate (serial in decimal) with the SSH
+// fingerprint of its key (pki.SSHFingerprint; "" for none), which opens SSH into the owner's
+// jobs while the certificate is valid.
+func (s *Store) RecordCertificate(ctx context.Context, serial, kind, owner string, notAfter time.Time, sshFingerprint string) error {
+	_, err := s.q.ExecContext(ctx, `INSERT INTO certificates (serial, kind, owner, not_after, ssh_fingerprint)
+VALUES ($1, $2, $3, $4, NULLIF($5, ''))`, serial, kind, owner, notAfter, sshFingerprint)
 	return mapErr(err, "record certificate "+serial)
+}
+
+// HasValidCertificateKey reports whether a user holds a valid (not revoked, not expired, on
+// the database's clock) login certificate whose key has this SSH fingerprint.
+func (s *Store) HasValidCertificateKey(ctx context.Context, owner, sshFingerprint string) (bool, error) {
+	var ok bool
+	err := s.q.GetContext(ctx, &ok, `SELECT EXISTS (SELECT 1 FROM certificates WHERE kind = 'user' AND owner = $1
+AND ssh_fingerprint = $2 AND revoked_at IS NULL AND not_after > now())`, owner, sshFingerprint)
+	return ok, mapErr(err, "look up certificate key of "+owner)
 }
 
 // GetCertificate reads a certificate by serial. ErrNotFound when the master has no record.

@@ -62,10 +62,10 @@ func TestCertificateStates(t *testing.T) {
 	st := newStore(t)
 	ctx := context.Background()
 	now := time.Now()
-	if err := st.RecordCertificate(ctx, "1", store.CertUser, "alice", now.Add(time.Hour)); err != nil {
+	if err := st.RecordCertificate(ctx, "1", store.CertUser, "alice", now.Add(time.Hour), ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.RecordCertificate(ctx, "2", store.CertUser, "alice", now.Add(-time.Second)); err != nil {
+	if err := st.RecordCertificate(ctx, "2", store.CertUser, "alice", now.Add(-time.Second), ""); err != nil {
 		t.Fatal(err)
 	}
 	for serial, want := range map[string]string{"1": "valid", "2": "expired"} {

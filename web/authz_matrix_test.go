@@ -192,6 +192,9 @@ var routeRules = map[string]rule{
 	"POST " + protocol.RegisterPath:  {slaveOnly, noSubject, nil}, // body made per slave in call
 	"POST " + protocol.HeartbeatPath: {slaveOnly, noSubject, nil},
 	"POST " + protocol.NextPath:      {slaveOnly, noSubject, nil},
+	// A refusal is a 200 with allowed false: any slave may ask, the answer only concerns its own jobs.
+	"POST " + protocol.SSHAuthPath: {slaveOnly, noSubject, jsonBody(protocol.SSHAuthPath,
+		`{"user": "0123abcd", "publicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBJV0zuFkeUGxoSarO4CDg0AktQqQeW04BHo7P8pg1gz", "remoteAddr": "10.0.0.5:5555"}`)},
 	"POST " + protocol.UpdatePath: {slaveJob, slaveBJob, slaveCall(protocol.UpdatePath, func(id string) any {
 		return protocol.StateUpdate{JobUUID: id, Attempt: 1, From: job.StatusStarting, To: job.StatusRunning}
 	})},
@@ -405,7 +408,7 @@ func (f *matrixFixture) fresh(s subject) string {
 		return strconv.Itoa(id)
 	case aliceCert:
 		serial := strconv.FormatInt(1_000_000_000+f.n(), 10)
-		if err := m.Store.RecordCertificate(ctx, serial, store.CertUser, "alice", time.Now().Add(time.Hour)); err != nil {
+		if err := m.Store.RecordCertificate(ctx, serial, store.CertUser, "alice", time.Now().Add(time.Hour), ""); err != nil {
 			t.Fatalf("certificate: %v", err)
 		}
 		return serial
@@ -947,7 +950,7 @@ func (f *matrixFixture) secondCert(u *testmaster.User) (tls.Certificate, string)
 		f.t.Fatalf("issue a certificate of %s: %v", u.Name, err)
 	}
 	serial := cert.SerialNumber.String()
-	if err := f.w.m.Store.RecordCertificate(context.Background(), serial, store.CertUser, u.Name, cert.NotAfter); err != nil {
+	if err := f.w.m.Store.RecordCertificate(context.Background(), serial, store.CertUser, u.Name, cert.NotAfter, ""); err != nil {
 		f.t.Fatalf("record the certificate of %s: %v", u.Name, err)
 	}
 	return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}, serial

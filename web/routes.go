@@ -59,6 +59,7 @@ func SlaveRoutes(h *handlers.Handlers) []Route {
 		{"POST", protocol.LogPath, false, h.SlaveLog},
 		{"POST", protocol.LogStatePath, false, h.SlaveLogState},
 		{"POST", protocol.DonePath, false, h.SlaveDone},
+		{"POST", protocol.SSHAuthPath, false, h.SlaveSSHAuth},
 	}
 }
 

@@ -77,7 +77,11 @@ func userCert(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	// Recorded, so that it can be listed and revoked (`gpulab-master cert`).
-	if err := st.RecordCertificate(ctx, cert.SerialNumber.String(), store.CertUser, *user, cert.NotAfter); err != nil {
+	fp, err := pki.SSHFingerprint(cert.PublicKey)
+	if err != nil {
+		return err
+	}
+	if err := st.RecordCertificate(ctx, cert.SerialNumber.String(), store.CertUser, *user, cert.NotAfter, fp); err != nil {
 		return err
 	}
 	data, err := pki.ClientPEM(cert, key, *password)

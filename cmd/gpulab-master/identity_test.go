@@ -46,7 +46,7 @@ func TestIdentityCommands(t *testing.T) {
 	if err := st.JoinSlave(ctx, "gpu1", 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.RecordCertificate(ctx, "4242", store.CertSlave, "gpu1", time.Now().Add(time.Hour)); err != nil {
+	if err := st.RecordCertificate(ctx, "4242", store.CertSlave, "gpu1", time.Now().Add(time.Hour), ""); err != nil {
 		t.Fatal(err)
 	}
 	steps := []struct {

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -39,6 +40,7 @@ import (
 	"github.com/opengpulab/gpulab/slave"
 	"github.com/opengpulab/gpulab/slave/container"
 	"github.com/opengpulab/gpulab/slave/gpu"
+	"github.com/opengpulab/gpulab/slave/sshd"
 	"github.com/opengpulab/gpulab/slave/storage"
 )
 
@@ -186,6 +188,8 @@ func runSlave(ctx context.Context, args []string, getenv func(string) string, st
 	dnsName := fs.String("dns-name", getenv("GPULAB_SLAVE_DNSNAME"), "the name users reach published ports at (default: the host name)")
 	cpus := fs.Int("cpus", 0, "CPUs to offer (default: the machine's); more than the machine has leaves jobs unpinned, limited by CPU time only")
 	logLevel := fs.String("log-level", envOr(getenv, "GPULAB_LOG_LEVEL", "info"), "debug, info, warn or error")
+	sshListen := fs.String("ssh-listen", getenv("GPULAB_SLAVE_SSH_LISTEN"), "address the SSH server for jobs listens on, e.g. :2222 (env GPULAB_SLAVE_SSH_LISTEN; empty: no SSH)")
+	sshAdvertise := fs.String("ssh-advertise", getenv("GPULAB_SLAVE_SSH_ADVERTISE"), "HOST:PORT users connect to for SSH (env GPULAB_SLAVE_SSH_ADVERTISE; default: --dns-name and the listen port)")
 	hard := hardeningFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -284,9 +288,58 @@ func runSlave(ctx context.Context, args []string, getenv func(string) string, st
 	log.Info("job containers", "network", h.Network, "pids_limit", h.PidsLimit, "nofile", h.NoFile, "nproc", h.NProc,
 		"capabilities", strings.Join(h.Capabilities, ","), "no_new_privileges", !h.AllowNewPrivileges,
 		"host_ports", fmt.Sprintf("%d-%d", h.PortLow, h.PortHigh), "max_port_mappings", h.MaxPortMappings)
+	var sshSrv *sshd.Server
+	var sshLn net.Listener
+	if *sshListen != "" {
+		if sshLn, err = net.Listen("tcp", *sshListen); err != nil {
+			return fmt.Errorf("--ssh-listen: %w", err)
+		}
+		defer func() { _ = sshLn.Close() }()
+		adv, err := sshAdvertiseAddr(*sshAdvertise, *dnsName, sshLn.Addr())
+		if err != nil {
+			return fmt.Errorf("--ssh-advertise: %w: %w", err, errUsage)
+		}
+		sshSrv, err = sshd.New(sshd.Config{Advertise: adv, HostKeyFile: filepath.Join(*stateDir, "ssh_host_ed25519_key"), Network: h.Network},
+			mc, dc, log.With("part", "sshd"))
+		if err != nil {
+			return err
+		}
+		if inv.SSH, err = sshSrv.Endpoint(); err != nil {
+			return fmt.Errorf("--ssh-advertise: %w: %w", err, errUsage)
+		}
+		log.Info("ssh into jobs", "listen", sshLn.Addr().String(), "advertise", adv, "host_key", inv.SSH.HostKey)
+	}
 	log.Info("slave starting", "name", id.Name, "cluster", id.ClusterID, "master", *master, "cpus", inv.CPUs, "memory_mib", inv.MemoryMiB,
 		"gpus", len(inv.GPUs), "gpu_status", inv.GPUStatus, "storage", inv.StorageRoots)
-	return slave.New(mc, rt, sampler, inv, slave.Config{}, log).Run(ctx)
+	if sshSrv == nil {
+		return slave.New(mc, rt, sampler, inv, slave.Config{}, log).Run(ctx)
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	sshDone := make(chan error, 1)
+	go func() { sshDone <- sshSrv.Serve(ctx, sshLn) }()
+	err = slave.New(mc, rt, sampler, inv, slave.Config{}, log).Run(ctx)
+	stop()
+	if serr := <-sshDone; err == nil && serr != nil {
+		err = serr
+	}
+	return err
+}
+
+// sshAdvertiseAddr is where users reach the SSH server: the flag's HOST:PORT, or the slave's
+// DNS name with the port it listens on.
+func sshAdvertiseAddr(flagValue, dnsName string, listen net.Addr) (string, error) {
+	if flagValue != "" {
+		if _, _, err := net.SplitHostPort(flagValue); err != nil {
+			return "", err
+		}
+		return flagValue, nil
+	}
+	_, port, err := net.SplitHostPort(listen.String())
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(dnsName, port), nil
 }
 
 // memTotalMiB reads the machine's memory from /proc/meminfo.

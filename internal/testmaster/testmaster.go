@@ -279,7 +279,11 @@ func (m *Master) AddUser(name string, admin bool, password string, projects ...s
 	if err != nil {
 		m.t.Fatalf("issue certificate: %v", err)
 	}
-	if err := m.Store.RecordCertificate(ctx, cert.SerialNumber.String(), store.CertUser, name, cert.NotAfter); err != nil {
+	fp, err := pki.SSHFingerprint(cert.PublicKey)
+	if err != nil {
+		m.t.Fatalf("certificate key fingerprint: %v", err)
+	}
+	if err := m.Store.RecordCertificate(ctx, cert.SerialNumber.String(), store.CertUser, name, cert.NotAfter, fp); err != nil {
 		m.t.Fatalf("record certificate: %v", err)
 	}
 	pemData, err := pki.ClientPEM(cert, key, password)
@@ -355,7 +359,7 @@ func (m *Master) SlaveCert(name string, cluster int) tls.Certificate {
 	if err != nil {
 		m.t.Fatalf("issue slave certificate: %v", err)
 	}
-	if err := m.Store.RecordCertificate(ctx, cert.SerialNumber.String(), store.CertSlave, name, cert.NotAfter); err != nil {
+	if err := m.Store.RecordCertificate(ctx, cert.SerialNumber.String(), store.CertSlave, name, cert.NotAfter, ""); err != nil {
 		m.t.Fatalf("record slave certificate: %v", err)
 	}
 	return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
