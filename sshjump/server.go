@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,7 +117,7 @@ func (s *Server) serverConfig(ctx context.Context, ip string) *ssh.ServerConfig 
 		MaxAuthTries: 6,
 		PublicKeyCallback: func(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
 			login, err := s.logins.GetSSHLogin(ctx, meta.User())
-			if err == nil && !login.Disabled && hasKey(login.Keys, key) {
+			if err == nil && !login.Disabled && (hasKey(login.Keys, key) || slices.Contains(login.CertKeys, ssh.FingerprintSHA256(key))) {
 				if counted {
 					s.fails.forgive(ip)
 					counted = false

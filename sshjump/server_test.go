@@ -227,6 +227,17 @@ func TestJumpHostWithOpenSSH(t *testing.T) {
 	if code, out := run(bobKey, "bob", port2); code != 3 || !strings.Contains(out, "slave2 ran") {
 		t.Errorf("bob with his job's key to his job's slave: exit %d, %q", code, out)
 	}
+	// imec's client logs in with the login certificate's key (ssh -i login.pem): valid, it
+	// passes the jump host; revoked, it does not.
+	if code, out := run(alice.CertFile, "alice", port1); code != 3 || !strings.Contains(out, "slave1 ran: echo hi") {
+		t.Errorf("alice with her login certificate: exit %d, %q", code, out)
+	}
+	if _, err := m.Store.RevokeCertificate(ctx, alice.Serial); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := run(alice.CertFile, "alice", port1); code != 255 || !strings.Contains(out, "Permission denied") {
+		t.Errorf("alice with her revoked login certificate: exit %d, %q", code, out)
+	}
 	if err := m.Store.SetUserDisabled(ctx, "alice", true); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,9 @@ type SSHLogin struct {
 	// Keys are the public keys (authorized_keys form, unchecked) the user may log in with: his
 	// profile keys and the sshPubKeys of his running jobs.
 	Keys []string
+	// CertKeys are the SSH fingerprints (SHA256:…) of his valid login certificates' keys, so
+	// that `ssh -i login.pem` (what imec's client runs) passes the jump host too.
+	CertKeys []string
 	// Targets are the SSH endpoints of the slaves his RUNNING jobs run on: the only places
 	// the jump host forwards him to.
 	Targets []SSHTarget
@@ -31,6 +34,8 @@ const (
 UNION
 SELECT jsonb_array_elements_text(request->'extra'->'sshPubKeys') FROM jobs
 WHERE user_id = $1 AND status = 'RUNNING' AND jsonb_typeof(request->'extra'->'sshPubKeys') = 'array'`
+	sqlSSHLoginCertKeys = `SELECT ssh_fingerprint FROM certificates WHERE kind = 'user' AND owner = $1
+AND ssh_fingerprint IS NOT NULL AND revoked_at IS NULL AND not_after > now()`
 	sqlSSHLoginTargets = `SELECT DISTINCT s.ssh_host, s.ssh_port FROM jobs j JOIN slaves s ON s.name = j.assigned_slave_name
 WHERE j.user_id = $1 AND j.status = 'RUNNING' AND s.ssh_host <> '' AND s.ssh_port > 0 AND NOT s.disabled
 ORDER BY 1, 2`
@@ -44,6 +49,9 @@ func (s *Store) GetSSHLogin(ctx context.Context, userName string) (SSHLogin, err
 	}
 	if err := s.q.SelectContext(ctx, &l.Keys, sqlSSHLoginKeys, l.UserID); err != nil {
 		return l, mapErr(err, "list ssh login keys of user "+userName)
+	}
+	if err := s.q.SelectContext(ctx, &l.CertKeys, sqlSSHLoginCertKeys, userName); err != nil {
+		return l, mapErr(err, "list certificate keys of user "+userName)
 	}
 	if err := s.q.SelectContext(ctx, &l.Targets, sqlSSHLoginTargets, l.UserID); err != nil {
 		return l, mapErr(err, "list ssh targets of user "+userName)
