@@ -165,6 +165,7 @@ func TestNoSecretInArgumentsOrLogs(t *testing.T) {
 	if !strings.Contains(jobLog, "hello-from-the-job") {
 		t.Fatalf("job log: %q", jobLog)
 	}
+	interactive(t, bin, dir, master, image, &cliOut)
 	stopPS()
 
 	// Every log of the run.
@@ -326,4 +327,44 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 		w.once.Do(func() { close(w.seen) })
 	}
 	return w.w.Write(p)
+}
+
+// interactive is the README's first SSH step on the stack run.sh started: `gpulab-cli
+// interactive` (with the login certificate of make run, through the master as jump host, in a
+// terminal that script(1) gives it) reaches a shell in the job and runs what is typed there;
+// then `gpulab-cli ssh JOB -- cmd` passes the command's exit status back. Its output goes to
+// the logs searched for secrets.
+func interactive(t *testing.T, bin, dir, master, image string, out *syncBuf) {
+	t.Helper()
+	requireOpenSSH(t)
+	if _, err := exec.LookPath("script"); err != nil {
+		testenv.Missing(t, "script(1) (bsdutils)", err.Error())
+	}
+	home := t.TempDir() // ~/.gpulab/known_hosts and ~/.ssh/gpulab_hosts_config of this test only
+	env := append(os.Environ(), "HOME="+home, "GPULAB_CERT="+filepath.Join(dir, "alice.pem"), "GPULAB_API_BASE="+master+"/api/",
+		"GPULAB_SERVER_CERT="+filepath.Join(dir, "ca.pem"), "GPULAB_PASSWORD=", "GPULAB_PASSWORD_FILE=")
+	cli := filepath.Join(bin, "gpulab-cli")
+	line := cli + " interactive --project demo --duration-minutes 10 --docker-image " + image
+	sc := exec.Command("script", "-qec", line, "/dev/null")
+	sc.Env = env
+	sc.Stdin = strings.NewReader("nvidia-smi || echo no-gpu; echo \"JOB=$GPULAB_JOB_ID\"; exit\n")
+	b, err := sc.CombinedOutput()
+	_, _ = out.Write(b)
+	got := strings.ReplaceAll(string(b), "\r", "")
+	id := firstUUID(got)
+	if err != nil || id == "" || !strings.Contains(got, "no-gpu") || !strings.Contains(got, "JOB="+id) {
+		t.Fatalf("gpulab-cli interactive: %v\n%s", err, got)
+	}
+	cmd := exec.Command(cli, "ssh", id, "--", "echo ssh-in $GPULAB_JOB_ID; exit 3")
+	cmd.Env, cmd.Stdin = env, strings.NewReader("")
+	b, _ = cmd.CombinedOutput()
+	_, _ = out.Write(b)
+	if code := cmd.ProcessState.ExitCode(); code != 3 || !strings.Contains(string(b), "ssh-in "+id) {
+		t.Fatalf("gpulab-cli ssh %s: exit %d\n%s", id, code, b)
+	}
+	cancel := exec.Command(cli, "cancel", id)
+	cancel.Env = env
+	if b, err := cancel.CombinedOutput(); err != nil {
+		t.Fatalf("gpulab-cli cancel %s: %v\n%s", id, err, b)
+	}
 }
