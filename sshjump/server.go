@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/opengpulab/gpulab/internal/loginlimit"
 	"github.com/opengpulab/gpulab/store"
 )
 
@@ -46,7 +47,7 @@ type Server struct {
 	cfg    Config
 	logins Logins
 	log    *slog.Logger
-	fails  *failures
+	fails  *loginlimit.Window
 }
 
 // New makes a jump host.
@@ -63,7 +64,7 @@ func New(logins Logins, cfg Config, log *slog.Logger) *Server {
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = 10 * time.Second
 	}
-	return &Server{cfg: cfg, logins: logins, log: log, fails: newFailures(cfg.MaxFailures, cfg.FailureWindow)}
+	return &Server{cfg: cfg, logins: logins, log: log, fails: loginlimit.New(cfg.MaxFailures, cfg.FailureWindow)}
 }
 
 // errDenied is all a refused client learns.
@@ -116,10 +117,13 @@ func (s *Server) serverConfig(ctx context.Context, ip string) *ssh.ServerConfig 
 	cfg := &ssh.ServerConfig{
 		MaxAuthTries: 6,
 		PublicKeyCallback: func(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
+			if s.fails.Blocked(loginlimit.User(meta.User())) {
+				return nil, errDenied // too many failed logins as this user, from anywhere
+			}
 			login, err := s.logins.GetSSHLogin(ctx, meta.User())
 			if err == nil && !login.Disabled && (hasKey(login.Keys, key) || slices.Contains(login.CertKeys, ssh.FingerprintSHA256(key))) {
 				if counted {
-					s.fails.forgive(ip)
+					s.fails.Forgive(ip, loginlimit.User(meta.User()))
 					counted = false
 				}
 				return &ssh.Permissions{}, nil
@@ -128,7 +132,7 @@ func (s *Server) serverConfig(ctx context.Context, ip string) *ssh.ServerConfig 
 				s.log.WarnContext(ctx, "ssh jump host: read login", "user", meta.User(), "err", err)
 			}
 			if !counted {
-				s.fails.fail(ip)
+				s.fails.Fail(ip, loginlimit.User(meta.User()))
 				counted = true
 				s.log.InfoContext(ctx, "ssh jump host: key refused", "user", meta.User(), "from", meta.RemoteAddr().String())
 			}
@@ -155,7 +159,7 @@ func hasKey(keys []string, key ssh.PublicKey) bool {
 func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	defer func() { _ = nc.Close() }()
 	ip := clientIP(nc.RemoteAddr())
-	if s.fails.blocked(ip) {
+	if s.fails.Blocked(ip) {
 		return
 	}
 	_ = nc.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))

@@ -29,6 +29,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/opengpulab/gpulab/internal/loginlimit"
 	"github.com/opengpulab/gpulab/protocol"
 	slavecontainer "github.com/opengpulab/gpulab/slave/container"
 )
@@ -75,7 +76,7 @@ type Server struct {
 	log     *slog.Logger
 	sshCfg  *ssh.ServerConfig
 	hostKey ssh.Signer
-	limit   *failLimiter
+	limit   *loginlimit.Window
 }
 
 // New makes a server, making or loading its host key.
@@ -90,7 +91,7 @@ func New(cfg Config, auth Authorizer, docker Docker, log *slog.Logger) (*Server,
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, auth: auth, docker: docker, log: log, hostKey: key, limit: newFailLimiter(cfg.MaxFailures, cfg.FailureWindow)}
+	s := &Server{cfg: cfg, auth: auth, docker: docker, log: log, hostKey: key, limit: loginlimit.New(cfg.MaxFailures, cfg.FailureWindow)}
 	s.sshCfg = &ssh.ServerConfig{
 		PublicKeyCallback: s.checkKey,
 		// No password, no keyboard-interactive: only keys, each decided by the master.
@@ -191,8 +192,8 @@ const (
 func (s *Server) checkKey(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permissions, error) {
 	addr := meta.RemoteAddr().String()
 	host := addrHost(meta.RemoteAddr())
-	if s.limit.blocked(host) {
-		return nil, errors.New("too many failed logins from this address: try later")
+	if s.limit.Blocked(host, loginlimit.User(meta.User())) {
+		return nil, errors.New("too many failed logins from this address or as this user: try later")
 	}
 	line := string(ssh.MarshalAuthorizedKey(key))
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -203,7 +204,7 @@ func (s *Server) checkKey(meta ssh.ConnMetadata, key ssh.PublicKey) (*ssh.Permis
 		return nil, errors.New("cannot reach the master")
 	}
 	if !ans.Allowed {
-		s.limit.fail(host)
+		s.limit.Fail(host, loginlimit.User(meta.User()))
 		s.log.Info("ssh login refused", "user", meta.User(), "from", addr, "key", ssh.FingerprintSHA256(key), "why", ans.Reason)
 		return nil, errors.New("refused")
 	}
