@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -20,6 +19,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/opengpulab/gpulab/internal/acceptloop"
 	"github.com/opengpulab/gpulab/internal/loginlimit"
 	"github.com/opengpulab/gpulab/store"
 )
@@ -72,30 +72,7 @@ var errDenied = errors.New("permission denied")
 
 // Serve accepts connections on l until ctx ends; it closes l then, and the open connections.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() { <-ctx.Done(); _ = l.Close() }()
-	for {
-		nc, err := l.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(50 * time.Millisecond)
-				continue
-			}
-			return fmt.Errorf("ssh jump host accept: %w", err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.serveConn(ctx, nc)
-		}()
-	}
+	return acceptloop.Serve(ctx, l, "ssh jump host", s.serveConn)
 }
 
 // clientIP is the host part of a remote address (the unit of the failure limit).

@@ -21,7 +21,6 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types"
@@ -29,6 +28,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/opengpulab/gpulab/internal/acceptloop"
 	"github.com/opengpulab/gpulab/internal/loginlimit"
 	"github.com/opengpulab/gpulab/protocol"
 	slavecontainer "github.com/opengpulab/gpulab/slave/container"
@@ -154,31 +154,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 // Serve serves connections from ln until ctx ends; it closes ln.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	go func() {
-		<-ctx.Done()
-		_ = ln.Close()
-	}()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(50 * time.Millisecond)
-				continue
-			}
-			return fmt.Errorf("ssh accept: %w", err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.handleConn(ctx, conn)
-		}()
-	}
+	return acceptloop.Serve(ctx, ln, "ssh", s.handleConn)
 }
 
 // Permission extensions that carry the master's answer from the key check to the connection.
