@@ -4,13 +4,10 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,64 +24,18 @@ type Registry struct {
 	User, Password string
 }
 
-var registryBuild struct {
-	once    sync.Once
-	bin     string
-	tempDir string
-	err     error
-}
+// registryBuild is internal/devregistry (its own module), built once per test process.
+var registryBuild = ModuleBinary{Dir: "internal/devregistry", Name: "gpulab-devregistry"}
 
-// registryBinary builds internal/devregistry (its own module) once per test process, into
-// <module>/.tmp/bin (Go's build cache makes later builds a link step) or, when that cannot be
-// written, into a temporary folder that RemoveRegistryBuild removes.
-func registryBinary() (string, error) {
-	b := &registryBuild
-	b.once.Do(func() {
-		out, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			b.err = fmt.Errorf("go env GOMOD: %w", err)
-			return
-		}
-		root := filepath.Dir(strings.TrimSpace(string(out)))
-		dir := filepath.Join(root, ".tmp", "bin")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			if dir, err = os.MkdirTemp("", "gpulab-devregistry-"); err != nil {
-				b.err = fmt.Errorf("make build folder: %w", err)
-				return
-			}
-			b.tempDir = dir
-		}
-		// Built under a name of this process, then renamed: another test process may be
-		// running the previous binary.
-		tmp := filepath.Join(dir, fmt.Sprintf(".gpulab-devregistry-%d", os.Getpid()))
-		cmd := exec.Command("go", "build", "-o", tmp, ".")
-		cmd.Dir = filepath.Join(root, "internal", "devregistry")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			_ = os.Remove(tmp)
-			b.err = fmt.Errorf("go build internal/devregistry: %w\n%s", err, out)
-			return
-		}
-		b.bin = filepath.Join(dir, "gpulab-devregistry")
-		if err := os.Rename(tmp, b.bin); err != nil {
-			b.err = fmt.Errorf("install gpulab-devregistry: %w", err)
-		}
-	})
-	return b.bin, b.err
-}
-
-// RemoveRegistryBuild removes what registryBinary built into a temporary folder (from TestMain).
-func RemoveRegistryBuild() {
-	if registryBuild.tempDir != "" {
-		_ = os.RemoveAll(registryBuild.tempDir)
-	}
-}
+// RemoveRegistryBuild removes what was built into a temporary folder (from TestMain).
+func RemoveRegistryBuild() { registryBuild.Remove() }
 
 // StartRegistry starts a development registry for the test's duration: private (one user
 // with a random password: nothing is read or written without credentials) or public (no
 // users). If it cannot be built, the test is skipped (it fails under GPULAB_REQUIRE_SERVICES=1).
 func StartRegistry(t testing.TB, private bool) *Registry {
 	t.Helper()
-	bin, err := registryBinary()
+	bin, err := registryBuild.Path()
 	if err != nil {
 		Missing(t, "development registry (internal/devregistry)", err.Error())
 	}

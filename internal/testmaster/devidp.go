@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,61 +33,14 @@ type DevIdP struct {
 	Issuer, ClientID, ClientSecret string
 }
 
-var devIdPBuild struct {
-	once    sync.Once
-	bin     string
-	tempDir string
-	err     error
-}
+// devIdPBuild is internal/devidp (its own module), built once per test process.
+var devIdPBuild = testenv.ModuleBinary{Dir: "internal/devidp", Name: "gpulab-devidp"}
 
 // DevIdPBinary is the path of the development provider's binary, built once per test process.
-func DevIdPBinary() (string, error) { return devIdPBinary() }
+func DevIdPBinary() (string, error) { return devIdPBuild.Path() }
 
-// devIdPBinary builds internal/devidp once per test process: into <module>/.tmp/bin (kept
-// between runs; Go's build cache makes later builds a link step) or, when that cannot be
-// written, into a temporary folder that RemoveBuilds removes.
-func devIdPBinary() (string, error) {
-	b := &devIdPBuild
-	b.once.Do(func() {
-		out, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			b.err = fmt.Errorf("go env GOMOD: %w", err)
-			return
-		}
-		root := filepath.Dir(strings.TrimSpace(string(out)))
-		src := filepath.Join(root, "internal", "devidp")
-		dir := filepath.Join(root, ".tmp", "bin")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			if dir, err = os.MkdirTemp("", "gpulab-devidp-"); err != nil {
-				b.err = fmt.Errorf("make build folder: %w", err)
-				return
-			}
-			b.tempDir = dir
-		}
-		// Build under a name of this process, then rename: another test process may be
-		// running the previous binary, which keeps working.
-		tmp := filepath.Join(dir, fmt.Sprintf(".gpulab-devidp-%d", os.Getpid()))
-		cmd := exec.Command("go", "build", "-o", tmp, ".")
-		cmd.Dir = src
-		if out, err := cmd.CombinedOutput(); err != nil {
-			_ = os.Remove(tmp)
-			b.err = fmt.Errorf("go build internal/devidp: %w\n%s", err, out)
-			return
-		}
-		b.bin = filepath.Join(dir, "gpulab-devidp")
-		if err := os.Rename(tmp, b.bin); err != nil {
-			b.err = fmt.Errorf("install gpulab-devidp: %w", err)
-		}
-	})
-	return b.bin, b.err
-}
-
-// RemoveBuilds removes what devIdPBinary built into a temporary folder (call it from TestMain).
-func RemoveBuilds() {
-	if devIdPBuild.tempDir != "" {
-		_ = os.RemoveAll(devIdPBuild.tempDir)
-	}
-}
+// RemoveBuilds removes what was built into a temporary folder (call it from TestMain).
+func RemoveBuilds() { devIdPBuild.Remove() }
 
 // StartDevIdP starts the Dex development provider on a free loopback port for the test's
 // duration, with one client that may redirect to redirectURI and the given users (default:
@@ -96,7 +48,7 @@ func RemoveBuilds() {
 // fails under GPULAB_REQUIRE_SERVICES=1).
 func StartDevIdP(t testing.TB, redirectURI string, users ...IdPUser) *DevIdP {
 	t.Helper()
-	bin, err := devIdPBinary()
+	bin, err := devIdPBuild.Path()
 	if err != nil {
 		testenv.Missing(t, "Dex development IdP (internal/devidp)", err.Error())
 	}
