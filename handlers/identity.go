@@ -89,22 +89,31 @@ func (b disabledBody) value() (bool, error) {
 	return *b.Disabled, nil
 }
 
-// SetUserDisabled is PUT users/{name}/disabled (admins): a disabled user is refused on his
-// next request, whatever his credentials.
-func (h *Handlers) SetUserDisabled(w http.ResponseWriter, r *http.Request) error {
+// disabledRequest reads a PUT …/{name}/disabled by an admin: the caller, the name in the path
+// and the state asked for. The admin check comes before the body is read.
+func disabledRequest(w http.ResponseWriter, r *http.Request) (*Caller, string, bool, error) {
 	c, err := requireAPIAdmin(r)
 	if err != nil {
-		return err
+		return nil, "", false, err
 	}
 	var body disabledBody
 	if err := decodeStrict(w, r, &body); err != nil {
-		return err
+		return nil, "", false, err
 	}
 	disabled, err := body.value()
 	if err != nil {
+		return nil, "", false, err
+	}
+	return c, r.PathValue("name"), disabled, nil
+}
+
+// SetUserDisabled is PUT users/{name}/disabled (admins): a disabled user is refused on his
+// next request, whatever his credentials.
+func (h *Handlers) SetUserDisabled(w http.ResponseWriter, r *http.Request) error {
+	c, name, disabled, err := disabledRequest(w, r)
+	if err != nil {
 		return err
 	}
-	name := r.PathValue("name")
 	if name == c.User.Name && disabled {
 		return errorf(http.StatusConflict, "an admin cannot disable himself")
 	}
@@ -235,19 +244,10 @@ func (h *Handlers) revokeCertificate(ctx context.Context, c *Caller, serial stri
 // SetSlaveDisabled is PUT slaves/{name}/disabled (admins): a disabled slave gets no jobs and
 // no job secrets; the jobs assigned to it and not yet taken are queued again at once.
 func (h *Handlers) SetSlaveDisabled(w http.ResponseWriter, r *http.Request) error {
-	c, err := requireAPIAdmin(r)
+	c, name, disabled, err := disabledRequest(w, r)
 	if err != nil {
 		return err
 	}
-	var body disabledBody
-	if err := decodeStrict(w, r, &body); err != nil {
-		return err
-	}
-	disabled, err := body.value()
-	if err != nil {
-		return err
-	}
-	name := r.PathValue("name")
 	requeued, err := h.store.SetSlaveDisabled(r.Context(), name, disabled)
 	if errors.Is(err, store.ErrNotFound) {
 		return errorf(http.StatusNotFound, "no slave %q", name)
