@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -66,24 +65,6 @@ func TestServeHelpHidesSecrets(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the master's log and the test reading it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // The serve command wires the OIDC flags and environment to a working portal login, keeps its
 // session keys in the data folder so a restart keeps the user logged in, and never logs the
 // client secret.
@@ -96,7 +77,7 @@ func TestServeWithPortalLogin(t *testing.T) {
 	idp := testmaster.StartDevIdP(t, base+web.CallbackPath, testmaster.IdPUser{Name: "carol", Email: "carol@example.org", Password: "carol-secret-1"})
 	env := map[string]string{"DATABASE_URL": db, "GPULAB_DATA_DIR": data, "GPULAB_AUTHORITY": "example.org",
 		"GPULAB_OIDC_ISSUER": idp.Issuer, "GPULAB_OIDC_CLIENT_ID": idp.ClientID, "GPULAB_OIDC_CLIENT_SECRET": idp.ClientSecret}
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	start := func() func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan int, 1)

@@ -59,7 +59,7 @@ func TestServeWithSSHJump(t *testing.T) {
 	sshPort := testenv.FreePort(t)
 	env := map[string]string{"DATABASE_URL": db, "GPULAB_DATA_DIR": data, "GPULAB_AUTHORITY": "example.org"}
 	knownHosts := func() string {
-		var logs syncBuffer
+		var logs testenv.SyncBuffer
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan int, 1)
 		go func() {

@@ -61,7 +61,7 @@ func TestNoSecretInArgumentsOrLogs(t *testing.T) {
 	stopPS := ps.run(t)
 	defer stopPS()
 
-	var runOut syncBuf
+	var runOut testenv.SyncBuffer
 	ready := make(chan struct{})
 	run := exec.Command("bash", filepath.Join(root, "scripts", "run.sh"), db, dir, port, bin)
 	run.Dir = root
@@ -134,7 +134,7 @@ func TestNoSecretInArgumentsOrLogs(t *testing.T) {
 	if err := os.WriteFile(pwFile, []byte(certPassword+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var cliOut syncBuf
+	var cliOut testenv.SyncBuffer
 	runTool := func(stdin string, env []string, name string, args ...string) string {
 		t.Helper()
 		cmd := exec.Command(filepath.Join(bin, name), args...)
@@ -294,24 +294,6 @@ func (p *psSampler) sawTool(s string) bool {
 	return false
 }
 
-// syncBuf is a buffer safe for a process's output and the test reading it.
-type syncBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // watchWriter passes output on and closes seen once it has shown want.
 type watchWriter struct {
 	w    io.Writer
@@ -334,7 +316,7 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 // terminal that script(1) gives it) reaches a shell in the job and runs what is typed there;
 // then `gpulab-cli ssh JOB -- cmd` passes the command's exit status back. Its output goes to
 // the logs searched for secrets.
-func interactive(t *testing.T, bin, dir, master, image string, out *syncBuf) {
+func interactive(t *testing.T, bin, dir, master, image string, out *testenv.SyncBuffer) {
 	t.Helper()
 	requireOpenSSH(t)
 	if _, err := exec.LookPath("script"); err != nil {
