@@ -102,12 +102,32 @@ type Caller struct {
 	ProjectIDs []int64
 	// SlaveName is set for slave callers (Kind == pki.KindSlave).
 	SlaveName string
-	// Via says how the caller authenticated ("certificate", "session"), for logs.
+	// Via says how the caller authenticated ("certificate", "session", "service"), for logs.
 	Via string
+	// Service is the name of the service whose certificate made the request (Kind
+	// pki.KindService without ActAsHeader; with it, Kind pki.KindUser and User the user it
+	// acts for, ProjectIDs his projects that the service may act in).
+	Service string
+	// Confined says the service may act only in ProjectIDs (it was given a list of projects):
+	// the user's jobs in other projects are not its to see or change.
+	Confined bool
 }
 
-// Admin reports whether the caller is an admin.
-func (c *Caller) Admin() bool { return c != nil && c.User.IsAdmin }
+// ActAsHeader names the user a service certificate acts for: his name or URN.
+const ActAsHeader = "X-GPULab-Act-As"
+
+// Admin reports whether the caller is an admin. A service acting for an admin is not: a
+// service never has more than a user's rights.
+func (c *Caller) Admin() bool { return c != nil && c.Service == "" && c.User.IsAdmin }
+
+// Actor names the caller in job events and logs: the user, or "SERVICE for USER" when a
+// service acts for him, so both identities are on record.
+func (c *Caller) Actor() string {
+	if c.Service != "" {
+		return c.Service + " for " + c.User.Name
+	}
+	return c.User.Name
+}
 
 // InProject reports whether the caller is a member of a project.
 func (c *Caller) InProject(projectID int64) bool {
@@ -275,8 +295,24 @@ func requireUser(r *http.Request) (*Caller, error) {
 	if c == nil {
 		return nil, ErrUnauthenticated
 	}
+	if c.Kind == pki.KindService {
+		return nil, errorf(http.StatusForbidden, "service %s acts for a user: name him in the header %s (his user name or URN)", c.Service, ActAsHeader)
+	}
 	if c.Kind != pki.KindUser {
 		return nil, errorf(http.StatusForbidden, "%s credentials are not accepted on user endpoints", c.Kind)
+	}
+	return c, nil
+}
+
+// requirePerson is requireUser for what only the user himself does, never a service acting
+// for him: managing his credentials.
+func requirePerson(r *http.Request) (*Caller, error) {
+	c, err := requireUser(r)
+	if err != nil {
+		return nil, err
+	}
+	if c.Service != "" {
+		return nil, errorf(http.StatusForbidden, "service %s may not manage the credentials of %s", c.Service, c.User.Name)
 	}
 	return c, nil
 }

@@ -187,7 +187,7 @@ func CertificateViews(cs []store.Certificate, now time.Time) []CertificateView {
 // ListCertificates is GET certificates: the caller's own; an admin's, every certificate
 // (kind and owner filter them).
 func (h *Handlers) ListCertificates(w http.ResponseWriter, r *http.Request) error {
-	c, err := requireUser(r)
+	c, err := requirePerson(r)
 	if err != nil {
 		return err
 	}
@@ -195,8 +195,8 @@ func (h *Handlers) ListCertificates(w http.ResponseWriter, r *http.Request) erro
 	if c.Admin() {
 		q := r.URL.Query()
 		kind, owner = q.Get("kind"), q.Get("owner")
-		if kind != "" && kind != store.CertUser && kind != store.CertSlave {
-			return fieldError("kind", "must be user or slave")
+		if kind != "" && kind != store.CertUser && kind != store.CertSlave && kind != store.CertService {
+			return fieldError("kind", "must be user, slave or service")
 		}
 		if (kind == "") != (owner == "") {
 			return fieldError("owner", "kind and owner go together")
@@ -213,7 +213,7 @@ func (h *Handlers) ListCertificates(w http.ResponseWriter, r *http.Request) erro
 // RevokeCertificate is POST certificates/{serial}/revoke: by its owner or an admin. Another
 // user's certificate is answered as unknown (404), so serials cannot be probed.
 func (h *Handlers) RevokeCertificate(w http.ResponseWriter, r *http.Request) error {
-	c, err := requireUser(r)
+	c, err := requirePerson(r)
 	if err != nil {
 		return err
 	}

@@ -105,7 +105,7 @@ func (h *Handlers) SubmitJob(w http.ResponseWriter, r *http.Request) error {
 		j.State.Status = job.StatusOnHold
 		msg = "submitted on hold"
 	}
-	existing, err := h.store.SubmitJob(r.Context(), j, c.User.ID, project.ID, msg+" by "+c.User.Name, key)
+	existing, err := h.store.SubmitJob(r.Context(), j, c.User.ID, project.ID, msg+" by "+c.Actor(), key)
 	if err != nil {
 		return fmt.Errorf("submit job: %w", err)
 	}
@@ -119,7 +119,7 @@ func (h *Handlers) SubmitJob(w http.ResponseWriter, r *http.Request) error {
 		j = rec.Job
 	}
 	h.sched.Wake()
-	h.log.InfoContext(r.Context(), "job submitted", "job", j.UUID, "user", c.User.Name, "project", project.Name, "status", j.State.Status)
+	h.log.InfoContext(r.Context(), "job submitted", "job", j.UUID, "user", c.User.Name, "service", c.Service, "project", project.Name, "status", j.State.Status)
 	if wantsJSON(r) {
 		out, err := h.presentOne(r, c, &store.JobRecord{Job: j, UserID: c.User.ID, ProjectID: project.ID})
 		if err != nil {
@@ -261,11 +261,17 @@ func (h *Handlers) userAndJob(r *http.Request) (*Caller, *store.JobRecord, error
 
 // canSee: owners, members of the job's project and admins see a job in full.
 func canSee(c *Caller, rec *store.JobRecord) bool {
+	if c.Confined && !c.InProject(rec.ProjectID) {
+		return false
+	}
 	return c.Admin() || rec.UserID == c.User.ID || c.InProject(rec.ProjectID)
 }
 
 // canTouch: only the owner and admins change a job.
 func canTouch(c *Caller, rec *store.JobRecord) bool {
+	if c.Confined && !c.InProject(rec.ProjectID) {
+		return false
+	}
 	return c.Admin() || rec.UserID == c.User.ID
 }
 
@@ -539,7 +545,7 @@ func (h *Handlers) SetJobStatus(w http.ResponseWriter, r *http.Request) error {
 		return errorf(http.StatusConflict, "%s", why)
 	}
 	_, err = h.store.TransitionJob(r.Context(), rec.Job.UUID, []job.Status{from}, to,
-		store.Event{Actor: string(actor), Message: fmt.Sprintf("%s by %s", strings.ToLower(string(to)), c.User.Name)})
+		store.Event{Actor: string(actor), Message: fmt.Sprintf("%s by %s", strings.ToLower(string(to)), c.Actor())})
 	if err != nil {
 		return err
 	}
@@ -547,7 +553,7 @@ func (h *Handlers) SetJobStatus(w http.ResponseWriter, r *http.Request) error {
 	if slave := rec.Job.State.Scheduling.AssignedSlaveName; slave != "" {
 		h.wakeSlaves(r.Context(), slave) // a job to stop or halt
 	}
-	h.log.InfoContext(r.Context(), "job state changed", "job", rec.Job.UUID, "from", from, "to", to, "by", c.User.Name)
+	h.log.InfoContext(r.Context(), "job state changed", "job", rec.Job.UUID, "from", from, "to", to, "by", c.Actor())
 	updated, err := h.store.GetJob(r.Context(), rec.Job.UUID)
 	if err != nil {
 		return err
@@ -605,7 +611,7 @@ func (h *Handlers) DeleteJob(w http.ResponseWriter, r *http.Request) error {
 			return errorf(http.StatusConflict, "job %s is %s: only ended jobs can be deleted (cancel it first, or use force=true)", id, st)
 		}
 		if _, err := h.store.TransitionJob(ctx, id, job.SourcesOf(job.StatusCancelled, actor), job.StatusCancelled,
-			store.Event{Actor: string(actor), Message: "cancelled by " + c.User.Name + " to delete it"}); err != nil {
+			store.Event{Actor: string(actor), Message: "cancelled by " + c.Actor() + " to delete it"}); err != nil {
 			return err
 		}
 		st = job.StatusCancelled
@@ -618,13 +624,13 @@ func (h *Handlers) DeleteJob(w http.ResponseWriter, r *http.Request) error {
 		if err := h.store.DeleteJobRow(ctx, id); err != nil {
 			return err
 		}
-		h.log.InfoContext(ctx, "job removed", "job", id, "by", c.User.Name)
+		h.log.InfoContext(ctx, "job removed", "job", id, "by", c.Actor())
 		writeJSON(w, http.StatusOK, map[string]any{"uuid": id, "removed": true})
 		return nil
 	}
 	if st != job.StatusDeleted {
 		if _, err := h.store.TransitionJob(ctx, id, []job.Status{st}, job.StatusDeleted,
-			store.Event{Actor: string(actor), Message: "deleted by " + c.User.Name}); err != nil {
+			store.Event{Actor: string(actor), Message: "deleted by " + c.Actor()}); err != nil {
 			return err
 		}
 	}

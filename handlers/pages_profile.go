@@ -18,7 +18,7 @@ import (
 // ProfilePage is GET /profile: the user, his projects, the API certificate download and his
 // SSH public keys.
 func (h *Handlers) ProfilePage(w http.ResponseWriter, r *http.Request) error {
-	c, err := requireUser(r)
+	c, err := requirePerson(r)
 	if err != nil {
 		return err
 	}
@@ -48,7 +48,7 @@ func (h *Handlers) profileView(r *http.Request, c *Caller) (views.ProfileView, e
 // with its private key, in one PEM (the key encrypted when a password is given) — the file
 // `gpulab-cli --cert` reads as it is. The key is made here and never stored.
 func (h *Handlers) DownloadCertificate(w http.ResponseWriter, r *http.Request) error {
-	c, err := requireUser(r)
+	c, err := requirePerson(r)
 	if err != nil {
 		return err
 	}
@@ -84,7 +84,7 @@ func (h *Handlers) DownloadCertificate(w http.ResponseWriter, r *http.Request) e
 // RevokeCertificateForm is POST /profile/certificates/{serial}/revoke: the user revokes one of
 // his certificates (an admin any); it is refused at its next request on every master.
 func (h *Handlers) RevokeCertificateForm(w http.ResponseWriter, r *http.Request) error {
-	c, err := requireUser(r)
+	c, err := requirePerson(r)
 	if err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func ParseSSHPublicKey(s string) (SSHPublicKey, error) {
 
 // AddSSHKey is POST /profile/ssh-keys.
 func (h *Handlers) AddSSHKey(w http.ResponseWriter, r *http.Request) error {
-	c, err := requireUser(r)
+	c, err := requirePerson(r)
 	if err != nil {
 		return err
 	}
@@ -193,7 +193,7 @@ func (h *Handlers) AddSSHKey(w http.ResponseWriter, r *http.Request) error {
 
 // DeleteSSHKey is POST /profile/ssh-keys/{id}/delete.
 func (h *Handlers) DeleteSSHKey(w http.ResponseWriter, r *http.Request) error {
-	c, err := requireUser(r)
+	c, err := requirePerson(r)
 	if err != nil {
 		return err
 	}

@@ -183,12 +183,18 @@ type ClientSpec struct {
 const (
 	DefaultUserValidity  = 90 * 24 * time.Hour
 	DefaultSlaveValidity = 365 * 24 * time.Hour
+	// DefaultServiceValidity: a service (the JupyterHub spawner) is configured once, like a
+	// slave; it is revoked, not left to expire, when it must stop.
+	DefaultServiceValidity = 365 * 24 * time.Hour
 )
 
 // DefaultValidity is the default lifetime of a client certificate of a kind.
 func DefaultValidity(k Kind) time.Duration {
-	if k == KindSlave {
+	switch k {
+	case KindSlave:
 		return DefaultSlaveValidity
+	case KindService:
+		return DefaultServiceValidity
 	}
 	return DefaultUserValidity
 }

@@ -31,6 +31,9 @@ var NamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 // UserURN makes the URN of a user.
 func UserURN(authority, name string) string { return URN{authority, "user", name}.String() }
 
+// ServiceURN makes the URN of a service identity (issue 13).
+func ServiceURN(authority, name string) string { return URN{authority, "service", name}.String() }
+
 // ProjectURN makes the URN of a project.
 func ProjectURN(authority, name string) string { return URN{authority, "project", name}.String() }
 

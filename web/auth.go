@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,6 +31,10 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+			if _, ok := r.Header[http.CanonicalHeaderKey(handlers.ActAsHeader)]; ok {
+				s.writeError(w, r, errActAsNotService)
+				return
+			}
 			ctx, err := s.sessionContext(r)
 			if err != nil {
 				s.writeError(w, r, err)
@@ -41,6 +46,12 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		caller, err := s.callerFromCert(r)
 		if err != nil {
 			s.writeError(w, r, err)
+			return
+		}
+		if caller.Service != "" && !strings.HasPrefix(r.URL.Path, "/api/") {
+			// The portal is for people, the slave protocol for slaves: a service has the API.
+			s.writeError(w, r, &handlers.Error{Status: http.StatusForbidden,
+				Message: "service " + caller.Service + " may use the API only, not the portal or the slave protocol"})
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(handlers.WithCaller(r.Context(), caller)))
@@ -84,6 +95,13 @@ func (s *Server) callerFromCert(r *http.Request) (*handlers.Caller, error) {
 	if err != nil {
 		return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: "client certificate: " + err.Error()}
 	}
+	_, actAs := r.Header[http.CanonicalHeaderKey(handlers.ActAsHeader)]
+	if id.Kind == pki.KindService {
+		return s.serviceCaller(r, id, serial)
+	}
+	if actAs {
+		return nil, errActAsNotService
+	}
 	if id.Kind != pki.KindUser {
 		if err := s.checkCertificate(r.Context(), serial); err != nil {
 			return nil, err
@@ -97,8 +115,7 @@ func (s *Server) callerFromCert(r *http.Request) (*handlers.Caller, error) {
 		return &handlers.Caller{Kind: pki.KindSlave, SlaveName: urn.Name, Via: "certificate"}, nil
 	}
 	if id.Kind != pki.KindUser {
-		// Services get their own endpoints in a later milestone; user endpoints refuse them.
-		return &handlers.Caller{Kind: id.Kind, Via: "certificate"}, nil
+		return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: fmt.Sprintf("client certificate of unknown kind %q", id.Kind)}
 	}
 	// A certificate of a user the master does not know is refused unless the operator lets the
 	// CA's word create users (--auto-create-cert-users): a certificate made before the user was
@@ -171,4 +188,116 @@ func (s *Server) userCaller(ctx context.Context, urnStr, email, serial string, c
 	u.IsAdmin = u.IsAdmin || s.admins.match(u)
 	c := &handlers.Caller{User: u, Kind: pki.KindUser, Via: via, ProjectIDs: projectIDs}
 	return c, nil
+}
+
+// errActAsNotService refuses the act-as header with any credentials but a service's.
+var errActAsNotService = &handlers.Error{Status: http.StatusForbidden,
+	Message: "only service certificates may act for another user (header " + handlers.ActAsHeader + ")"}
+
+// serviceCaller is the caller of a service certificate (issue 13). Every request reads, without
+// a cache, the certificate's state and the service's row: a revoked certificate, a disabled
+// or deleted service get 401 at once on every master. Without the act-as header the caller is
+// the bare service (public endpoints only: requireUser refuses it, naming the header). With
+// it, the caller is the named user, loaded as a user certificate loads him, acting through the
+// service: never an admin, and only in his projects that the service may act in. Every service
+// request is logged with both identities.
+func (s *Server) serviceCaller(r *http.Request, id pki.Identity, serial string) (*handlers.Caller, error) {
+	ctx := r.Context()
+	urn, err := pki.ParseURN(id.URN)
+	if err != nil || urn.Type != "service" {
+		return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: fmt.Sprintf("service certificate names %q, not a service", id.URN)}
+	}
+	acc, err := s.store.GetServiceAccess(ctx, urn.Name, serial)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: "service " + urn.Name + " is not known to the master"}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load service %s: %w", urn.Name, err)
+	}
+	switch {
+	case acc.Disabled:
+		return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: "service " + urn.Name + " is disabled (revoked): an administrator issues a new certificate"}
+	case !acc.CertState.Valid:
+		// Every service certificate the master issues is recorded: one it has no record of
+		// was not made by service-cert.
+		return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: "client certificate " + serial + " of service " + urn.Name + " is not recorded by the master"}
+	}
+	if err := certStateError(serial, acc.CertState.String); err != nil {
+		return nil, err
+	}
+	values := r.Header.Values(handlers.ActAsHeader)
+	if len(values) == 0 {
+		s.log.InfoContext(ctx, "service request", "service", urn.Name, "user", "", "method", r.Method, "path", r.URL.Path)
+		return &handlers.Caller{Kind: pki.KindService, Service: urn.Name, Via: "certificate"}, nil
+	}
+	c, err := s.actAs(ctx, acc, values)
+	if err != nil {
+		s.log.InfoContext(ctx, "service request refused", "service", urn.Name, "act_as", values, "method", r.Method, "path", r.URL.Path, "error", err)
+		return nil, err
+	}
+	s.log.InfoContext(ctx, "service request", "service", urn.Name, "user", c.User.Name, "method", r.Method, "path", r.URL.Path)
+	return c, nil
+}
+
+// actAs loads the user a service acts for (the act-as header's one value: a user name or
+// URN). An unknown or disabled user, or one of whose projects the service may act in none,
+// is refused with 403 naming him.
+func (s *Server) actAs(ctx context.Context, acc store.ServiceAccess, values []string) (*handlers.Caller, error) {
+	refuse := func(format string, args ...any) error {
+		return &handlers.Error{Status: http.StatusForbidden, Message: fmt.Sprintf(handlers.ActAsHeader+": "+format, args...)}
+	}
+	if len(values) != 1 || values[0] == "" {
+		return nil, refuse("give exactly one user name or URN")
+	}
+	who := strings.TrimSpace(values[0])
+	urnStr := who
+	if strings.HasPrefix(who, "urn:") {
+		if u, err := pki.ParseURN(who); err != nil || u.Type != "user" {
+			return nil, refuse("%.200q is not a user URN", who)
+		}
+	} else {
+		if !pki.NamePattern.MatchString(who) {
+			return nil, refuse("%.200q is not a user name", who)
+		}
+		u, err := s.store.GetUserByName(ctx, who)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, refuse("no user %s", who)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("load user %s: %w", who, err)
+		}
+		urnStr = u.URN
+	}
+	c, err := s.userCaller(ctx, urnStr, "", "", false, "service")
+	var he *handlers.Error
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, refuse("no user %s", who)
+	case errors.As(err, &he):
+		// userCaller's 401s (disabled user, not a user URN) are about the named user, not
+		// about the caller's credentials.
+		return nil, refuse("service %s may not act for %s: %s", acc.Name, who, he.Message)
+	case err != nil:
+		return nil, err
+	}
+	c.Service = acc.Name
+	c.User.IsAdmin = false
+	if len(acc.Projects) > 0 {
+		c.Confined = true
+		if c.ProjectIDs = intersect(c.ProjectIDs, acc.ProjectIDs); len(c.ProjectIDs) == 0 {
+			return nil, refuse("service %s acts only for members of %s; %s is in none of them", acc.Name, strings.Join(acc.Projects, ", "), who)
+		}
+	}
+	return c, nil
+}
+
+// intersect keeps the ids of a that are in b, in a's order.
+func intersect(a, b []int64) []int64 {
+	out := []int64{}
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }

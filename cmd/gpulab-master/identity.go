@@ -78,13 +78,13 @@ func userCmd(ctx context.Context, args []string, getenv func(string) string, std
 
 func certCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "list" && args[0] != "revoke") {
-		return fmt.Errorf("expected `cert list [--owner NAME --kind user|slave]` or `cert revoke SERIAL`: %w", errUsage)
+		return fmt.Errorf("expected `cert list [--owner NAME --kind user|slave|service]` or `cert revoke SERIAL`: %w", errUsage)
 	}
 	var c config
 	fs := flag.NewFlagSet("cert "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	owner := fs.String("owner", "", "list: only the certificates of this user or slave (with --kind)")
-	kind := fs.String("kind", store.CertUser, "list: user or slave (with --owner)")
+	kind := fs.String("kind", store.CertUser, "list: user, slave or service (with --owner)")
 	serial, rest := firstArg(args[1:])
 	if args[0] == "revoke" && serial == "" {
 		return fmt.Errorf("`cert revoke` needs a serial (see `cert list`): %w", errUsage)
@@ -102,8 +102,8 @@ func certCmd(ctx context.Context, args []string, getenv func(string) string, std
 		fmt.Fprintf(stdout, "certificate %s of %s %s: revoked (refused at its next request, at every master)\n", serial, cert.Kind, cert.Owner)
 		return nil
 	}
-	if *kind != store.CertUser && *kind != store.CertSlave {
-		return fmt.Errorf("--kind %q: user or slave: %w", *kind, errUsage)
+	if *kind != store.CertUser && *kind != store.CertSlave && *kind != store.CertService {
+		return fmt.Errorf("--kind %q: user, slave or service: %w", *kind, errUsage)
 	}
 	k := *kind
 	if *owner == "" {

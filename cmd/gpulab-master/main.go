@@ -13,6 +13,8 @@
 //	gpulab-master slave disable|enable NAME        no jobs, no job secrets for a slave
 //	gpulab-master user list|disable|enable|link    users, their logins, disabling
 //	gpulab-master cert list|revoke                 issued certificates, revocation
+//	gpulab-master service-cert --name N            a service identity's certificate (acts for users)
+//	gpulab-master service-revoke|service-list      revoke a service / list services
 //	gpulab-master simulate --trace CSV             replay a workload trace through the scheduler
 //
 // Configuration comes from flags, each with an environment variable (see -h).
@@ -69,6 +71,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = userCmd(ctx, args, getenv, stdout, stderr)
 	case "cert":
 		err = certCmd(ctx, args, getenv, stdout, stderr)
+	case "service-cert":
+		err = serviceCert(ctx, args, getenv, stdout, stderr)
+	case "service-revoke":
+		err = serviceRevoke(ctx, args, getenv, stdout, stderr)
+	case "service-list":
+		err = serviceList(ctx, args, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -113,6 +121,11 @@ Commands:
                                  link an OpenID login to an existing account
   cert list [--owner NAME --kind user|slave] | cert revoke SERIAL
                                  list issued certificates / revoke one (by serial)
+  service-cert --name NAME [--projects p1,p2] [--out FILE] [--password P]
+                                 write a service's certificate (PEM with key); it acts for any
+                                 user, or for members of the projects, named in X-GPULab-Act-As
+  service-revoke --name NAME     disable a service and revoke all its certificates
+  service-list                   list services
   simulate --trace CSV [--policy fair|fifo|sjf-oracle|all] [--slaves N] [--gpus-per-slave G] [--jobs N]
                                  replay a workload trace through the scheduler in simulated time
 

@@ -317,6 +317,21 @@ func (m *Master) Do(u *User, method, path string, body io.Reader, header ...stri
 	if u != nil {
 		cert = &u.TLS
 	}
+	return m.do(cert, method, path, body, header...)
+}
+
+// DoAs sends a request as service s acting for user (his name or URN; "": no act-as header),
+// as Do does.
+func (m *Master) DoAs(s *Service, user, method, path string, body io.Reader, header ...string) (int, []byte, http.Header) {
+	m.t.Helper()
+	if user != "" {
+		header = append([]string{handlers.ActAsHeader, user}, header...)
+	}
+	return m.do(&s.TLS, method, path, body, header...)
+}
+
+func (m *Master) do(cert *tls.Certificate, method, path string, body io.Reader, header ...string) (int, []byte, http.Header) {
+	m.t.Helper()
 	url := path
 	if len(path) > 0 && path[0] != 'h' {
 		url = m.URL + path
@@ -363,4 +378,38 @@ func (m *Master) SlaveCert(name string, cluster int) tls.Certificate {
 		m.t.Fatalf("record slave certificate: %v", err)
 	}
 	return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
+}
+
+// Service is a test service identity (issue 13) with its client certificate.
+type Service struct {
+	Name string
+	// Projects the service may act in (none: any user).
+	Projects []string
+	// CertFile is a PEM with certificate and key (mode 0600); CertPEM its contents.
+	CertFile string
+	CertPEM  []byte
+	TLS      tls.Certificate
+	// Serial is the certificate's serial (recorded, so it can be revoked).
+	Serial string
+}
+
+// AddService creates a service that may act for the members of projects (none: any user), or
+// renews it, and issues its client certificate as `gpulab-master service-cert` does. The
+// projects must exist (AddUser creates them).
+func (m *Master) AddService(name string, projects ...string) *Service {
+	m.t.Helper()
+	_, cert, pemData, err := handlers.IssueServiceCertificate(context.Background(), m.Store, m.CA, Authority,
+		handlers.ServiceRequest{Name: name, Projects: projects})
+	if err != nil {
+		m.t.Fatalf("add service %s: %v", name, err)
+	}
+	file := filepath.Join(m.Dir, "service-"+name+"-"+cert.SerialNumber.String()+".pem")
+	if err := os.WriteFile(file, pemData, 0o600); err != nil {
+		m.t.Fatalf("write service certificate: %v", err)
+	}
+	tlsCert, err := pki.LoadClientPEM(pemData, "")
+	if err != nil {
+		m.t.Fatalf("load service certificate: %v", err)
+	}
+	return &Service{Name: name, Projects: projects, CertFile: file, CertPEM: pemData, TLS: tlsCert, Serial: cert.SerialNumber.String()}
 }
