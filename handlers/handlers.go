@@ -55,6 +55,10 @@ type Config struct {
 	// (0: pki's defaults, 90 days and a year).
 	UserCertValidity, SlaveCertValidity time.Duration
 
+	// MaxNotebooksPerUser is how many notebook jobs (named NotebookJobName) one user may have
+	// not ended at once; 0: no limit. The master's flag defaults to DefaultMaxNotebooksPerUser.
+	MaxNotebooksPerUser int
+
 	// SSHJump is the master's SSH jump host as users reach it (nil: the master serves none);
 	// the job JSON names it as sshProxyHost/sshProxyPort.
 	SSHJump *SSHJumpHost

@@ -105,7 +105,11 @@ func (h *Handlers) SubmitJob(w http.ResponseWriter, r *http.Request) error {
 		j.State.Status = job.StatusOnHold
 		msg = "submitted on hold"
 	}
-	existing, err := h.store.SubmitJob(r.Context(), j, c.User.ID, project.ID, msg+" by "+c.Actor(), key)
+	existing, err := h.store.SubmitJobWithin(r.Context(), j, c.User.ID, project.ID, msg+" by "+c.Actor(), key, h.notebookLimit())
+	var limit *store.LimitError
+	if errors.As(err, &limit) {
+		return errorf(http.StatusConflict, "user %s already has %d notebook jobs (limit --max-notebooks-per-user %d): stop one first", c.User.Name, limit.Count, limit.Max)
+	}
 	if err != nil {
 		return fmt.Errorf("submit job: %w", err)
 	}
@@ -133,6 +137,20 @@ func (h *Handlers) SubmitJob(w http.ResponseWriter, r *http.Request) error {
 	w.WriteHeader(http.StatusCreated)
 	_, _ = io.WriteString(w, j.UUID)
 	return nil
+}
+
+// NotebookJobName is the name JupyterHub's spawner gives every notebook job: the fair-use limit
+// MaxNotebooksPerUser counts jobs by it.
+const NotebookJobName = job.JupyterHubJobName
+
+// DefaultMaxNotebooksPerUser is the master's default limit of notebooks per user.
+const DefaultMaxNotebooksPerUser = 2
+
+// notebookLimit is the fair-use limit of notebooks per user, for the store. A submission over
+// it is refused with 409 Conflict, not 429: it conflicts with the state of the user's jobs, and
+// waiting and retrying (what 429 invites clients to do) does not help until he stops one.
+func (h *Handlers) notebookLimit() store.NameLimit {
+	return store.NameLimit{Name: NotebookJobName, Max: h.cfg.MaxNotebooksPerUser}
 }
 
 // maxSubmitKey bounds the Idempotency-Key header of a submission.

@@ -451,3 +451,69 @@ func (s *Store) CountJobs(ctx context.Context) (map[job.Status]int, error) {
 	}
 	return out, nil
 }
+
+// NameLimit bounds how many jobs of one name a user may have that have not ended: the fair-use
+// limit of notebooks (jobs named JupyterHub-singleuser). Max 0: no limit.
+type NameLimit struct {
+	Name string
+	Max  int
+}
+
+// LimitError is SubmitJobWithin's refusal: the user has Count jobs named Name not ended.
+type LimitError struct {
+	Name       string
+	Count, Max int
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%d jobs named %s not ended (limit %d)", e.Count, e.Name, e.Max)
+}
+
+// activeStatuses are the states of jobs that have not ended (job.Status.Ended).
+var activeStatuses = func() []string {
+	var out []string
+	for _, st := range job.AllStatuses {
+		if !st.Ended() {
+			out = append(out, string(st))
+		}
+	}
+	return out
+}()
+
+// SubmitJobWithin is SubmitJob under a NameLimit: a job of the limit's name is stored only when
+// the user has fewer than lim.Max such jobs not ended, else a *LimitError comes back. Count and
+// insert are one transaction under a lock per user and name, so two submissions racing (at
+// two masters too) cannot both take the last place. A repeated submission (same idempotency
+// key) answers its job, as SubmitJob does, whatever the count.
+func (s *Store) SubmitJobWithin(ctx context.Context, j *job.Job, userID, projectID int64, message, key string, lim NameLimit) (string, error) {
+	if lim.Max <= 0 || j.Name != lim.Name {
+		return s.SubmitJob(ctx, j, userID, projectID, message, key)
+	}
+	var existing string
+	err := s.WithTx(ctx, func(tx *Store) error {
+		if _, err := tx.q.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext('jobname:' || $1::text || ':' || $2))`, userID, lim.Name); err != nil {
+			return mapErr(err, "lock jobs named "+lim.Name)
+		}
+		if key != "" {
+			err := tx.q.GetContext(ctx, &existing, `SELECT uuid::text FROM jobs WHERE user_id = $1 AND submit_key = $2`, userID, key)
+			if err == nil {
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return mapErr(err, "find the job of submission "+key)
+			}
+		}
+		var n int
+		if err := tx.q.GetContext(ctx, &n, `SELECT count(*) FROM jobs WHERE user_id = $1 AND name = $2 AND status = ANY($3)`,
+			userID, lim.Name, pq.Array(activeStatuses)); err != nil {
+			return mapErr(err, "count jobs named "+lim.Name)
+		}
+		if n >= lim.Max {
+			return &LimitError{Name: lim.Name, Count: n, Max: lim.Max}
+		}
+		var err error
+		existing, err = tx.SubmitJob(ctx, j, userID, projectID, message, key)
+		return err
+	})
+	return existing, err
+}

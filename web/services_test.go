@@ -171,3 +171,66 @@ func TestServiceActsForUser(t *testing.T) {
 func tlsPair(cert *x509.Certificate, key crypto.Signer) tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
 }
+
+// The fair-use limit of notebooks: a third job named JupyterHub-singleuser is refused (409)
+// while two have not ended, whoever submits it; other names are not counted, ended notebooks
+// are not either, and another user has his own count.
+func TestNotebookLimitPerUser(t *testing.T) {
+	w := newWorld(t) // the master's default: 2
+	m := w.m
+	hub := m.AddService("jupyterhub")
+	notebook := jobDoc(handlers.NotebookJobName, projectURN("vision"))
+	var ids []string
+	for i := 0; i < 2; i++ {
+		status, body, _ := m.DoAs(hub, "alice", "POST", v31+"/jobs", strings.NewReader(notebook))
+		if status != http.StatusCreated {
+			t.Fatalf("notebook %d: %d %s", i+1, status, body)
+		}
+		ids = append(ids, strings.TrimSpace(string(body)))
+	}
+	const refusal = "user alice already has 2 notebook jobs (limit --max-notebooks-per-user 2): stop one first"
+	status, body, _ := m.DoAs(hub, "alice", "POST", v31+"/jobs", strings.NewReader(notebook))
+	if status != http.StatusConflict || !strings.Contains(string(body), refusal) {
+		t.Fatalf("third notebook through the service: %d %s, want 409 %q", status, body, refusal)
+	}
+	if status, body, _ := m.Do(w.alice, "POST", v31+"/jobs", strings.NewReader(notebook)); status != http.StatusConflict {
+		t.Fatalf("third notebook by alice herself: %d %s", status, body)
+	}
+	// Other names, other users: not counted.
+	w.submit(t, w.alice, jobDoc("JupyterHub-singleuser-2", projectURN("vision")), "")
+	w.submit(t, w.carol, notebook, "")
+	// A notebook running still counts; an ended one frees its place.
+	m.ForceJobStatus(ids[0], "ASSIGNED")
+	m.ForceJobStatus(ids[0], "STARTING")
+	m.ForceJobStatus(ids[0], "RUNNING")
+	if status, _, _ := m.Do(w.alice, "POST", v31+"/jobs", strings.NewReader(notebook)); status != http.StatusConflict {
+		t.Fatalf("third notebook while one runs: %d", status)
+	}
+	m.ForceJobStatus(ids[1], "CANCELLED")
+	if status, body, _ := m.DoAs(hub, "alice", "POST", v31+"/jobs", strings.NewReader(notebook)); status != http.StatusCreated {
+		t.Fatalf("a notebook after one ended: %d %s", status, body)
+	}
+	// A repeated submission (same idempotency key) answers its job, whatever the count.
+	m2 := testmaster.Start(t, testmaster.Options{MaxNotebooksPerUser: 1})
+	gus := m2.AddUser("gus", false, "", "vision")
+	var first string
+	for i := 0; i < 2; i++ {
+		status, body, _ := m2.Do(gus, "POST", v31+"/jobs", strings.NewReader(notebook), "Idempotency-Key", "nb-1")
+		if status != http.StatusCreated || (first != "" && string(body) != first) {
+			t.Fatalf("repeated notebook submission %d: %d %s (first %s)", i+1, status, body, first)
+		}
+		first = string(body)
+	}
+	if status, body, _ := m2.Do(gus, "POST", v31+"/jobs", strings.NewReader(notebook)); status != http.StatusConflict ||
+		!strings.Contains(string(body), "limit --max-notebooks-per-user 1") {
+		t.Fatalf("second notebook with limit 1: %d %s", status, body)
+	}
+	// No limit.
+	m3 := testmaster.Start(t, testmaster.Options{MaxNotebooksPerUser: -1})
+	hal := m3.AddUser("hal", false, "", "vision")
+	for i := 0; i < 4; i++ {
+		if status, body, _ := m3.Do(hal, "POST", v31+"/jobs", strings.NewReader(notebook)); status != http.StatusCreated {
+			t.Fatalf("notebook %d without limit: %d %s", i+1, status, body)
+		}
+	}
+}

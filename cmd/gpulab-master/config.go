@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/internal/secretfile"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/pki"
@@ -56,6 +57,7 @@ type config struct {
 	MaxRunningUser                        int
 	MaxRunningProject                     int
 	TallyHalfLife                         time.Duration
+	MaxNotebooksPerUser                   int
 	limits                                limitFlags
 
 	// issue 10: identities and revocation.
@@ -105,6 +107,8 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.TallyHalfLife, "tally-half-life", envDuration(getenv, "GPULAB_TALLY_HALF_LIFE", 7*24*time.Hour), "usage tally half-life (env GPULAB_TALLY_HALF_LIFE)")
 	fs.IntVar(&c.MaxRunningUser, "max-running-per-user", 10, "running jobs one user may have at once (0: no cap)")
 	fs.IntVar(&c.MaxRunningProject, "max-running-per-project", 20, "running jobs one project may have at once (0: no cap)")
+	fs.IntVar(&c.MaxNotebooksPerUser, "max-notebooks-per-user", envInt(getenv, "GPULAB_MAX_NOTEBOOKS_PER_USER", handlers.DefaultMaxNotebooksPerUser),
+		"notebook jobs (named "+handlers.NotebookJobName+") one user may have not ended at once; more are refused with 409 (0: no limit; env GPULAB_MAX_NOTEBOOKS_PER_USER)")
 	fs.StringVar(&c.DefaultMinDuration, "default-min-duration", envOr(getenv, "GPULAB_DEFAULT_MIN_DURATION", "1 week"), "minDuration of jobs that give none (env GPULAB_DEFAULT_MIN_DURATION)")
 	fs.StringVar(&c.DefaultMaxDuration, "default-max-duration", envOr(getenv, "GPULAB_DEFAULT_MAX_DURATION", "2 weeks"), "maxDuration of jobs that give none (env GPULAB_DEFAULT_MAX_DURATION)")
 	fs.StringVar(&c.OIDCIssuer, "oidc-issuer", getenv("GPULAB_OIDC_ISSUER"), "OpenID Connect issuer URL of the portal login; none: the portal login is off (env GPULAB_OIDC_ISSUER)")

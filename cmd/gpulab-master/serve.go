@@ -57,6 +57,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if c.UserCertValidity <= 0 || c.SlaveCertValidity <= 0 {
 		return fmt.Errorf("%w: --user-cert-validity and --slave-cert-validity must be positive", errUsage)
 	}
+	if c.MaxNotebooksPerUser < 0 {
+		return fmt.Errorf("%w: --max-notebooks-per-user %d: must be 0 (no limit) or more", errUsage, c.MaxNotebooksPerUser)
+	}
 	var sessionKeys []web.SessionKey
 	if oidcCfg.Issuer != "" {
 		var created bool
@@ -115,7 +118,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	h := handlers.New(st, handlers.Config{Authority: c.Authority, Version: version, LatestClientVersion: latestClientVersion,
 		JobOptions: opts, CA: ca, HeartbeatInterval: c.HeartbeatInterval, TallyHalfLife: c.TallyHalfLife, FenceAfter: c.JobGrace,
 		MemoryReserveGb: c.MemoryReserveGb, UserCertValidity: c.UserCertValidity, SlaveCertValidity: c.SlaveCertValidity,
-		SSHJump: jump}, log, wake, work)
+		SSHJump: jump, MaxNotebooksPerUser: c.MaxNotebooksPerUser}, log, wake, work)
 	srv := web.New(wcfg, st, h, log)
 	loop := scheduler.NewLoop(st, scheduler.LoopConfig{Interval: c.SchedulerInterval, HeartbeatGrace: c.HeartbeatGrace,
 		JobGrace: c.JobGrace, FenceMargin: c.FenceMargin, MemoryReserveGb: c.MemoryReserveGb,

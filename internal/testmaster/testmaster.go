@@ -90,6 +90,9 @@ type Options struct {
 	AutoCreateCertUsers bool
 	// SSHJump is the jump host the job JSON names (handlers.Config.SSHJump; nil: none).
 	SSHJump *handlers.SSHJumpHost
+	// MaxNotebooksPerUser is --max-notebooks-per-user: 0 gives the master's default
+	// (handlers.DefaultMaxNotebooksPerUser), a negative value no limit.
+	MaxNotebooksPerUser int
 }
 
 // Start runs a master for the test's duration.
@@ -161,10 +164,14 @@ func Start(t testing.TB, opts Options) *Master {
 	if lc.FenceMargin == 0 {
 		lc.FenceMargin = time.Second
 	}
+	notebooks := cmp.Or(opts.MaxNotebooksPerUser, handlers.DefaultMaxNotebooksPerUser)
+	if notebooks < 0 {
+		notebooks = 0
+	}
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
 	h := handlers.New(st, handlers.Config{Authority: Authority, Version: "test", LatestClientVersion: "4.0.0", JobOptions: jobOpts,
 		CA: ca, HeartbeatInterval: opts.HeartbeatInterval, MaxLongPoll: cmp.Or(opts.MaxLongPoll, 5*time.Second), FenceAfter: lc.JobGrace,
-		MissingGrace: opts.MissingGrace, WorkRecheck: opts.WorkRecheck, SSHJump: opts.SSHJump}, log, wake, work)
+		MissingGrace: opts.MissingGrace, WorkRecheck: opts.WorkRecheck, SSHJump: opts.SSHJump, MaxNotebooksPerUser: notebooks}, log, wake, work)
 	wcfg := web.Config{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}, Admins: opts.Admins, Authority: Authority,
 		OIDC: oidcCfg, SessionKeys: opts.SessionKeys, Limits: opts.Web, AutoCreateCertUsers: opts.AutoCreateCertUsers}
 	srv := web.New(wcfg, st, h, log)
