@@ -78,6 +78,9 @@ func (h *Handlers) AdminPage(w http.ResponseWriter, r *http.Request) error {
 	if v.Certificates, err = h.store.ListCertificates(ctx, "", ""); err != nil {
 		return err
 	}
+	if v.Services, err = h.store.ListServices(ctx); err != nil {
+		return err
+	}
 	return h.render(w, r, http.StatusOK, views.AdminPage(v))
 }
 

@@ -321,6 +321,8 @@ type AdminView struct {
 	Slaves   []AdminSlave
 	// Certificates are every certificate the master issued, newest first.
 	Certificates []store.Certificate
+	// Services are the service identities (issue 13), by name.
+	Services []store.Service
 }
 
 // ReservationsView is the reservations calendar: the reservations the user may see, the days

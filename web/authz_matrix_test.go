@@ -90,6 +90,7 @@ const (
 	freshCluster             // a fresh cluster owned by project vision
 	aliceCert                // a certificate recorded as issued to alice (not the one she calls with)
 	freshSlave               // a fresh slave that joined cluster 1
+	freshService             // a fresh service identity (issue 13)
 )
 
 // rule is a route's authorization rule and how to call it.
@@ -240,6 +241,10 @@ var routeRules = map[string]rule{
 		return url.Values{"disabled": {"true"}}
 	})},
 	"POST /admin/certificates/{serial}/revoke": {admin, aliceCert, form("/admin/certificates/%s/revoke", nil)},
+	"POST /admin/services": {admin, freshName, form("/admin/services", func(_ *matrixFixture, name string) url.Values {
+		return url.Values{"name": {name}, "projects": {"vision"}}
+	})},
+	"POST /admin/services/{name}/revoke": {admin, freshService, form("/admin/services/%s/revoke", nil)},
 
 	"GET /admin": {admin, noSubject, fixed("/admin")},
 	"POST /admin/users/{id}/admin": {admin, victimUser, form("/admin/users/%s/admin", func(*matrixFixture, string) url.Values {
@@ -323,6 +328,9 @@ type actor struct {
 	// disabledSlave: a slave an admin disabled. Its certificate still opens the slave
 	// protocol (it reports the jobs it runs), but it is offered no job and no job secret.
 	disabledSlave bool
+	// service: a service certificate's service (issue 13), acting for user (nil: without the
+	// act-as header).
+	service string
 }
 
 type matrixFixture struct {
@@ -418,6 +426,8 @@ func (f *matrixFixture) fresh(s subject) string {
 			t.Fatalf("slave: %v", err)
 		}
 		return name
+	case freshService:
+		return m.AddService(fmt.Sprintf("svc%d", f.n())).Name
 	}
 	return ""
 }
@@ -429,6 +439,8 @@ func (f *matrixFixture) unknown(s subject) string {
 		return "987654321"
 	case freshSlave:
 		return "no-such-slave"
+	case freshService:
+		return "no-such-service"
 	}
 	return uuid.NewString()
 }
@@ -450,6 +462,7 @@ func (f *matrixFixture) digest() string {
 		`SELECT count(*) FROM job_logs`,
 		`SELECT id, user_id FROM ssh_keys ORDER BY id`,
 		`SELECT id FROM reservations ORDER BY id`,
+		`SELECT name, disabled, projects FROM services ORDER BY name`,
 	} {
 		f.digestQuery(&b, q)
 		b.WriteString("\n")
@@ -485,6 +498,9 @@ func (a actor) do(t *testing.T, base, method, path, body, contentType string) (i
 		t.Fatal(err)
 	}
 	req.Header.Set("Accept", "application/json")
+	if a.service != "" && a.user != nil {
+		req.Header.Set(handlers.ActAsHeader, a.user.Name)
+	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
@@ -498,12 +514,14 @@ func (a actor) do(t *testing.T, base, method, path, body, contentType string) (i
 }
 
 // want is what the rule says an actor gets: 0 when he may call the route.
-func want(acc access, a actor, w *world) int {
+func want(route string, acc access, a actor, w *world) int {
 	switch {
 	case acc == asset:
 		return 0
 	case a.refused:
 		return http.StatusUnauthorized
+	case a.service != "":
+		return wantService(route, acc, a, w)
 	case acc == public || acc == login:
 		return 0
 	case acc == tokenOnly:
@@ -576,6 +594,21 @@ func want(acc access, a actor, w *world) int {
 	panic("unknown access")
 }
 
+// wantService is want for a service: the API only (the portal and the slave protocol refuse
+// it), without the act-as header its public endpoints only; acting for a user, that user's
+// rights but never an admin's, and not over his credentials.
+func wantService(route string, acc access, a actor, w *world) int {
+	switch {
+	case !strings.Contains(route, " /api/"):
+		return http.StatusForbidden
+	case a.user == nil && acc == public:
+		return 0
+	case a.user == nil, acc == admin, acc == certOwner, route == "GET "+apiV+"certificates":
+		return http.StatusForbidden
+	}
+	return want(route, acc, actor{name: a.name, user: a.user}, w)
+}
+
 // TestAuthorizationMatrixEveryRoute calls every route of the tables as every kind of caller:
 // anonymous, a user in no project, the owner, a member of the owner's project, a user of
 // another project, two slaves (A acting on B's jobs), the callers whose rights an admin took
@@ -616,6 +649,7 @@ func TestAuthorizationMatrixEveryRoute(t *testing.T) {
 	}
 	withdrawn := f.withdrawnActors(ctx)
 	actors = append(actors, withdrawn...)
+	actors = append(actors, f.serviceActors()...)
 	// The admin comes last: what he is allowed to change, the others tried before him.
 	actors = append(actors, actor{name: "dave (admin)", user: w.dave, client: w.m.Client(&w.dave.TLS)})
 
@@ -686,7 +720,7 @@ func TestAuthorizationMatrixEveryRoute(t *testing.T) {
 			return builds
 		}
 		for _, a := range actors {
-			exp := want(rl.access, a, w)
+			exp := want(route, rl.access, a, w)
 			for _, build := range calls1(a, "") {
 				id := f.fresh(rl.subject)
 				path, body, ct := build(id)
@@ -744,7 +778,12 @@ func TestAuthorizationMatrixEveryRoute(t *testing.T) {
 
 	// Slave A lists slave B's running job in its heartbeat and long poll, with usage: the
 	// job stays B's, RUNNING, its usage untouched, and A is told to stop it.
-	slaveA := actors[len(actors)-len(withdrawn)-3] // node-a
+	var slaveA actor
+	for _, a := range actors {
+		if a.name == "slave node-a" {
+			slaveA = a
+		}
+	}
 	onB := f.fresh(slaveBJob)
 	before := f.digest()
 	for _, path := range []string{protocol.HeartbeatPath, protocol.NextPath} {
@@ -800,7 +839,7 @@ func TestAuthorizationMatrixEveryRoute(t *testing.T) {
 
 	t.Logf("authorization matrix: %d routes, %d actors, %d calls, %d refused as the rules say; of the actors %d disabled or revoked "+
 		"while the master ran: %d refusals with 401, and %d long polls of the disabled slave offered nothing of the job waiting for it",
-		len(routes), len(actors), calls, refusals, len(withdrawn), withdrawnRefusals, disabledPolls)
+		len(routes), len(actors), calls, refusals, len(withdrawn)+1, withdrawnRefusals, disabledPolls)
 }
 
 // Secrets of the job waiting for the disabled slave node-c (its image's registry password and
@@ -901,6 +940,29 @@ func (f *matrixFixture) withdrawnActors(ctx context.Context) []actor {
 	as(w.dave, "POST", apiV+"certificates/"+serial+"/revoke", "")
 	d.refused = true
 	return append(out, d)
+}
+
+// serviceActors are the callers with a service certificate (issue 13): acting for alice, for
+// dave (an admin: the service gets none of his rights), without the act-as header, and one
+// revoked while the master ran (shown to work first).
+func (f *matrixFixture) serviceActors() []actor {
+	t, w, m := f.t, f.w, f.w.m
+	t.Helper()
+	hub := m.AddService("jupyterhub")
+	out := []actor{
+		{name: "service for alice", user: w.alice, service: hub.Name, client: m.Client(&hub.TLS)},
+		{name: "service for dave (admin)", user: w.dave, service: hub.Name, client: m.Client(&hub.TLS)},
+		{name: "service without act-as", service: hub.Name, client: m.Client(&hub.TLS)},
+	}
+	gone := m.AddService("gone")
+	a := actor{name: "revoked service for alice", user: w.alice, service: gone.Name, client: m.Client(&gone.TLS), refused: true}
+	if status, got := a.do(t, m.URL, "GET", apiV+"jobs", "", ""); status != http.StatusOK {
+		t.Fatalf("%s before it was revoked: %d %s", a.name, status, clip(got))
+	}
+	if _, err := m.Store.RevokeService(context.Background(), gone.Name); err != nil {
+		t.Fatal(err)
+	}
+	return append(out, a)
 }
 
 // assignToC assigns the waiting job to node-c, as a scheduler pass would.

@@ -51,6 +51,8 @@ func PortalRoutes(h *handlers.Handlers) []Route {
 		{"POST", "/admin/users/{name}/disabled", false, p(h.AdminSetUserDisabled)},
 		{"POST", "/admin/slaves/{name}/disabled", false, p(h.AdminSetSlaveDisabled)},
 		{"POST", "/admin/certificates/{serial}/revoke", false, p(h.AdminRevokeCertificate)},
+		{"POST", "/admin/services", false, p(h.AdminCreateService)},
+		{"POST", "/admin/services/{name}/revoke", false, p(h.AdminRevokeService)},
 	}
 }
 
