@@ -95,11 +95,10 @@ func (s *Server) callerFromCert(r *http.Request) (*handlers.Caller, error) {
 	if err != nil {
 		return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: "client certificate: " + err.Error()}
 	}
-	_, actAs := r.Header[http.CanonicalHeaderKey(handlers.ActAsHeader)]
 	if id.Kind == pki.KindService {
 		return s.serviceCaller(r, id, serial)
 	}
-	if actAs {
+	if _, actAs := r.Header[http.CanonicalHeaderKey(handlers.ActAsHeader)]; actAs {
 		return nil, errActAsNotService
 	}
 	if id.Kind != pki.KindUser {
