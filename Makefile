@@ -16,6 +16,7 @@ RUN_DIR    := $(TMP)/run
 RUN_PORT   ?= 8443
 BENCH_PGPORT ?= 55433
 SCENARIOS  ?= all
+JUPYTERHUB ?= 1
 
 # With no DATABASE_URL, a throwaway Postgres cluster lives in .tmp/pg (tests use fsync=off).
 # `make bench` measures on a cluster of its own with fsync on, .tmp/pgbench (or BENCH_DATABASE_URL).
@@ -66,6 +67,7 @@ lint: ## gofmt, go vet and golangci-lint (installed into .tmp/bin on first use)
 test: PG_EXTRA_OPTS = -c fsync=off
 test: deps ## install what is missing, start Postgres and Docker, run every test (with -race)
 	@scripts/dockerd.sh
+	@scripts/notebook-image.sh
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting"; exit 1; }
 	$(GO) vet ./...
 	DATABASE_URL="$(DB_URL)" $(GO) test $(GOTESTFLAGS) ./...
@@ -98,7 +100,12 @@ bench: deps ## run the benchmarks (SCENARIOS=B1,B2,… or all; LABEL=text) on Po
 run: deps build devidp ## start Postgres, Docker, a dev OpenID provider, a master on https://localhost:8443 and a slave with fake GPUs; prints a login
 	@scripts/dockerd.sh
 	@scripts/images.sh
-	@scripts/run.sh "$(DB_URL)" "$(RUN_DIR)" "$(RUN_PORT)" "$(BIN)"
+	@if [ "$(JUPYTERHUB)" != 0 ]; then scripts/notebook-image.sh; fi
+	@JUPYTERHUB=$(JUPYTERHUB) scripts/run.sh "$(DB_URL)" "$(RUN_DIR)" "$(RUN_PORT)" "$(BIN)"
+
+.PHONY: notebook-image
+notebook-image: ## build the local JupyterHub notebook image gpulab-notebook:latest from Debian's packages
+	@scripts/notebook-image.sh
 
 .PHONY: clean
 clean: ## stop the throwaway Postgres clusters and remove bin/ and .tmp/

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"maps"
 	"slices"
+	"strings"
 )
 
 // HiddenUserURN replaces the owner URNs of a job shown to someone outside its project.
@@ -101,16 +102,39 @@ func (s State) clone() State {
 	return c
 }
 
-// Redacted returns a deep copy whose docker.image shows no password ("user:XXXX@host/…"). Every
+// Redacted returns a deep copy whose docker.image shows no password ("user:XXXX@host/…") and
+// whose environment shows no secret value (SecretEnvName: JupyterHub's API token, …). Every
 // path that shows or returns a job (API, portal, CLI output, logs) uses it; only the slave that
-// pulls the image gets the original.
+// runs the job gets the original.
 func (j *Job) Redacted() *Job {
 	c := j.Clone()
 	if c == nil {
 		return nil
 	}
 	c.Request.Docker.Image = redactImage(c.Request.Docker.Image)
+	for k := range c.Request.Docker.Environment {
+		if SecretEnvName(k) {
+			c.Request.Docker.Environment[k] = RedactedPassword
+		}
+	}
 	return c
+}
+
+// secretEnvWords are the parts of an environment variable's name that say its value is a
+// secret (JUPYTERHUB_API_TOKEN, which the JupyterHub spawner passes to every notebook job, AWS_SECRET_ACCESS_KEY,
+// DB_PASSWORD, …).
+var secretEnvWords = []string{"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "PRIVATE_KEY", "API_KEY"}
+
+// SecretEnvName reports whether an environment variable's name says its value is a secret:
+// such values are shown as XXXX wherever a job is shown, as an image's password is.
+func SecretEnvName(name string) bool {
+	u := strings.ToUpper(name)
+	for _, w := range secretEnvWords {
+		if strings.Contains(u, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // Sanitized returns a deep copy fit for users outside the job's project (SPEC section 5): they

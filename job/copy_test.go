@@ -142,10 +142,14 @@ func TestRedacted(t *testing.T) {
 	if !strings.Contains(j.Request.Docker.Image, "S3cr3tT0ken") {
 		t.Error("Redacted changed the original")
 	}
+	if r.Request.Docker.Environment["TOKEN"] != RedactedPassword {
+		t.Errorf("environment TOKEN = %q, want it redacted", r.Request.Docker.Environment["TOKEN"])
+	}
 	// The rest is the same job.
 	r.Request.Docker.Image = j.Request.Docker.Image
+	r.Request.Docker.Environment = j.Request.Docker.Environment
 	if !reflect.DeepEqual(r, j) {
-		t.Error("Redacted changed more than the image")
+		t.Error("Redacted changed more than the image and the secret environment values")
 	}
 	// A public image is left alone.
 	pub := mustParse(t, mustJSON(t, minimalDoc())).Redacted()
@@ -184,5 +188,22 @@ func TestSanitized(t *testing.T) {
 	j.Name = JupyterHubJobName
 	if got := j.Sanitized().Name; got != JupyterHubJobName {
 		t.Errorf("JupyterHub job name = %q", got)
+	}
+}
+
+// Environment values whose names say they are secrets (the JupyterHub spawner's API token) are
+// shown as XXXX; others, and the original, are left alone.
+func TestRedactedEnvironment(t *testing.T) {
+	j := fullJob(t)
+	j.Request.Docker.Environment = map[string]string{"JUPYTERHUB_API_TOKEN": "hub-t0ken", "aws_secret_access_key": "k3y",
+		"DB_PASSWORD": "pw", "JUPYTERHUB_USER": "alice", "EPOCHS": "10"}
+	r := j.Redacted()
+	want := map[string]string{"JUPYTERHUB_API_TOKEN": "XXXX", "aws_secret_access_key": "XXXX", "DB_PASSWORD": "XXXX",
+		"JUPYTERHUB_USER": "alice", "EPOCHS": "10"}
+	if !reflect.DeepEqual(r.Request.Docker.Environment, want) {
+		t.Errorf("redacted environment = %v, want %v", r.Request.Docker.Environment, want)
+	}
+	if j.Request.Docker.Environment["JUPYTERHUB_API_TOKEN"] != "hub-t0ken" {
+		t.Error("Redacted changed the original's environment")
 	}
 }

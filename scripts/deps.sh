@@ -21,8 +21,10 @@ dpkg-query -W -f='${Status}' faketime 2>/dev/null | grep -q 'ok installed' || mi
 command -v ssh >/dev/null && command -v sftp >/dev/null || missing+=(openssh-client)
 # The portal is tested in headless Chromium (chromedp).
 command -v chromium >/dev/null || [ -x /usr/bin/chromium ] || missing+=(chromium)
-# SSH into jobs is tested with the real OpenSSH client (ssh, sftp, ssh-keygen).
-command -v ssh >/dev/null && command -v sftp >/dev/null || missing+=(openssh-client)
+# JupyterHub (Debian's, with Python's own interpreter) and its proxy: `make run` starts a hub
+# whose notebooks are GPULab jobs, and the tests spawn through it (contrib/jupyterhub).
+dpkg-query -W -f='${Status}' jupyterhub 2>/dev/null | grep -q 'ok installed' || missing+=(jupyterhub)
+command -v configurable-http-proxy >/dev/null || missing+=(node-configurable-http-proxy)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "deps.sh: missing ${missing[*]}; run as root or install them" >&2; exit 1

@@ -4,7 +4,10 @@
 # fake GPUs, all in RUN_DIR (.tmp/run). Ctrl-C stops them all (the slave's job containers are
 # left to be re-attached at the next start). GPULAB_DEVIDP_PORT moves Dex off port 5556;
 # GPULAB_RUN_SLAVE names the slave (default local-slave); GPULAB_RUN_SSH_PORT is the port of its
-# SSH server for jobs, on loopback (default 2222).
+# SSH server for jobs, on loopback (default 2222). JUPYTERHUB=0 leaves JupyterHub out; otherwise
+# a hub (Debian's jupyterhub, contrib/jupyterhub's spawner and configuration) runs on
+# GPULAB_HUB_PORT (default 8000), its API on GPULAB_HUB_API_PORT (8081, every address: the
+# notebooks in their containers call it back) and its proxy's API on GPULAB_HUB_PROXY_PORT (8001).
 #
 # No secret is ever put on a command line (ps shows it to every user) or in a log: alice's
 # password, the OpenID client secret and the slave's join token live in files of mode 0600 in
@@ -34,8 +37,11 @@ issuer="http://127.0.0.1:$idp_port/dex"
 [ -s "$dir/oidc-client-secret" ] || (umask 077; od -An -N24 -tx1 /dev/urandom | tr -d ' \n' >"$dir/oidc-client-secret")
 (umask 077; printf 'alice:alice@example.org:%s\n' "$(cat "$dir/alice-password")" >"$dir/devidp-users")
 export GPULAB_OIDC_ISSUER="$issuer" GPULAB_OIDC_CLIENT_ID=gpulab-portal GPULAB_OIDC_CLIENT_SECRET_FILE="$dir/oidc-client-secret"
+hub=${JUPYTERHUB:-1}
+hub_port=${GPULAB_HUB_PORT:-8000}
 "$bin/gpulab-devidp" --listen "127.0.0.1:$idp_port" --issuer "$issuer" --client-id gpulab-portal \
   --client-secret-file "$dir/oidc-client-secret" --redirect-uri "https://localhost:$port/auth/callback" \
+  --redirect-uri "http://localhost:$hub_port/hub/oauth_callback" \
   --users-file "$dir/devidp-users" >"$dir/devidp.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
@@ -67,6 +73,35 @@ ssh_port=${GPULAB_RUN_SSH_PORT:-2222}
   --storage "/project=$dir/projects/{project}" --ssh-listen "127.0.0.1:$ssh_port" --ssh-advertise "localhost:$ssh_port" >"$dir/slave.log" 2>&1 &
 pids+=($!)
 
+# JupyterHub: every notebook server is an interactive GPULab job in project demo, submitted by
+# the hub's service identity for the logged-in user; users log in through the same provider.
+hub_msg="  JupyterHub:    not started (JUPYTERHUB=0)"
+if [ "$hub" != 0 ]; then
+  mkdir -p "$dir/hub"
+  [ -f "$dir/hub/service.pem" ] || "$m" service-cert --name jupyterhub --out "$dir/hub/service.pem" >/dev/null
+  [ -s "$dir/hub/api-token" ] || (umask 077; od -An -N24 -tx1 /dev/urandom | tr -d ' \n' >"$dir/hub/api-token")
+  # A notebook in its container reaches the hub's API at the host's address on Docker's bridge.
+  gw=$(docker network inspect bridge -f '{{(index .IPAM.Config 0).Gateway}}' 2>/dev/null || echo 172.17.0.1)
+  here=$(cd "$(dirname "$0")/.." && pwd)
+  (cd "$dir/hub" && exec env GPULAB_MASTER_URL="https://localhost:$port" GPULAB_CA="$dir/ca.pem" GPULAB_SERVICE_CERT="$dir/hub/service.pem" \
+    GPULAB_HUB_DIR="$dir/hub" GPULAB_HUB_BIND_URL="http://:$hub_port" GPULAB_HUB_API_BIND="0.0.0.0:${GPULAB_HUB_API_PORT:-8081}" \
+    GPULAB_HUB_CONNECT_URL="http://$gw:${GPULAB_HUB_API_PORT:-8081}" GPULAB_HUB_PROXY_API="127.0.0.1:${GPULAB_HUB_PROXY_PORT:-8001}" \
+    GPULAB_HUB_PROJECT=demo GPULAB_HUB_ADMINS=alice GPULAB_HUB_API_TOKEN_FILE="$dir/hub/api-token" \
+    GPULAB_HUB_OIDC_ISSUER="$issuer" GPULAB_HUB_OIDC_CLIENT_ID=gpulab-portal GPULAB_HUB_OIDC_CLIENT_SECRET_FILE="$dir/oidc-client-secret" \
+    GPULAB_HUB_OIDC_REDIRECT_URL="http://localhost:$hub_port/hub/oauth_callback" \
+    /usr/bin/python3 -m jupyterhub -f "$here/contrib/jupyterhub/jupyterhub_config.py" >"$dir/hub.log" 2>&1) &
+  pids+=($!)
+  for _ in $(seq 1 150); do
+    curl -sf "http://127.0.0.1:$hub_port/hub/api/" >/dev/null 2>&1 && break
+    kill -0 "${pids[-1]}" 2>/dev/null || { tail -n 30 "$dir/hub.log" >&2; exit 1; }
+    sleep 0.2
+  done
+  hub_msg="  JupyterHub:    http://localhost:$hub_port   (log in as alice, same password; notebooks run as GPULab jobs in
+                 project demo; image gpulab-notebook:latest; log $dir/hub.log)
+                 from a script: HUB_URL=http://localhost:$hub_port HUB_TOKEN_FILE=$dir/hub/api-token \\
+                   contrib/jupyterhub/hubctl.py spawn alice --options '{\"gpus\": 1}'"
+fi
+
 api="https://localhost:$port/api/gpulab/v3.1"
 cat <<MSG
 
@@ -78,6 +113,7 @@ cat <<MSG
   Master CA:     $dir/ca.pem
   Slave:         $slave in cluster 1, 2 FAKE V100 GPUs (simulated), storage /project -> $dir/projects/<project>
                  SSH into its running jobs: ssh -p $ssh_port <job id>@localhost (a key of the job or of alice's profile, or -i $dir/alice.pem)
+$hub_msg
   Logs:          $dir/master.log, $dir/slave.log, $dir/devidp.log
 
   Try it (in another terminal):
@@ -93,4 +129,4 @@ cat <<MSG
 
 MSG
 wait -n "${pids[@]}"
-echo "run.sh: the provider, master or slave stopped; see $dir/devidp.log, $dir/master.log and $dir/slave.log" >&2
+echo "run.sh: the provider, master, slave or hub stopped; see $dir/devidp.log, $dir/master.log, $dir/slave.log and $dir/hub.log" >&2

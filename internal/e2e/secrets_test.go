@@ -67,7 +67,7 @@ func TestNoSecretInArgumentsOrLogs(t *testing.T) {
 	run.Dir = root
 	// Ports of its own, so that a `make run` or another test run beside it does not collide.
 	run.Env = append(os.Environ(), "GPULAB_DEVIDP_PORT="+idpPort, "GPULAB_RUN_SLAVE="+slave, "GPULAB_SSH_LISTEN=127.0.0.1:"+sshPort,
-		"GPULAB_RUN_SSH_PORT="+freePort(t))
+		"GPULAB_RUN_SSH_PORT="+freePort(t), "GPULAB_HUB_PORT="+freePort(t), "GPULAB_HUB_API_PORT="+freePort(t), "GPULAB_HUB_PROXY_PORT="+freePort(t))
 	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	run.Stdout, run.Stderr = &watchWriter{w: &runOut, want: "Stop with Ctrl-C", seen: ready}, &runOut
 	if err := run.Start(); err != nil {
@@ -98,9 +98,11 @@ func TestNoSecretInArgumentsOrLogs(t *testing.T) {
 		return strings.TrimSpace(string(b))
 	}
 	secrets := map[string]string{
-		"alice's portal password": read("alice-password"),
-		"OIDC client secret":      read("oidc-client-secret"),
-		"slave join token":        read("slave-token"),
+		"alice's portal password":  read("alice-password"),
+		"OIDC client secret":       read("oidc-client-secret"),
+		"slave join token":         read("slave-token"),
+		"JupyterHub's API token":   read("hub/api-token"),
+		"JupyterHub's proxy token": read("hub/proxy-token"),
 	}
 	for i, k := range strings.Split(read("data/session-keys"), ",") {
 		secrets[fmt.Sprintf("session key %d", i+1)] = strings.TrimSpace(k)
@@ -178,7 +180,7 @@ func TestNoSecretInArgumentsOrLogs(t *testing.T) {
 		}
 		logs[filepath.Base(f)] = string(b)
 	}
-	for _, want := range []string{"master.log", "slave.log", "devidp.log"} {
+	for _, want := range []string{"master.log", "slave.log", "devidp.log", "hub.log"} {
 		if _, ok := logs[want]; !ok {
 			t.Errorf("no %s in %s", want, dir)
 		}
@@ -203,8 +205,8 @@ func TestNoSecretInArgumentsOrLogs(t *testing.T) {
 		}
 	}
 	t.Logf("secrets: %d looked for (%d session keys), %d ps samples with %d distinct command lines, %d logs of %d bytes, %d hits",
-		len(secrets), len(secrets)-5, samples, len(lines), len(logs), logBytes, hits)
-	if !ps.sawTool("gpulab-devidp") || !ps.sawTool("gpulab-master serve") || !ps.sawTool("gpulab-slave run") {
+		len(secrets), len(secrets)-7, samples, len(lines), len(logs), logBytes, hits)
+	if !ps.sawTool("gpulab-devidp") || !ps.sawTool("gpulab-master serve") || !ps.sawTool("gpulab-slave run") || !ps.sawTool("jupyterhub") {
 		t.Errorf("ps never showed the stack's programs: the sampling missed them")
 	}
 }
