@@ -3,6 +3,7 @@ module github.com/opengpulab/gpulab
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/docker/docker v28.5.2+incompatible
 	github.com/google/uuid v1.6.0
 	github.com/jmoiron/sqlx v1.4.0

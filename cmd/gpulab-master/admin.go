@@ -19,7 +19,7 @@ import (
 // admin commands work on a fresh database too.
 func adminSetup(ctx context.Context, fs *flag.FlagSet, c *config, args []string, getenv func(string) string) (*store.Store, error) {
 	c.addCommon(fs, getenv)
-	if err := fs.Parse(args); err != nil {
+	if _, err := parseFlags(fs, args, getenv); err != nil {
 		return nil, err
 	}
 	st, err := c.openStore(ctx)

@@ -34,6 +34,7 @@ type config struct {
 	DefaultMinDuration string
 	DefaultMaxDuration string
 	LogLevel           string
+	LogFormat          string
 	NoMigrate          bool
 	OIDCIssuer         string
 	OIDCClientID       string
@@ -72,6 +73,7 @@ func (c *config) addCommon(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.DataDir, "data-dir", envOr(getenv, "GPULAB_DATA_DIR", "/var/lib/gpulab"), "folder of the CA files ca.pem and ca-key.pem (env GPULAB_DATA_DIR)")
 	fs.StringVar(&c.Authority, "authority", envOr(getenv, "GPULAB_AUTHORITY", "gpulab.local"), "URN authority of users and projects (env GPULAB_AUTHORITY)")
 	fs.StringVar(&c.LogLevel, "log-level", envOr(getenv, "GPULAB_LOG_LEVEL", "info"), "debug, info, warn or error (env GPULAB_LOG_LEVEL)")
+	fs.StringVar(&c.LogFormat, "log-format", envOr(getenv, "GPULAB_LOG_FORMAT", "text"), "text (key=value lines) or json (one JSON object a line) (env GPULAB_LOG_FORMAT)")
 }
 
 // addCertValidity registers the lifetimes of issued certificates (serve and the admin commands
@@ -102,11 +104,11 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.StartDeadline, "start-deadline", envDuration(getenv, "GPULAB_START_DEADLINE", store.DefaultLeases.StartDeadline), "the longest a job may take to start, image pull included (env GPULAB_START_DEADLINE)")
 	fs.DurationVar(&c.HaltLease, "halt-lease", envDuration(getenv, "GPULAB_HALT_LEASE", store.DefaultLeases.Halting), "a halt not begun, or not ended, this long fails the job (env GPULAB_HALT_LEASE)")
 	fs.DurationVar(&c.SchedulerInterval, "scheduler-interval", envDuration(getenv, "GPULAB_SCHEDULER_INTERVAL", 5*time.Second), "longest time between scheduler passes (env GPULAB_SCHEDULER_INTERVAL)")
-	fs.IntVar(&c.MemoryReserveGb, "memory-reserve-gb", 1, "memory kept free on every slave for its system")
+	fs.IntVar(&c.MemoryReserveGb, "memory-reserve-gb", envInt(getenv, "GPULAB_MEMORY_RESERVE_GB", 1), "memory kept free on every slave for its system (env GPULAB_MEMORY_RESERVE_GB)")
 	c.limits.addLimits(fs, getenv)
 	fs.DurationVar(&c.TallyHalfLife, "tally-half-life", envDuration(getenv, "GPULAB_TALLY_HALF_LIFE", 7*24*time.Hour), "usage tally half-life (env GPULAB_TALLY_HALF_LIFE)")
-	fs.IntVar(&c.MaxRunningUser, "max-running-per-user", 10, "running jobs one user may have at once (0: no cap)")
-	fs.IntVar(&c.MaxRunningProject, "max-running-per-project", 20, "running jobs one project may have at once (0: no cap)")
+	fs.IntVar(&c.MaxRunningUser, "max-running-per-user", envInt(getenv, "GPULAB_MAX_RUNNING_PER_USER", 10), "running jobs one user may have at once (0: no cap; env GPULAB_MAX_RUNNING_PER_USER)")
+	fs.IntVar(&c.MaxRunningProject, "max-running-per-project", envInt(getenv, "GPULAB_MAX_RUNNING_PER_PROJECT", 20), "running jobs one project may have at once (0: no cap; env GPULAB_MAX_RUNNING_PER_PROJECT)")
 	fs.IntVar(&c.MaxNotebooksPerUser, "max-notebooks-per-user", envInt(getenv, "GPULAB_MAX_NOTEBOOKS_PER_USER", handlers.DefaultMaxNotebooksPerUser),
 		"notebook jobs (named "+handlers.NotebookJobName+") one user may have not ended at once; more are refused with 409 (0: no limit; env GPULAB_MAX_NOTEBOOKS_PER_USER)")
 	fs.StringVar(&c.DefaultMinDuration, "default-min-duration", envOr(getenv, "GPULAB_DEFAULT_MIN_DURATION", "1 week"), "minDuration of jobs that give none (env GPULAB_DEFAULT_MIN_DURATION)")
@@ -191,6 +193,10 @@ func (c *config) sessionKeys() (keys []web.SessionKey, created bool, err error) 
 	return web.LoadOrCreateSessionKeys(c.DataDir)
 }
 
+// envDuration, envInt and envOr give a flag its default from the environment, so that -h shows
+// it. They never judge the value: parseFlags (settings.Parse) sets every flag not on the command
+// line again from the variable its usage names, and a value the flag refuses is an error at
+// start that names the variable, never a silent fallback to the default.
 func envDuration(getenv func(string) string, key string, def time.Duration) time.Duration {
 	if d, err := time.ParseDuration(getenv(key)); err == nil && d > 0 {
 		return d

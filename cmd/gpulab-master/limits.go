@@ -83,7 +83,8 @@ func (l *limitFlags) webLimits() (web.Limits, error) {
 	return w, nil
 }
 
-// envInt reads an integer environment variable, or def.
+// envInt reads an integer environment variable, or def (see envDuration: a bad value is refused
+// by parseFlags).
 func envInt(getenv func(string) string, key string, def int) int {
 	if n, err := strconv.Atoi(getenv(key)); err == nil {
 		return n

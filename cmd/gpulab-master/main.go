@@ -15,9 +15,12 @@
 //	gpulab-master cert list|revoke                 issued certificates, revocation
 //	gpulab-master service-cert --name N            a service identity's certificate (acts for users)
 //	gpulab-master service-revoke|service-list      revoke a service / list services
+//	gpulab-master config check FILE               validate a configuration file, print the settings
 //	gpulab-master simulate --trace CSV             replay a workload trace through the scheduler
 //
-// Configuration comes from flags, each with an environment variable (see -h).
+// Configuration comes from flags, each also an environment variable and a key of the TOML file
+// named by --config or GPULAB_CONFIG (precedence flag > environment > file > default; see -h
+// and `gpulab-master config example`).
 package main
 
 import (
@@ -26,7 +29,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -77,6 +79,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = serviceRevoke(ctx, args, getenv, stdout, stderr)
 	case "service-list":
 		err = serviceList(ctx, args, getenv, stdout, stderr)
+	case "config":
+		err = configCmd(ctx, args, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -126,16 +130,11 @@ Commands:
                                  user, or for members of the projects, named in X-GPULab-Act-As
   service-revoke --name NAME     disable a service and revoke all its certificates
   service-list                   list services
+  config check FILE [flags]      validate a configuration file (with the environment and flags)
+                                 and print the effective settings, secrets redacted
+  config example                 print a configuration file of every setting and its default
   simulate --trace CSV [--policy fair|fifo|sjf-oracle|all] [--slaves N] [--gpus-per-slave G] [--jobs N]
                                  replay a workload trace through the scheduler in simulated time
 
 Run 'gpulab-master COMMAND -h' for the flags of a command.
 `
-
-func newLogger(w io.Writer, level string) *slog.Logger {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		l = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
-}

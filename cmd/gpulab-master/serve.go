@@ -27,39 +27,20 @@ const latestClientVersion = "4.0.0"
 
 func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	var c config
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := serveFlags(&c, getenv)
 	fs.SetOutput(stderr)
-	c.addCommon(fs, getenv)
-	c.addServe(fs, getenv)
-	if err := fs.Parse(args); err != nil {
+	if _, err := parseFlags(fs, args, getenv); err != nil {
 		return err
 	}
 	if err := c.fillSecrets(getenv); err != nil {
 		return err
 	}
-	log := newLogger(stderr, c.LogLevel)
-	opts, err := c.jobOptions()
+	checked, err := c.check()
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	webLimits, err := c.limits.webLimits()
-	if err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
-	oidcCfg, err := c.oidcConfig()
-	if err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
-	// issue 10: admins by verified e-mail or ISSUER#SUBJECT; a bare name is a usage error.
-	if _, err := web.ParseAdmins(splitList(c.Admins)); err != nil {
-		return fmt.Errorf("%w: --admins: %w", errUsage, err)
-	}
-	if c.UserCertValidity <= 0 || c.SlaveCertValidity <= 0 {
-		return fmt.Errorf("%w: --user-cert-validity and --slave-cert-validity must be positive", errUsage)
-	}
-	if c.MaxNotebooksPerUser < 0 {
-		return fmt.Errorf("%w: --max-notebooks-per-user %d: must be 0 (no limit) or more", errUsage, c.MaxNotebooksPerUser)
-	}
+	log := newLogger(stderr, c.LogLevel, c.LogFormat)
+	opts, webLimits, oidcCfg := checked.jobOptions, checked.webLimits, checked.oidc
 	var sessionKeys []web.SessionKey
 	if oidcCfg.Issuer != "" {
 		var created bool
@@ -230,7 +211,7 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.addCommon(fs, getenv)
-	if err := fs.Parse(args); err != nil {
+	if _, err := parseFlags(fs, args, getenv); err != nil {
 		return err
 	}
 	st, err := c.openStore(ctx)
