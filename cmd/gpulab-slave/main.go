@@ -22,7 +22,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -66,6 +65,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = join(ctx, args, getenv, stdout, stderr)
 	case "run":
 		err = runSlave(ctx, args, getenv, stderr)
+	case "config":
+		err = configCmd(args, getenv, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -88,6 +89,11 @@ const usage = `Usage: gpulab-slave COMMAND [flags]
 Commands:
   join --master URL --ca CA.pem --token TOKEN   get this slave's certificate (once)
   run  --master URL [flags]                     run jobs (the default command)
+  config check FILE [flags]                     validate a configuration file, print the settings
+  config example                                print a configuration file of every setting
+
+Every flag is also a key of the TOML file named by --config (env GPULAB_CONFIG) and an
+environment variable; precedence: flag > environment > file > default.
 
 Run 'gpulab-slave COMMAND -h' for the flags.
 `
@@ -109,14 +115,11 @@ type identity struct {
 func join(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("join", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	master := fs.String("master", getenv("GPULAB_MASTER_URL"), "master URL, https://host:port (env GPULAB_MASTER_URL)")
-	caFile := fs.String("ca", getenv("GPULAB_MASTER_CA"), "the master's CA certificate, to trust it (env GPULAB_MASTER_CA)")
-	token := fs.String("token", "", "one-time join token from `gpulab-master slave-token`; prefer --token-file or the env GPULAB_JOIN_TOKEN (flags show in ps)")
-	tokenFile := fs.String("token-file", getenv("GPULAB_JOIN_TOKEN_FILE"), "file (mode 0600) holding the join token (env GPULAB_JOIN_TOKEN_FILE)")
-	stateDir := fs.String("state-dir", envOr(getenv, "GPULAB_SLAVE_DIR", "/var/lib/gpulab-slave"), "where the key and certificates are kept (env GPULAB_SLAVE_DIR)")
-	if err := fs.Parse(args); err != nil {
+	jf := addJoinFlags(fs, getenv)
+	if err := parseFlags(fs, args, getenv); err != nil {
 		return err
 	}
+	master, caFile, token, tokenFile, stateDir := jf.master, jf.caFile, jf.token, jf.tokenFile, jf.stateDir
 	if *token == "" && *tokenFile == "" {
 		*token = getenv("GPULAB_JOIN_TOKEN") // read after parsing: -h never shows it
 	}
@@ -170,42 +173,83 @@ func join(ctx context.Context, args []string, getenv func(string) string, stdout
 	return nil
 }
 
+// joinFlags are the flags of `join`.
+type joinFlags struct {
+	master, caFile, token, tokenFile, stateDir *string
+}
+
+func addJoinFlags(fs *flag.FlagSet, getenv func(string) string) joinFlags {
+	return joinFlags{
+		master:    fs.String("master", getenv("GPULAB_MASTER_URL"), "master URL, https://host:port (env GPULAB_MASTER_URL)"),
+		caFile:    fs.String("ca", getenv("GPULAB_MASTER_CA"), "the master's CA certificate, to trust it (env GPULAB_MASTER_CA)"),
+		token:     fs.String("token", "", "one-time join token from `gpulab-master slave-token`; prefer --token-file or the env GPULAB_JOIN_TOKEN (flags show in ps)"),
+		tokenFile: fs.String("token-file", getenv("GPULAB_JOIN_TOKEN_FILE"), "file (mode 0600) holding the join token (env GPULAB_JOIN_TOKEN_FILE)"),
+		stateDir:  fs.String("state-dir", envOr(getenv, "GPULAB_SLAVE_DIR", "/var/lib/gpulab-slave"), "where the key and certificates are kept (env GPULAB_SLAVE_DIR)"),
+	}
+}
+
+// listFlag is a repeatable flag; one value may also list several, comma-separated (as the
+// environment and the configuration file give them).
 type listFlag []string
 
-func (l *listFlag) String() string     { return strings.Join(*l, ",") }
-func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error {
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*l = append(*l, p)
+		}
+	}
+	return nil
+}
+
+// runFlags are the flags of `run`, the slave's settings.
+type runFlags struct {
+	master, stateDir, scratch, fakeGPUs, fakeCuda, dnsName *string
+	storage                                                listFlag
+	cpus                                                   *int
+	logLevel, logFormat, sshListen, sshAdvertise           *string
+	metricsListen                                          *string
+	hard                                                   *hardeningValues
+}
+
+func addRunFlags(fs *flag.FlagSet, getenv func(string) string) *runFlags {
+	f := &runFlags{}
+	f.master = fs.String("master", getenv("GPULAB_MASTER_URL"), "master URL, https://host:port, or several separated by commas: the slave moves to the next when one does not answer (env GPULAB_MASTER_URL; default: the one joined)")
+	f.stateDir = fs.String("state-dir", envOr(getenv, "GPULAB_SLAVE_DIR", "/var/lib/gpulab-slave"), "the folder `join` filled (env GPULAB_SLAVE_DIR)")
+	fs.Var(&f.storage, "storage", "public storage root and its host folder per project, ROOT=TEMPLATE with {project}, e.g. /project=/srv/gpulab/projects/{project} (repeatable or comma-separated; env GPULAB_SLAVE_STORAGE)")
+	f.scratch = fs.String("scratch-root", envOr(getenv, "GPULAB_SLAVE_SCRATCH", "/var/lib/gpulab-slave/scratch"), "per-job scratch folders (.ssh) (env GPULAB_SLAVE_SCRATCH)")
+	f.fakeGPUs = fs.String("fake-gpus", getenv("GPULAB_FAKE_GPUS"), "simulate GPUs for demos and tests, e.g. 2xV100-32GB (env GPULAB_FAKE_GPUS); marked fake everywhere")
+	f.fakeCuda = fs.String("fake-cuda-version", "", "CUDA version the fake GPUs claim (default "+gpu.DefaultFakeCudaVersion+")")
+	f.dnsName = fs.String("dns-name", getenv("GPULAB_SLAVE_DNSNAME"), "the name users reach published ports at (default: the host name; env GPULAB_SLAVE_DNSNAME)")
+	f.cpus = fs.Int("cpus", 0, "CPUs to offer (default: the machine's); more than the machine has leaves jobs unpinned, limited by CPU time only")
+	f.logLevel = fs.String("log-level", envOr(getenv, "GPULAB_LOG_LEVEL", "info"), "debug, info, warn or error (env GPULAB_LOG_LEVEL)")
+	f.logFormat = fs.String("log-format", envOr(getenv, "GPULAB_LOG_FORMAT", "text"), "text (key=value lines) or json (one JSON object a line) (env GPULAB_LOG_FORMAT)")
+	f.sshListen = fs.String("ssh-listen", getenv("GPULAB_SLAVE_SSH_LISTEN"), "address the SSH server for jobs listens on, e.g. :2222 (env GPULAB_SLAVE_SSH_LISTEN; empty: no SSH)")
+	f.sshAdvertise = fs.String("ssh-advertise", getenv("GPULAB_SLAVE_SSH_ADVERTISE"), "HOST:PORT users connect to for SSH (env GPULAB_SLAVE_SSH_ADVERTISE; default: --dns-name and the listen port)")
+	f.metricsListen = fs.String("metrics-listen", getenv("GPULAB_SLAVE_METRICS_LISTEN"), "address of the slave's Prometheus /metrics, e.g. 127.0.0.1:9101 (plain HTTP without authentication: keep it local or firewalled; empty: none) (env GPULAB_SLAVE_METRICS_LISTEN)")
+	f.hard = hardeningFlags(fs)
+	return f
+}
 
 func runSlave(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	master := fs.String("master", getenv("GPULAB_MASTER_URL"), "master URL, https://host:port, or several separated by commas: the slave moves to the next when one does not answer (env GPULAB_MASTER_URL; default: the one joined)")
-	stateDir := fs.String("state-dir", envOr(getenv, "GPULAB_SLAVE_DIR", "/var/lib/gpulab-slave"), "the folder `join` filled (env GPULAB_SLAVE_DIR)")
-	var storageSpecs listFlag
-	fs.Var(&storageSpecs, "storage", "public storage root and its host folder per project, ROOT=TEMPLATE with {project}, e.g. /project=/srv/gpulab/projects/{project} (repeatable; env GPULAB_SLAVE_STORAGE, comma-separated)")
-	scratch := fs.String("scratch-root", envOr(getenv, "GPULAB_SLAVE_SCRATCH", "/var/lib/gpulab-slave/scratch"), "per-job scratch folders (.ssh) (env GPULAB_SLAVE_SCRATCH)")
-	fakeGPUs := fs.String("fake-gpus", getenv("GPULAB_FAKE_GPUS"), "simulate GPUs for demos and tests, e.g. 2xV100-32GB (env GPULAB_FAKE_GPUS); marked fake everywhere")
-	fakeCuda := fs.String("fake-cuda-version", "", "CUDA version the fake GPUs claim (default "+gpu.DefaultFakeCudaVersion+")")
-	dnsName := fs.String("dns-name", getenv("GPULAB_SLAVE_DNSNAME"), "the name users reach published ports at (default: the host name)")
-	cpus := fs.Int("cpus", 0, "CPUs to offer (default: the machine's); more than the machine has leaves jobs unpinned, limited by CPU time only")
-	logLevel := fs.String("log-level", envOr(getenv, "GPULAB_LOG_LEVEL", "info"), "debug, info, warn or error")
-	sshListen := fs.String("ssh-listen", getenv("GPULAB_SLAVE_SSH_LISTEN"), "address the SSH server for jobs listens on, e.g. :2222 (env GPULAB_SLAVE_SSH_LISTEN; empty: no SSH)")
-	sshAdvertise := fs.String("ssh-advertise", getenv("GPULAB_SLAVE_SSH_ADVERTISE"), "HOST:PORT users connect to for SSH (env GPULAB_SLAVE_SSH_ADVERTISE; default: --dns-name and the listen port)")
-	hard := hardeningFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	rf := addRunFlags(fs, getenv)
+	if err := parseFlags(fs, args, getenv); err != nil {
 		return err
 	}
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(*logLevel))
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	master, stateDir, scratch, fakeGPUs, fakeCuda, dnsName := rf.master, rf.stateDir, rf.scratch, rf.fakeGPUs, rf.fakeCuda, rf.dnsName
+	cpus, sshListen, sshAdvertise, hard, storageSpecs := rf.cpus, rf.sshListen, rf.sshAdvertise, rf.hard, rf.storage
+	log, err := newLogger(stderr, *rf.logLevel, *rf.logFormat)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
 	h, err := hard.hardening()
 	if err != nil {
 		return fmt.Errorf("%w: %w", err, errUsage)
 	}
 	if lowered := h.CapUlimits(); len(lowered) > 0 {
 		log.Warn("job ulimits lowered to this process's hard limits (the engine refuses more)", "lowered", lowered)
-	}
-	if len(storageSpecs) == 0 && getenv("GPULAB_SLAVE_STORAGE") != "" {
-		storageSpecs = strings.Split(getenv("GPULAB_SLAVE_STORAGE"), ",")
 	}
 	storageMap, err := storage.ParseMap(storageSpecs)
 	if err != nil {

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/opengpulab/gpulab/internal/settings"
+)
+
+func slaveRun(env map[string]string, args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, func(k string) string { return env[k] }, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func tomlFile(t *testing.T, content string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "slave.toml")
+	if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// A bad value from the environment, the file or a flag stops the slave before it does
+// anything, naming the setting.
+func TestSlaveBadValuesAreErrors(t *testing.T) {
+	cases := []struct {
+		env  map[string]string
+		file string
+		want string
+	}{
+		{map[string]string{"GPULAB_SLAVE_CPUS": "many"}, "", "GPULAB_SLAVE_CPUS"},
+		{map[string]string{"GPULAB_SLAVE_PIDS_LIMIT": "-"}, "", "GPULAB_SLAVE_PIDS_LIMIT"},
+		{map[string]string{"GPULAB_LOG_FORMAT": "xml"}, "", "--log-format"},
+		{nil, "cpus = \"eight\"\n", "slave.toml: cpus"},
+		{nil, "gpus = 2\n", "unknown setting \"gpus\""},
+	}
+	for _, tc := range cases {
+		args := []string{"run", "--state-dir", t.TempDir()}
+		if tc.file != "" {
+			args = append(args, "--config", tomlFile(t, tc.file))
+		}
+		code, _, errOut := slaveRun(tc.env, args...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v %q: exit %d %q; want 2 naming %q", tc.env, tc.file, code, errOut, tc.want)
+		}
+	}
+}
+
+// Lists come as arrays from the file, comma-separated from the environment; the environment
+// wins over the file, a flag over both.
+func TestSlaveConfigPrecedence(t *testing.T) {
+	file := tomlFile(t, `storage = ["/project=/srv/p/{project}", "/scratch=/srv/s/{project}"]
+cpus = 4
+network = "from-file"
+fake-gpus = "2xV100-32GB"
+`)
+	code, out, errOut := slaveRun(map[string]string{"GPULAB_SLAVE_NETWORK": "from-env", "GPULAB_FAKE_GPUS": "1xA100-80GB"},
+		"config", "check", file, "--cpus", "6")
+	if code != 0 {
+		t.Fatalf("config check: %d %s", code, errOut)
+	}
+	for _, want := range []string{
+		`storage = "/project=/srv/p/{project},/scratch=/srv/s/{project}"  # file`,
+		`cpus = "6"  # flag`,
+		`network = "from-env"  # env GPULAB_SLAVE_NETWORK`,
+		`fake-gpus = "1xA100-80GB"  # env GPULAB_FAKE_GPUS`,
+		`pids-limit = "4096"  # default`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("config check output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// contrib/config/slave.toml lists every setting of run and join with its default; uncommented
+// it passes config check and changes nothing. Regenerate with
+// `gpulab-slave config example > contrib/config/slave.toml`.
+func TestSlaveExampleConfigListsEverySetting(t *testing.T) {
+	data, err := os.ReadFile("../../contrib/config/slave.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^# ([a-z0-9-]+) = (.*)$`).FindAllStringSubmatch(string(data), -1) {
+		lines = append(lines, m[1]+" = "+m[2])
+		listed[m[1]] = true
+	}
+	fs, _ := allSettings(noEnv)
+	fs.VisitAll(func(f *flag.Flag) {
+		if !listed[f.Name] {
+			t.Errorf("contrib/config/slave.toml lacks %q: run `gpulab-slave config example > contrib/config/slave.toml`", f.Name)
+		}
+	})
+	code, out, errOut := slaveRun(nil, "config", "check", tomlFile(t, strings.Join(lines, "\n")+"\n"))
+	if code != 0 {
+		t.Fatalf("config check of the uncommented example: %d %s", code, errOut)
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		want := f.Name + " = \"" + settings.Redact(f.Name, f.DefValue) + "\"  # file"
+		if !strings.Contains(out, want) {
+			t.Errorf("example's %s is not its default: want %q in\n%s", f.Name, want, out)
+		}
+	})
+}
