@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/metrics"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
@@ -62,6 +63,9 @@ type Config struct {
 	// SSHJump is the master's SSH jump host as users reach it (nil: the master serves none);
 	// the job JSON names it as sshProxyHost/sshProxyPort.
 	SSHJump *SSHJumpHost
+
+	// Metrics records queue waits and halts asked for by users (nil: none).
+	Metrics *metrics.Master
 }
 
 // Handlers serves the API. Create it with New.

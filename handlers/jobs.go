@@ -567,6 +567,9 @@ func (h *Handlers) SetJobStatus(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if to == job.StatusMustHalt {
+		h.cfg.Metrics.ObserveHalt("USER")
+	}
 	h.wakeScheduler(r.Context())
 	if slave := rec.Job.State.Scheduling.AssignedSlaveName; slave != "" {
 		h.wakeSlaves(r.Context(), slave) // a job to stop or halt

@@ -530,11 +530,29 @@ func (h *Handlers) SlaveUpdate(w http.ResponseWriter, r *http.Request) error {
 		}
 		return fieldError("to", "%s", why)
 	}
-	if _, err := h.slaveJob(r.Context(), c, u.JobUUID); err != nil {
+	rec, err := h.slaveJob(r.Context(), c, u.JobUUID)
+	if err != nil {
 		return err
 	}
-	return h.slaveChange(w, r, c, u.JobUUID, store.Change{From: []job.Status{u.From}, To: u.To, Attempt: store.Attempt(u.Attempt),
+	err = h.slaveChange(w, r, c, u.JobUUID, store.Change{From: []job.Status{u.From}, To: u.To, Attempt: store.Attempt(u.Attempt),
 		Resources: u.Resources, Event: store.Event{Actor: "slave " + c.SlaveName, Message: u.Reason}})
+	if err == nil && u.To == job.StatusRunning {
+		h.observeQueueWait(rec)
+	}
+	return err
+}
+
+// observeQueueWait records, for a job that now runs, the time since it was (last) queued.
+func (h *Handlers) observeQueueWait(rec *store.JobRecord) {
+	queued, ok := rec.Job.State.EventTimes[job.StatusQueued]
+	if !ok {
+		return
+	}
+	cluster := 0
+	if res := rec.Job.State.Resources; res != nil {
+		cluster = res.ClusterID
+	}
+	h.cfg.Metrics.ObserveQueueWait(cluster, time.Since(queued))
 }
 
 // SlaveLog appends a chunk of a job's log. Chunks are accepted after the job ended too (the

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/metrics"
 	"github.com/opengpulab/gpulab/protocol"
 	"github.com/opengpulab/gpulab/store"
 )
@@ -45,6 +46,9 @@ type LoopConfig struct {
 	// OnPass, when set, is called after every pass of Run with when it started, how long it
 	// took and its error: benchmarks time the real loop's passes with it.
 	OnPass func(start time.Time, took time.Duration, err error)
+	// Metrics, when set, records each committed pass's duration and placements and the halts
+	// it asked for.
+	Metrics *metrics.Master
 }
 
 // TallyInterval is the period tallyIncrement is expressed in (SPEC 7.2).
@@ -194,6 +198,7 @@ func (l *Loop) renew(ctx context.Context, lead store.Leadership, cancel context.
 
 // Pass does one housekeeping and scheduling pass as the holder of lead.
 func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
+	start := time.Now()
 	var stops []string
 	err := l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
 		var err error
@@ -217,7 +222,11 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 		return err
 	}
 	plan := snap.Plan()
-	return l.apply(ctx, lead, snap, hosts, plan)
+	placed, err := l.apply(ctx, lead, snap, hosts, plan)
+	if err == nil {
+		l.cfg.Metrics.ObservePass(time.Since(start), placed)
+	}
+	return err
 }
 
 // housekeeping gives their outcome to the jobs the scheduler must act on by time (all measured
@@ -402,8 +411,9 @@ func (l *Loop) snapshot(ctx context.Context) (Snapshot, map[string]string, error
 
 // apply writes a plan in one transaction that proves the lease first. Each change stays
 // conditional on the state the snapshot saw: a job cancelled since is skipped, not assigned.
-func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap Snapshot, hosts map[string]string, plan Plan) error {
+func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap Snapshot, hosts map[string]string, plan Plan) (int, error) {
 	assigned, halted := 0, 0
+	var haltReasons []string
 	wake := wakeSlaves(snap, plan)
 	err := l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
 		batch := make([]store.Assignment, 0, len(plan.Assignments))
@@ -457,6 +467,7 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap Snapshot, 
 				}
 			}
 			halted++
+			haltReasons = append(haltReasons, h.Reason)
 		}
 		if err := tx.SetQueuedExplanations(ctx, plan.Explanations); err != nil {
 			return err
@@ -471,7 +482,10 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap Snapshot, 
 		return nil
 	})
 	if err != nil {
-		return err
+		return 0, err
+	}
+	for _, r := range haltReasons {
+		l.cfg.Metrics.ObserveHalt(r)
 	}
 	if assigned > 0 || halted > 0 {
 		l.work.WakeKeys(wake...)
@@ -479,7 +493,7 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap Snapshot, 
 	if assigned > 0 || halted > 0 || len(plan.Failures) > 0 {
 		l.log.Info("scheduler pass", "queued", len(snap.Queued), "assigned", assigned, "halted", halted, "failed", len(plan.Failures))
 	}
-	return nil
+	return assigned, nil
 }
 
 // wakeSlaves names the slaves whose long polls have news after a plan: those that got jobs and

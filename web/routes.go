@@ -123,10 +123,14 @@ func (s *Server) routes() http.Handler {
 		mux.Handle(rt.Method+" "+rt.Path, hd)
 	}
 	// The health checks answer before authentication: a probe that carries a session cookie
-	// must not need the database to learn that the process lives.
+	// must not need the database to learn that the process lives. So does /metrics, for
+	// Prometheus, which has no GPULab identity: it holds counts, never a user's data.
 	root := http.NewServeMux()
 	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	root.HandleFunc("GET /readyz", s.ready)
-	root.Handle("/", s.authenticate(s.csrfProtect(mux)))
-	return s.recoverer(s.logRequests(s.limitRequests(root)))
+	if s.cfg.Metrics != nil {
+		root.Handle("GET /metrics", s.cfg.Metrics.Handler())
+	}
+	root.Handle("/", s.authenticate(s.csrfProtect(noteRoute(mux))))
+	return s.recoverer(s.logRequests(s.limitRequests(noteRoute(root))))
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/opengpulab/gpulab/handlers"
+	"github.com/opengpulab/gpulab/metrics"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/store"
 )
@@ -47,6 +48,9 @@ type Config struct {
 	SessionKeys []SessionKey
 	// Limits bound connections and requests (timeouts, header size, connections per client).
 	Limits Limits
+	// Metrics, when set, is served at GET /metrics (before authentication, like /healthz: it
+	// holds no user's data) and times every request by route pattern.
+	Metrics *metrics.Master
 }
 
 // Server is the master's HTTPS server.
@@ -164,30 +168,6 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	s.h.WriteError(w, r, err)
-}
-
-// statusRecorder remembers the status a handler wrote, for the request log.
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (r *statusRecorder) WriteHeader(code int) {
-	r.status = code
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-
-// logRequests logs one line per request, with the caller when known (set further in).
-func (s *Server) logRequests(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-		next.ServeHTTP(rec, r)
-		s.log.Info("request", "method", r.Method, "path", r.URL.Path, "status", rec.status,
-			"duration_ms", time.Since(start).Milliseconds(), "remote", r.RemoteAddr)
-	})
 }
 
 // recoverer turns a panic into a 500 and a logged stack instead of a dropped connection.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opengpulab/gpulab/handlers"
+	"github.com/opengpulab/gpulab/metrics"
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/sshjump"
 	"github.com/opengpulab/gpulab/store"
@@ -95,15 +96,17 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err != nil {
 		return err
 	}
+	mets := metrics.NewMaster(st, metrics.MasterOptions{Log: log})
+	wcfg.Metrics = mets
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
-	h := handlers.New(st, handlers.Config{Authority: c.Authority, Version: version, LatestClientVersion: latestClientVersion,
+	h := handlers.New(st, handlers.Config{Metrics: mets, Authority: c.Authority, Version: version, LatestClientVersion: latestClientVersion,
 		JobOptions: opts, CA: ca, HeartbeatInterval: c.HeartbeatInterval, TallyHalfLife: c.TallyHalfLife, FenceAfter: c.JobGrace,
 		MemoryReserveGb: c.MemoryReserveGb, UserCertValidity: c.UserCertValidity, SlaveCertValidity: c.SlaveCertValidity,
 		SSHJump: jump, MaxNotebooksPerUser: c.MaxNotebooksPerUser}, log, wake, work)
 	srv := web.New(wcfg, st, h, log)
 	loop := scheduler.NewLoop(st, scheduler.LoopConfig{Interval: c.SchedulerInterval, HeartbeatGrace: c.HeartbeatGrace,
 		JobGrace: c.JobGrace, FenceMargin: c.FenceMargin, MemoryReserveGb: c.MemoryReserveGb,
-		Limits: &scheduler.Limits{PerUser: c.MaxRunningUser, PerProject: c.MaxRunningProject}, TallyHalfLife: c.TallyHalfLife}, log, wake, work)
+		Limits: &scheduler.Limits{PerUser: c.MaxRunningUser, PerProject: c.MaxRunningProject}, TallyHalfLife: c.TallyHalfLife, Metrics: mets}, log, wake, work)
 	go func() {
 		if err := loop.Run(ctx); err != nil {
 			log.Error("scheduler stopped", "err", err)

@@ -148,12 +148,13 @@ func parseLogLevel(level string) (slog.Level, error) {
 }
 
 // newLogger is the process's logger: key=value lines, or one JSON object a line with
-// --log-format json (for log collectors). Values are checked first (check).
+// --log-format json (for log collectors); lines logged while serving a request carry its
+// request_id. Values are checked first (check).
 func newLogger(w io.Writer, level, format string) *slog.Logger {
 	l, _ := parseLogLevel(level)
 	opts := &slog.HandlerOptions{Level: l}
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(web.WithRequestID(slog.NewJSONHandler(w, opts)))
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(web.WithRequestID(slog.NewTextHandler(w, opts)))
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/metrics"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
@@ -93,6 +94,8 @@ type Options struct {
 	// MaxNotebooksPerUser is --max-notebooks-per-user: 0 gives the master's default
 	// (handlers.DefaultMaxNotebooksPerUser), a negative value no limit.
 	MaxNotebooksPerUser int
+	// Log, when set, is the master's logger (default: warnings and errors to the test's log).
+	Log *slog.Logger
 }
 
 // Start runs a master for the test's duration.
@@ -147,7 +150,10 @@ func Start(t testing.TB, opts Options) *Master {
 	if opts.Job != nil {
 		jobOpts = *opts.Job
 	}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	if opts.HeartbeatInterval == 0 {
 		opts.HeartbeatInterval = 500 * time.Millisecond
 	}
@@ -168,12 +174,14 @@ func Start(t testing.TB, opts Options) *Master {
 	if notebooks < 0 {
 		notebooks = 0
 	}
+	mets := metrics.NewMaster(st, metrics.MasterOptions{Log: log})
+	lc.Metrics = mets
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
-	h := handlers.New(st, handlers.Config{Authority: Authority, Version: "test", LatestClientVersion: "4.0.0", JobOptions: jobOpts,
+	h := handlers.New(st, handlers.Config{Metrics: mets, Authority: Authority, Version: "test", LatestClientVersion: "4.0.0", JobOptions: jobOpts,
 		CA: ca, HeartbeatInterval: opts.HeartbeatInterval, MaxLongPoll: cmp.Or(opts.MaxLongPoll, 5*time.Second), FenceAfter: lc.JobGrace,
 		MissingGrace: opts.MissingGrace, WorkRecheck: opts.WorkRecheck, SSHJump: opts.SSHJump, MaxNotebooksPerUser: notebooks}, log, wake, work)
 	wcfg := web.Config{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}, Admins: opts.Admins, Authority: Authority,
-		OIDC: oidcCfg, SessionKeys: opts.SessionKeys, Limits: opts.Web, AutoCreateCertUsers: opts.AutoCreateCertUsers}
+		OIDC: oidcCfg, SessionKeys: opts.SessionKeys, Limits: opts.Web, AutoCreateCertUsers: opts.AutoCreateCertUsers, Metrics: mets}
 	srv := web.New(wcfg, st, h, log)
 	loopDone := make(chan struct{})
 	listenDone := make(chan struct{})

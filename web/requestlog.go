@@ -1,0 +1,160 @@
+package web
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/opengpulab/gpulab/handlers"
+	"github.com/opengpulab/gpulab/pki"
+)
+
+// RequestIDHeader carries a request's id: taken from the client (a proxy's) when sane, made
+// otherwise, and always echoed in the response, so a user's report finds the log line.
+const RequestIDHeader = "X-Request-Id"
+
+// saneRequestID is what a client's request id may look like: short, without spaces or
+// anything a log reader would trip on.
+var saneRequestID = regexp.MustCompile(`^[A-Za-z0-9._:+/=-]{1,128}$`)
+
+// requestID is the client's id when sane, else a fresh one.
+func requestID(given string) string {
+	if saneRequestID.MatchString(given) {
+		return given
+	}
+	return uuid.NewString()
+}
+
+// requestInfo is what the layers inside the request log learn of a request (the route that
+// served it, who called) for its log line and its metrics. The log puts it in the context;
+// inner layers fill it in, since their context and request are copies the log never sees.
+type requestInfo struct {
+	id     string
+	route  string
+	caller *handlers.Caller
+}
+
+type requestInfoKey struct{}
+
+func infoFrom(ctx context.Context) *requestInfo {
+	ri, _ := ctx.Value(requestInfoKey{}).(*requestInfo)
+	return ri
+}
+
+// RequestID is the id of the request being served (empty outside one).
+func RequestID(ctx context.Context) string {
+	if ri := infoFrom(ctx); ri != nil {
+		return ri.id
+	}
+	return ""
+}
+
+// noteRoute records, after a mux served the request, the pattern it chose and the caller
+// authentication found; an outer mux does not overwrite what an inner one recorded.
+func noteRoute(mux http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mux.ServeHTTP(w, r)
+		if ri := infoFrom(r.Context()); ri != nil {
+			if ri.route == "" && r.Pattern != "" && r.Pattern != "/" {
+				ri.route = r.Pattern
+			}
+			if c := handlers.CallerFrom(r.Context()); c != nil {
+				ri.caller = c
+			}
+		}
+	})
+}
+
+// callerAttrs describe a caller for the log: who (user, slave or service) and how
+// authenticated; a service acting for a user names both.
+func callerAttrs(c *handlers.Caller) []any {
+	if c == nil {
+		return []any{"caller", "-"}
+	}
+	switch {
+	case c.Kind == pki.KindSlave:
+		return []any{"caller", "slave:" + c.SlaveName, "via", c.Via}
+	case c.Service != "" && c.Kind == pki.KindService:
+		return []any{"caller", "service:" + c.Service, "via", c.Via}
+	case c.Service != "":
+		return []any{"caller", "user:" + c.User.Name, "service", c.Service, "via", c.Via}
+	default:
+		return []any{"caller", "user:" + c.User.Name, "via", c.Via}
+	}
+}
+
+// statusRecorder remembers the status a handler wrote and the bytes of its body, for the
+// request log.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(p []byte) (int, error) {
+	n, err := r.ResponseWriter.Write(p)
+	r.bytes += int64(n)
+	return n, err
+}
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// logRequests logs one line per request: its id, method, route pattern (the path without its
+// query string, which may hold tokens, when no route matched), status, duration, bytes written,
+// the caller, and the client address; no header is logged. It also times the request for
+// /metrics by route pattern and code.
+func (s *Server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ri := &requestInfo{id: requestID(r.Header.Get(RequestIDHeader))}
+		w.Header().Set(RequestIDHeader, ri.id)
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, ri)))
+		took := time.Since(start)
+		route := ri.route
+		if route == "" {
+			route = "unmatched"
+		}
+		s.cfg.Metrics.ObserveRequest(route, r.Method, rec.status, took)
+		level := slog.LevelInfo
+		if route == "GET /healthz" || route == "GET /readyz" || route == "GET /metrics" {
+			level = slog.LevelDebug // probes and scrapers every few seconds
+		}
+		attrs := []any{"request_id", ri.id, "method", r.Method, "route", route, "status", rec.status,
+			"duration_ms", float64(took.Microseconds()) / 1000, "bytes", rec.bytes, "remote", r.RemoteAddr}
+		if ri.route == "" {
+			attrs = append(attrs, "path", r.URL.Path)
+		}
+		s.log.Log(r.Context(), level, "request", append(attrs, callerAttrs(ri.caller)...)...)
+	})
+}
+
+// WithRequestID wraps a log handler so that every record logged with a request's context
+// carries its request_id: handlers' lines join the request's own line.
+func WithRequestID(h slog.Handler) slog.Handler { return requestIDHandler{h} }
+
+type requestIDHandler struct{ slog.Handler }
+
+func (h requestIDHandler) Handle(ctx context.Context, r slog.Record) error {
+	if id := RequestID(ctx); id != "" {
+		r.AddAttrs(slog.String("request_id", id))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h requestIDHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return requestIDHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h requestIDHandler) WithGroup(name string) slog.Handler {
+	return requestIDHandler{h.Handler.WithGroup(name)}
+}
