@@ -60,6 +60,12 @@ func NewClient(baseURLs string, caPEM []byte, cert *tls.Certificate) (*Client, e
 	}, nil
 }
 
+// WrapTransport wraps the client's HTTP transport (to time its calls for metrics). Call it
+// before the first call.
+func (c *Client) WrapTransport(wrap func(http.RoundTripper) http.RoundTripper) {
+	c.http.Transport = wrap(c.http.Transport)
+}
+
 // LastContact is when a master last answered a call in a way that shows it could act (any
 // answer but a 5xx): what the slave's self-fencing measures. Zero before the first answer.
 func (c *Client) LastContact() time.Time {

@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -128,7 +129,13 @@ type Agent struct {
 
 	kick chan struct{} // asks for a heartbeat now: a task ended and what it held can be freed
 	wg   sync.WaitGroup
+
+	logBacklog atomic.Int64 // bytes of container output read and not yet taken by the master
 }
+
+// LogBacklog is how many bytes of its jobs' output the slave has read and the master has not
+// yet taken (for /metrics: it grows while the master is unreachable or slow).
+func (a *Agent) LogBacklog() int64 { return a.logBacklog.Load() }
 
 // New makes an agent for the slave described by inv.
 func New(master protocol.Master, rt Runtime, gpus GPUSampler, inv protocol.Inventory, cfg Config, log *slog.Logger) *Agent {

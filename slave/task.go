@@ -566,6 +566,15 @@ func (a *Agent) shipLog(ctx context.Context, t *task, from protocol.LogState) er
 		}
 	}()
 	var pending []byte
+	// This task's share of the agent's log backlog (LogBacklog): what it read and the master
+	// has not yet taken.
+	var shown int64
+	note := func() {
+		n := int64(len(pending))
+		a.logBacklog.Add(n - shown)
+		shown = n
+	}
+	defer func() { a.logBacklog.Add(-shown) }()
 	flush := time.NewTimer(a.cfg.LogFlush)
 	defer flush.Stop()
 	for {
@@ -591,17 +600,20 @@ func (a *Agent) shipLog(ctx context.Context, t *task, from protocol.LogState) er
 			}
 			total += int64(len(p))
 			pending = append(pending, p...)
+			note()
 			for len(pending) >= a.cfg.LogChunk {
 				if err := send(pending[:a.cfg.LogChunk]); err != nil {
 					return err
 				}
 				pending = append([]byte{}, pending[a.cfg.LogChunk:]...)
+				note()
 			}
 		case <-flush.C:
 			if err := send(pending); err != nil {
 				return err
 			}
 			pending = nil
+			note()
 			flush.Reset(a.cfg.LogFlush)
 		case <-ctx.Done():
 			// The slave stops; what the master lacks is sent after the restart.

@@ -22,18 +22,23 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/docker/docker/client"
 
 	"github.com/opengpulab/gpulab/internal/secretfile"
+	"github.com/opengpulab/gpulab/metrics"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/protocol"
 	"github.com/opengpulab/gpulab/slave"
@@ -305,7 +310,20 @@ func runSlave(ctx context.Context, args []string, getenv func(string) string, st
 		GPUs: gi.GPUs, DriverVersion: gi.DriverVersion, CudaVersion: gi.CudaVersion, GPUStatus: gi.Status,
 		StorageRoots: storageMap.Roots(),
 	}
-	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	var agentRef atomic.Pointer[slave.Agent]
+	mets := metrics.NewSlave(func() int64 {
+		if a := agentRef.Load(); a != nil {
+			return a.LogBacklog()
+		}
+		return 0
+	})
+	if *rf.metricsListen != "" {
+		if _, err := serveMetrics(ctx, *rf.metricsListen, mets, log); err != nil {
+			return err
+		}
+	}
+	mc.WrapTransport(mets.MasterTransport)
+	dc, err := client.NewClientWithOpts(client.FromEnv, timeDocker(mets), client.WithAPIVersionNegotiation())
 	if err != nil {
 		return fmt.Errorf("docker client: %w", err)
 	}
@@ -355,19 +373,57 @@ func runSlave(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	log.Info("slave starting", "name", id.Name, "cluster", id.ClusterID, "master", *master, "cpus", inv.CPUs, "memory_mib", inv.MemoryMiB,
 		"gpus", len(inv.GPUs), "gpu_status", inv.GPUStatus, "storage", inv.StorageRoots)
+	agent := slave.New(mc, rt, sampler, inv, slave.Config{}, log)
+	agentRef.Store(agent)
 	if sshSrv == nil {
-		return slave.New(mc, rt, sampler, inv, slave.Config{}, log).Run(ctx)
+		return agent.Run(ctx)
 	}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	sshDone := make(chan error, 1)
 	go func() { sshDone <- sshSrv.Serve(ctx, sshLn) }()
-	err = slave.New(mc, rt, sampler, inv, slave.Config{}, log).Run(ctx)
+	err = agent.Run(ctx)
 	stop()
 	if serr := <-sshDone; err == nil && serr != nil {
 		err = serr
 	}
 	return err
+}
+
+// timeDocker makes the Docker client time its calls for /metrics: it wraps the transport
+// FromEnv configured (keeping https for a TLS engine, which the client would otherwise no
+// longer see).
+func timeDocker(mets *metrics.Slave) client.Opt {
+	return func(c *client.Client) error {
+		hc := c.HTTPClient()
+		if tr, ok := hc.Transport.(*http.Transport); ok && tr.TLSClientConfig != nil {
+			if err := client.WithScheme("https")(c); err != nil {
+				return err
+			}
+		}
+		hc.Transport = mets.DockerTransport(hc.Transport)
+		return client.WithHTTPClient(hc)(c)
+	}
+}
+
+// serveMetrics serves the slave's /metrics in plain HTTP on addr until ctx ends. The address
+// should be local or firewalled: the metrics name no user, but nothing authenticates.
+func serveMetrics(ctx context.Context, addr string, mets *metrics.Slave, log *slog.Logger) (net.Addr, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", mets.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	log.Info("metrics", "url", "http://"+l.Addr().String()+"/metrics")
+	return l.Addr(), nil
 }
 
 // sshAdvertiseAddr is where users reach the SSH server: the flag's HOST:PORT, or the slave's
