@@ -15,8 +15,9 @@ import (
 // among them), and its log shipping backlog.
 type Slave struct {
 	reg    *prometheus.Registry
-	docker *prometheus.HistogramVec
-	master *prometheus.HistogramVec
+	docker  *prometheus.HistogramVec
+	master  *prometheus.HistogramVec
+	backlog prometheus.GaugeFunc
 }
 
 // NewSlave registers the slave's metrics; logBacklog reports the bytes of job output read and
@@ -35,11 +36,13 @@ func NewSlave(logBacklog func() int64) *Slave {
 			[]string{"call", "code"}),
 	}
 	reg.MustRegister(s.docker, s.master, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if logBacklog != nil {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: "slave", Name: "log_backlog_bytes",
-			Help: "Bytes of job output read from containers and not yet taken by the master."},
-			func() float64 { return float64(logBacklog()) }))
+	if logBacklog == nil {
+		logBacklog = func() int64 { return 0 }
 	}
+	s.backlog = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Subsystem: "slave", Name: "log_backlog_bytes",
+		Help: "Bytes of job output read from containers and not yet taken by the master."},
+		func() float64 { return float64(logBacklog()) })
+	reg.MustRegister(s.backlog)
 	return s
 }
 
