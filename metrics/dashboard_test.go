@@ -47,11 +47,11 @@ func TestGrafanaDashboardUsesRealSeries(t *testing.T) {
 	}
 	var dash struct {
 		Title, UID    string
-		SchemaVersion int `json:"schemaVersion"`
+		SchemaVersion int                               `json:"schemaVersion"`
 		Inputs        []struct{ Name, PluginID string } `json:"__inputs"`
 		Panels        []struct {
 			Type, Title string
-			GridPos     *struct{ H, W, X, Y int } `json:"gridPos"`
+			GridPos     *struct{ H, W, X, Y int }      `json:"gridPos"`
 			Targets     []struct{ Expr, RefID string } `json:"targets"`
 		}
 	}

@@ -14,7 +14,7 @@ import (
 // Slave is a slave's metrics: its calls to the Docker Engine and to the master (the heartbeat
 // among them), and its log shipping backlog.
 type Slave struct {
-	reg    *prometheus.Registry
+	reg     *prometheus.Registry
 	docker  *prometheus.HistogramVec
 	master  *prometheus.HistogramVec
 	backlog prometheus.GaugeFunc
