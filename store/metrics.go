@@ -51,19 +51,21 @@ const (
 	gaugeJobs = `SELECT status, COALESCE(assigned_cluster_id, cluster_id, 0) AS cluster_id, count(*) AS n FROM jobs
 WHERE status IN ('ONHOLD','QUEUED','ASSIGNED','STARTING','RUNNING','MUSTHALT','HALTING')
 GROUP BY 1, 2 ORDER BY 1, 2`
+	// A slave without GPUs has "gpus": null (a nil slice), so arrays are checked before they
+	// are expanded.
 	// GPUs held: by the jobs placed on a slave, and by ended jobs whose container the slave has
 	// not yet confirmed gone (job_releases), as the scheduler counts them.
 	gaugeGPUs = `WITH gpu AS (
     SELECT s.name, s.cluster_id, (g->>'index')::int AS idx, COALESCE(NULLIF(g->>'model', ''), 'unknown') AS model
-    FROM slaves s CROSS JOIN LATERAL jsonb_array_elements(COALESCE(s.inventory->'gpus', '[]'::jsonb)) g
+    FROM slaves s CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(s.inventory->'gpus') = 'array' THEN s.inventory->'gpus' ELSE '[]'::jsonb END) g
     WHERE s.online
 ), held AS (
     SELECT j.assigned_slave_name AS name, x::int AS idx FROM jobs j
-    CROSS JOIN LATERAL jsonb_array_elements_text(COALESCE(j.resources->'gpuIds', '[]'::jsonb)) x
+    CROSS JOIN LATERAL jsonb_array_elements_text(CASE WHEN jsonb_typeof(j.resources->'gpuIds') = 'array' THEN j.resources->'gpuIds' ELSE '[]'::jsonb END) x
     WHERE j.status IN ('ASSIGNED','STARTING','RUNNING','MUSTHALT','HALTING') AND j.assigned_slave_name IS NOT NULL
     UNION
     SELECT r.slave_name, x::int FROM job_releases r
-    CROSS JOIN LATERAL jsonb_array_elements_text(COALESCE(r.resources->'gpuIds', '[]'::jsonb)) x
+    CROSS JOIN LATERAL jsonb_array_elements_text(CASE WHEN jsonb_typeof(r.resources->'gpuIds') = 'array' THEN r.resources->'gpuIds' ELSE '[]'::jsonb END) x
 )
 SELECT gpu.cluster_id, gpu.model, count(*) AS total, count(held.idx) AS used
 FROM gpu LEFT JOIN held ON held.name = gpu.name AND held.idx = gpu.idx

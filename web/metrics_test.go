@@ -46,7 +46,9 @@ func (l *lockedBuffer) String() string {
 // text parser.
 func scrape(t *testing.T, m *testmaster.Master) (map[string]*dto.MetricFamily, string) {
 	t.Helper()
-	resp, err := m.Client(nil).Get(m.URL + "/metrics")
+	c := m.Client(nil)
+	defer c.CloseIdleConnections()
+	resp, err := c.Get(m.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,4 +270,37 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// With the database away, /metrics still answers with the process's metrics and counts the
+// failed read instead of failing the scrape; the gauges come back with the database.
+func TestMetricsDuringDatabaseOutage(t *testing.T) {
+	m := testmaster.Start(t, testmaster.Options{})
+	cert := m.SlaveCert("outage1", 1)
+	caPEM, err := os.ReadFile(m.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl, err := protocol.NewClient(m.URL, caPEM, &cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sl.Register(context.Background(), protocol.Inventory{InstanceID: "i1", CPUs: 1, MemoryMiB: 1024}); err != nil {
+		t.Fatal(err)
+	}
+	heal := m.DatabaseOutage()
+	families, _ := scrape(t, m)
+	if v := gaugeValue(sample(families, "gpulab_metrics_database_errors_total", nil)); v < 1 {
+		t.Errorf("database errors during the outage: %v, want at least 1", v)
+	}
+	if families["go_goroutines"] == nil || families["gpulab_slaves"] != nil {
+		t.Errorf("during the outage: want the process's metrics and no database gauge, got go_goroutines %v, gpulab_slaves %v",
+			families["go_goroutines"] != nil, families["gpulab_slaves"] != nil)
+	}
+	heal()
+	waitFor(t, "the slaves gauge after the outage", func() bool {
+		time.Sleep(200 * time.Millisecond)
+		families, _ := scrape(t, m)
+		return gaugeValue(sample(families, "gpulab_slaves", map[string]string{"cluster": "1"})) == 1
+	})
 }
