@@ -1,5 +1,9 @@
 package main
 
+// The documented example file of every setting (a test keeps it complete: run `go generate` after
+// adding a flag).
+//go:generate sh -c "go run . config example > ../../contrib/config/master.toml"
+
 import (
 	"context"
 	"errors"

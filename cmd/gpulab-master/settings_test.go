@@ -167,7 +167,7 @@ oidc-client-secret-file = "`+secretFile+`"
 
 // contrib/config/master.toml documents every setting of serve with its true default, and
 // uncommented it is a valid file that changes nothing. Regenerate it with
-// `gpulab-master config example > contrib/config/master.toml` after adding a flag.
+// `go generate ./cmd/gpulab-master` after adding a flag or changing a default.
 func TestExampleConfigListsEverySetting(t *testing.T) {
 	data, err := os.ReadFile("../../contrib/config/master.toml")
 	if err != nil {
@@ -183,7 +183,7 @@ func TestExampleConfigListsEverySetting(t *testing.T) {
 	fs := serveFlags(&config{}, noEnv)
 	fs.VisitAll(func(f *flag.Flag) {
 		if f.Name != settings.ConfigFlag && !listed[f.Name] {
-			t.Errorf("contrib/config/master.toml lacks %q: run `gpulab-master config example > contrib/config/master.toml`", f.Name)
+			t.Errorf("contrib/config/master.toml lacks %q: run `go generate ./cmd/gpulab-master`", f.Name)
 		}
 	})
 	file := writeFile(t, strings.Join(uncommented, "\n")+"\n")

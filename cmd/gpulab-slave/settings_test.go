@@ -82,7 +82,7 @@ fake-gpus = "2xV100-32GB"
 
 // contrib/config/slave.toml lists every setting of run and join with its default; uncommented
 // it passes config check and changes nothing. Regenerate with
-// `gpulab-slave config example > contrib/config/slave.toml`.
+// `go generate ./cmd/gpulab-slave`.
 func TestSlaveExampleConfigListsEverySetting(t *testing.T) {
 	data, err := os.ReadFile("../../contrib/config/slave.toml")
 	if err != nil {
@@ -97,7 +97,7 @@ func TestSlaveExampleConfigListsEverySetting(t *testing.T) {
 	fs, _ := allSettings(noEnv)
 	fs.VisitAll(func(f *flag.Flag) {
 		if !listed[f.Name] {
-			t.Errorf("contrib/config/slave.toml lacks %q: run `gpulab-slave config example > contrib/config/slave.toml`", f.Name)
+			t.Errorf("contrib/config/slave.toml lacks %q: run `go generate ./cmd/gpulab-slave`", f.Name)
 		}
 	})
 	code, out, errOut := slaveRun(nil, "config", "check", tomlFile(t, strings.Join(lines, "\n")+"\n"))
