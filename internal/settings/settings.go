@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 )
@@ -143,14 +144,14 @@ func apply(fs *flag.FlagSet, onCommandLine map[string]bool, values map[string]st
 		env := EnvName(f, opts.EnvPrefix)
 		if v := getenv(env); v != "" {
 			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("environment variable %s (--%s): invalid value %q: %w", env, f.Name, v, err))
+				errs = append(errs, fmt.Errorf("environment variable %s (--%s): invalid value %q: %w", env, f.Name, v, explain(f, err)))
 			}
 			res.sources[f.Name] = FromEnv
 			return
 		}
 		if v, ok := values[f.Name]; ok {
 			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("configuration file %s: %s: invalid value %q: %w", file, f.Name, v, err))
+				errs = append(errs, fmt.Errorf("configuration file %s: %s: invalid value %q: %w", file, f.Name, v, explain(f, err)))
 			}
 			res.sources[f.Name] = FromFile
 		}
@@ -159,6 +160,25 @@ func apply(fs *flag.FlagSet, onCommandLine map[string]bool, values map[string]st
 		return nil, err
 	}
 	return res, nil
+}
+
+// explain replaces the flag package's bare "parse error" by what the setting wants.
+func explain(f *flag.Flag, err error) error {
+	g, ok := f.Value.(flag.Getter)
+	if !ok || err.Error() != "parse error" {
+		return err
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return errors.New("want a duration such as 90s, 5m or 168h")
+	case bool:
+		return errors.New("want true or false (or 1 or 0)")
+	case int, int64, uint, uint64:
+		return errors.New("want a whole number")
+	case float64:
+		return errors.New("want a number")
+	}
+	return err
 }
 
 // ReadFile reads a TOML configuration file into flag values (as the command line would give
