@@ -208,7 +208,15 @@ func TestEveryEnvironmentDefaultIsTheFlagsVariable(t *testing.T) {
 	asked := map[string]bool{}
 	fs := serveFlags(&config{}, func(k string) string { asked[k] = true; return "" })
 	named := map[string]bool{}
-	fs.VisitAll(func(f *flag.Flag) { named[settings.EnvName(f, envPrefix)] = true })
+	owner := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) {
+		env := settings.EnvName(f, envPrefix)
+		if other, dup := owner[env]; dup {
+			t.Errorf("--%s and --%s both take %s: the usage of one names another's variable first", other, f.Name, env)
+		}
+		owner[env] = f.Name
+		named[env] = true
+	})
 	for k := range asked {
 		if !named[k] {
 			t.Errorf("a flag's default reads %s but no flag's usage names it as \"(env %s)\"", k, k)

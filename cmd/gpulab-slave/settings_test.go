@@ -111,3 +111,23 @@ func TestSlaveExampleConfigListsEverySetting(t *testing.T) {
 		}
 	})
 }
+
+// Each setting has its own environment variable, and every variable a default is read from is
+// the one its flag is set from again (see internal/settings).
+func TestSlaveEnvironmentVariablesAreTheFlags(t *testing.T) {
+	asked := map[string]bool{}
+	fs, _ := allSettings(func(k string) string { asked[k] = true; return "" })
+	owner := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) {
+		env := settings.EnvName(f, envPrefix)
+		if other, dup := owner[env]; dup {
+			t.Errorf("--%s and --%s both take %s", other, f.Name, env)
+		}
+		owner[env] = f.Name
+	})
+	for k := range asked {
+		if owner[k] == "" {
+			t.Errorf("a default reads %s but no flag's usage names it as \"(env %s)\"", k, k)
+		}
+	}
+}
