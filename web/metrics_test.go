@@ -210,6 +210,15 @@ func TestMetricsAfterRealActivity(t *testing.T) {
 		}
 	}
 
+	// The owner halts his running job: a halt with reason USER.
+	if status, data, _ := m.Do(alice, "PUT", v31+"/jobs/"+running+"/state/status", strings.NewReader(`"MUSTHALT"`)); status != http.StatusOK {
+		t.Fatalf("halt: %d %s", status, data)
+	}
+	families, _ = scrape(t, m)
+	if v := gaugeValue(sample(families, "gpulab_job_halts_total", map[string]string{"reason": "USER"})); v != 1 {
+		t.Errorf("gpulab_job_halts_total{reason=USER} = %v, want 1", v)
+	}
+
 	// The request log: JSON lines, the caller named, the route pattern, never a query string.
 	status, _, _ = m.Do(alice, "GET", v31+"/jobs?token=s3cr3t-value", nil)
 	if status != http.StatusOK {
