@@ -12,6 +12,7 @@ import (
 	"log/slog"
 
 	"github.com/opengpulab/gpulab/internal/settings"
+	"github.com/opengpulab/gpulab/slave/storage"
 )
 
 // envPrefix makes the environment variable of a flag whose usage names none
@@ -83,6 +84,9 @@ func configCmd(args []string, getenv func(string) string, stdout, stderr io.Writ
 		}
 		if _, err := rf.hard.hardening(); err != nil {
 			return fmt.Errorf("%w: %w", errUsage, err)
+		}
+		if _, err := storage.ParseMap(rf.storage); err != nil {
+			return fmt.Errorf("--storage: %w: %w", err, errUsage)
 		}
 		fmt.Fprintf(stdout, "# %s is valid; effective settings (source after #):\n", res.File)
 		settings.WriteTOML(stdout, res.Effective())

@@ -41,6 +41,7 @@ func TestSlaveBadValuesAreErrors(t *testing.T) {
 		{map[string]string{"GPULAB_LOG_FORMAT": "xml"}, "", "--log-format"},
 		{nil, "cpus = \"eight\"\n", "slave.toml: cpus"},
 		{nil, "gpus = 2\n", "unknown setting \"gpus\""},
+		{nil, "log-level = \"chatty\"\n", "--log-level"},
 	}
 	for _, tc := range cases {
 		args := []string{"run", "--state-dir", t.TempDir()}
@@ -129,5 +130,13 @@ func TestSlaveEnvironmentVariablesAreTheFlags(t *testing.T) {
 		if owner[k] == "" {
 			t.Errorf("a default reads %s but no flag's usage names it as \"(env %s)\"", k, k)
 		}
+	}
+}
+
+// config check refuses what run would refuse: a storage entry without its template.
+func TestSlaveConfigCheckRefusesBadStorage(t *testing.T) {
+	code, _, errOut := slaveRun(nil, "config", "check", tomlFile(t, "storage = [\"/project\"]\n"))
+	if code != 2 || !strings.Contains(errOut, "--storage") {
+		t.Errorf("config check of a bad storage entry: exit %d %q", code, errOut)
 	}
 }
