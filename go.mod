@@ -14,6 +14,7 @@ require (
 
 require (
 	github.com/kr/fs v0.1.0 // indirect
+	github.com/wneessen/go-mail v0.8.1 // indirect
 	golang.org/x/text v0.44.0 // indirect
 )
 
