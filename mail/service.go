@@ -78,10 +78,10 @@ func (s SMTP) Validate() error {
 	switch {
 	case s.Host == "":
 		return errors.New("--smtp-host is empty")
-	case s.Port < 1 || s.Port > 65535:
-		return fmt.Errorf("--smtp-port %d: must be from 1 to 65535", s.Port)
 	case s.TLS != TLSNone && s.TLS != TLSStartTLS && s.TLS != TLSImplicit:
 		return fmt.Errorf("--smtp-tls %q: must be none, starttls or tls", s.TLS)
+	case s.Port < 1 || s.Port > 65535:
+		return fmt.Errorf("--smtp-port %d: must be from 1 to 65535", s.Port)
 	case s.From == "":
 		return errors.New("--smtp-from is empty: mails need a sender address")
 	case s.User != "" && s.Password == "":
