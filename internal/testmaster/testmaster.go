@@ -21,6 +21,7 @@ import (
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/mail"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
@@ -93,6 +94,9 @@ type Options struct {
 	// MaxNotebooksPerUser is --max-notebooks-per-user: 0 gives the master's default
 	// (handlers.DefaultMaxNotebooksPerUser), a negative value no limit.
 	MaxNotebooksPerUser int
+	// Mail runs the mail service with this configuration (PublicURL defaults to the master's
+	// URL); nil: no mails.
+	Mail *mail.Config
 }
 
 // Start runs a master for the test's duration.
@@ -202,6 +206,15 @@ func Start(t testing.TB, opts Options) *Master {
 	} else {
 		close(loopDone)
 	}
+	mailDone := make(chan struct{})
+	if opts.Mail != nil {
+		mc := *opts.Mail
+		mc.PublicURL = cmp.Or(mc.PublicURL, url)
+		svc := mail.New(st, mc, log)
+		go func() { defer close(mailDone); _ = svc.Run(ctx) }()
+	} else {
+		close(mailDone)
+	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, l) }()
 	t.Cleanup(func() {
@@ -215,6 +228,7 @@ func Start(t testing.TB, opts Options) *Master {
 			t.Errorf("master did not stop within a minute")
 		}
 		<-loopDone
+		<-mailDone
 		<-listenDone
 		_ = st.Close()
 	})
