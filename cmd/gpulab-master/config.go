@@ -64,9 +64,9 @@ type config struct {
 
 	// issue 14: e-mail (see mailConfig).
 	SMTPHost, SMTPTLS, SMTPUser, SMTPPasswordFile, SMTPFrom string
-	SMTPPort                                               int
-	PublicURL                                              string
-	ReminderAt                                             float64
+	SMTPPort                                                int
+	PublicURL                                               string
+	ReminderAt                                              float64
 
 	// issue 10: identities and revocation.
 	AutoCreateCertUsers bool
