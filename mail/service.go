@@ -262,7 +262,11 @@ func (s *Service) client() (*gomail.Client, error) {
 		opts = append(opts, gomail.WithSSL())
 	}
 	if c.TLSConfig != nil {
-		opts = append(opts, gomail.WithTLSConfig(c.TLSConfig))
+		tc := c.TLSConfig.Clone()
+		if tc.ServerName == "" {
+			tc.ServerName = c.Host
+		}
+		opts = append(opts, gomail.WithTLSConfig(tc))
 	}
 	if c.User != "" {
 		opts = append(opts, gomail.WithSMTPAuth(gomail.SMTPAuthAutoDiscover), gomail.WithUsername(c.User), gomail.WithPassword(c.Password))

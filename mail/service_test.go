@@ -2,10 +2,15 @@ package mail_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +20,7 @@ import (
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/mail"
+	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/store"
 )
 
@@ -267,4 +273,70 @@ func TestProfileOptOut(t *testing.T) {
 	if len(ms) != 1 || ms[0].To[0] != "dave@example.org" {
 		t.Fatalf("mails: %+v", ms)
 	}
+}
+
+// Mails go over STARTTLS or TLS with a login, verified against the server's CA; a wrong
+// password, or a server without STARTTLS when it is required, sends nothing and says why.
+func TestSendsOverTLSWithLogin(t *testing.T) {
+	dir := t.TempDir()
+	ca, _, err := pki.LoadOrCreateCA(filepath.Join(dir, "ca"), "mail test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.ServerCert([]string{"127.0.0.1", "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, pwFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"), filepath.Join(dir, "pw")
+	for f, data := range map[string][]byte{
+		certFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}),
+		keyFile:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}),
+		pwFile:   []byte("s3cret\n"),
+	} {
+		if err := os.WriteFile(f, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	send := func(t *testing.T, srv *testenv.SMTPServer, mode, password string) (store.OutMail, []testenv.Mail) {
+		t.Helper()
+		st := newStore(t)
+		submit(t, st, job.Extra{EmailOnQueue: []string{"alice@example.org"}})
+		s := mail.New(st, mail.Config{SMTP: mail.SMTP{Host: srv.Host, Port: srv.Port, TLS: mode, User: "gpulab", Password: password,
+			From: "gpulab@example.org", TLSConfig: &tls.Config{RootCAs: ca.Pool()}}, Retry: store.MailRetry{Base: time.Hour, Max: time.Hour, MaxAttempts: 10}}, quiet())
+		if err := s.Round(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := st.ListMails(ctx, 1)
+		if err != nil || len(ms) != 1 {
+			t.Fatalf("outbox: %v, %v", ms, err)
+		}
+		return ms[0], srv.Mails(t)
+	}
+	for _, mode := range []string{mail.TLSStartTLS, mail.TLSImplicit} {
+		t.Run(mode, func(t *testing.T) {
+			srv := testenv.StartSMTP(t, "--tls", mode, "--tls-cert", certFile, "--tls-key", keyFile, "--auth-user", "gpulab", "--auth-password-file", pwFile)
+			m, got := send(t, srv, mode, "s3cret")
+			if m.SentAt == nil || len(got) != 1 || got[0].Header.Get("X-Catcher-TLS") != "yes" || got[0].Header.Get("X-Catcher-Login") != "gpulab" {
+				t.Fatalf("sent %v (%s), received %+v", m.SentAt, m.LastError, got)
+			}
+			m, got = send(t, srv, mode, "wrong")
+			if m.SentAt != nil || m.LastError == "" || len(got) != 1 {
+				t.Errorf("with a wrong password: sent %v, error %q, %d received", m.SentAt, m.LastError, len(got))
+			}
+			t.Logf("wrong password: %s", m.LastError)
+		})
+	}
+	t.Run("starttls required", func(t *testing.T) {
+		srv := testenv.StartSMTP(t)
+		m, got := send(t, srv, mail.TLSStartTLS, "s3cret")
+		if m.SentAt != nil || len(got) != 0 || m.LastError == "" {
+			t.Errorf("sent without STARTTLS: %v, %q, %d received", m.SentAt, m.LastError, len(got))
+		}
+		t.Logf("no STARTTLS: %s", m.LastError)
+	})
 }

@@ -25,6 +25,8 @@ type SMTPServer struct {
 	Host string
 	Port int
 	Dir  string
+	// Args are more arguments of the catcher (--tls, --auth-user: see scripts/mailcatcher.py).
+	Args []string
 	cmd  *exec.Cmd
 	done chan struct{}
 	log  *SyncBuffer
@@ -41,12 +43,12 @@ type Mail struct {
 
 // StartSMTP starts an SMTP server on a free port; a missing aiosmtpd skips the test (fails it
 // under GPULAB_REQUIRE_SERVICES=1).
-func StartSMTP(t testing.TB) *SMTPServer {
+func StartSMTP(t testing.TB, args ...string) *SMTPServer {
 	t.Helper()
 	if err := exec.Command("/usr/bin/python3", "-c", "import aiosmtpd").Run(); err != nil {
 		Missing(t, "aiosmtpd (apt-get install python3-aiosmtpd)", err.Error())
 	}
-	s := &SMTPServer{Host: "127.0.0.1", Dir: t.TempDir()}
+	s := &SMTPServer{Host: "127.0.0.1", Dir: t.TempDir(), Args: args}
 	s.Start(t)
 	t.Cleanup(func() { s.Stop(t) })
 	return s
@@ -61,7 +63,7 @@ func (s *SMTPServer) Start(t testing.TB) {
 	var err error
 	for try := 0; ; try++ {
 		s.log = &SyncBuffer{}
-		s.cmd = exec.Command("/usr/bin/python3", script, "--dir", s.Dir, "--host", s.Host, "--port", fmt.Sprint(s.Port))
+		s.cmd = exec.Command("/usr/bin/python3", append([]string{script, "--dir", s.Dir, "--host", s.Host, "--port", fmt.Sprint(s.Port)}, s.Args...)...)
 		out, perr := s.cmd.StdoutPipe()
 		if perr != nil {
 			t.Fatal(perr)
