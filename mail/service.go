@@ -52,6 +52,8 @@ type Config struct {
 	// Retry is the backoff of failed sends (default 30 s doubling up to 30 minutes, given up
 	// after 50 attempts: about a day).
 	Retry store.MailRetry
+	// Keep is how long sent and given-up mails stay in the outbox (default 30 days).
+	Keep time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -69,6 +71,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Retry.MaxAttempts <= 0 {
 		c.Retry.MaxAttempts = 50
+	}
+	if c.Keep <= 0 {
+		c.Keep = 30 * 24 * time.Hour
 	}
 	return c
 }
@@ -145,7 +150,11 @@ func (s *Service) Round(ctx context.Context) error {
 			break
 		}
 	}
-	return s.sendDue(ctx)
+	if err := s.sendDue(ctx); err != nil {
+		return err
+	}
+	_, err := s.st.DeleteOldMails(ctx, s.cfg.Keep, 1000)
+	return err
 }
 
 // sendDue claims due mails and sends them on one SMTP connection per batch; each mail is marked

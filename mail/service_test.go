@@ -340,3 +340,30 @@ func TestSendsOverTLSWithLogin(t *testing.T) {
 		t.Logf("no STARTTLS: %s", m.LastError)
 	})
 }
+
+// Sent mails leave the outbox after Keep; pending ones stay.
+func TestOldMailsAreDeleted(t *testing.T) {
+	st := newStore(t)
+	srv := testenv.StartSMTP(t)
+	ctx := context.Background()
+	submit(t, st, job.Extra{EmailOnQueue: []string{"alice@example.org"}})
+	s := service(st, srv, time.Minute)
+	if err := s.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop(t)
+	submit(t, st, job.Extra{EmailOnQueue: []string{"bob@example.org"}})
+	if err := s.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DB().Exec(`UPDATE mails SET sent_at = now() - interval '31 days' WHERE sent_at IS NOT NULL`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := st.ListMails(ctx, 10)
+	if err != nil || len(ms) != 1 || ms[0].Recipient != "bob@example.org" || ms[0].SentAt != nil {
+		t.Fatalf("outbox after the clean-up: %+v, %v", ms, err)
+	}
+}

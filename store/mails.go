@@ -222,3 +222,14 @@ func (s *Store) SetMailOff(ctx context.Context, userID int64, off []string) erro
 	}
 	return nil
 }
+
+// DeleteOldMails deletes up to limit mails sent or given up before keep ago (database clock),
+// so the outbox does not grow for ever; it returns how many it deleted.
+func (s *Store) DeleteOldMails(ctx context.Context, keep time.Duration, limit int) (int64, error) {
+	res, err := s.q.ExecContext(ctx, `DELETE FROM mails WHERE id IN (SELECT id FROM mails
+WHERE COALESCE(sent_at, failed_at) < now() - make_interval(secs => $1) ORDER BY id LIMIT $2)`, keep.Seconds(), limit)
+	if err != nil {
+		return 0, mapErr(err, "delete old mails")
+	}
+	return res.RowsAffected()
+}

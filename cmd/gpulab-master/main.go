@@ -77,6 +77,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = serviceRevoke(ctx, args, getenv, stdout, stderr)
 	case "service-list":
 		err = serviceList(ctx, args, getenv, stdout, stderr)
+	case "mail-list":
+		err = mailList(ctx, args, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -126,6 +128,8 @@ Commands:
                                  user, or for members of the projects, named in X-GPULab-Act-As
   service-revoke --name NAME     disable a service and revoke all its certificates
   service-list                   list services
+  mail-list [--pending] [--limit N]
+                                 list the job mails of the outbox, with attempts and last error
   simulate --trace CSV [--policy fair|fifo|sjf-oracle|all] [--slaves N] [--gpus-per-slave G] [--jobs N]
                                  replay a workload trace through the scheduler in simulated time
 
