@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,8 +92,9 @@ func (s *SMTPServer) Start(t testing.TB) {
 		select {
 		case l, ok := <-lines:
 			if m := listeningRE.FindStringSubmatch(l); ok && m != nil {
-				fmt.Sscan(m[1], &s.Port)
-				return
+				if s.Port, err = strconv.Atoi(m[1]); err == nil {
+					return
+				}
 			}
 			err = fmt.Errorf("the SMTP catcher said %q: %s", l, s.log.String())
 		case <-time.After(time.Minute):
@@ -140,7 +142,7 @@ func (s *SMTPServer) Mails(t testing.TB) []Mail {
 			_ = f.Close()
 			t.Fatalf("read mail %s: %v", n, err)
 		}
-		var r io.Reader = msg.Body
+		r := msg.Body
 		switch strings.ToLower(msg.Header.Get("Content-Transfer-Encoding")) {
 		case "quoted-printable":
 			r = quotedprintable.NewReader(r)
