@@ -19,6 +19,11 @@ import (
 	"github.com/opengpulab/gpulab/store"
 )
 
+// IdleGPUEvent is the kind of the job event the idle-GPU detection adds when a job's GPUs
+// stayed idle; its owner gets a warning (the database trigger of migrations/0012_mail.sql
+// queues it under this name).
+const IdleGPUEvent = "idle-gpu"
+
 // Category is a kind of mail; users turn categories off on their Profile.
 type Category string
 
@@ -62,7 +67,7 @@ func ValidCategory(c string) bool {
 // would mail on every scheduling hiccup); the first QUEUED of a restart job is its restart.
 func CategoryOf(kind, from, to string, restartCount int) Category {
 	switch kind {
-	case store.EventIdleGPU:
+	case IdleGPUEvent:
 		return Idle
 	case store.EventReminder:
 		return Reminder

@@ -11,15 +11,11 @@ import (
 	"github.com/opengpulab/gpulab/job"
 )
 
-// Event kinds that cause mails besides state changes (see migrations/0012_mail.sql).
-const (
-	// EventIdleGPU is added when a job's GPUs stayed idle (the idle-GPU detection); its
-	// owner gets a warning.
-	EventIdleGPU = "idle-gpu"
-	// EventReminder is added once per job when it runs past a share of its maxDuration
-	// (AddReminders); its owner gets a reminder.
-	EventReminder = "reminder"
-)
+// EventReminder is the event kind added once per job when it runs past a share of its
+// maxDuration (AddReminders); its owner gets a reminder mail. (The other kind besides state
+// changes that causes mails is the idle-GPU detection's "idle-gpu": see
+// migrations/0012_mail.sql and mail.IdleGPUEvent.)
+const EventReminder = "reminder"
 
 // MailEvent is a job event queued for mail (by the job_events trigger) with what a mail about
 // it names.

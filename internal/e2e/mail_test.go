@@ -80,7 +80,7 @@ func TestMailsOfAJobsLife(t *testing.T) {
 		t.Errorf("reminder:\n%s", reminder.Body)
 	}
 	// The idle-GPU detection adds this event; its owner is warned.
-	if err := e.m.Store.AddJobEvent(ctx, store.Event{JobUUID: id, Kind: store.EventIdleGPU, Actor: "master",
+	if err := e.m.Store.AddJobEvent(ctx, store.Event{JobUUID: id, Kind: mail.IdleGPUEvent, Actor: "master",
 		Message: "GPU 0 averaged 2 % over the last hour"}); err != nil {
 		t.Fatal(err)
 	}
