@@ -9,12 +9,12 @@ require (
 	github.com/lib/pq v1.12.3
 	github.com/pkg/sftp v1.13.12
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
+	github.com/wneessen/go-mail v0.8.1
 	golang.org/x/crypto v0.59.0
 )
 
 require (
 	github.com/kr/fs v0.1.0 // indirect
-	github.com/wneessen/go-mail v0.8.1 // indirect
 	golang.org/x/text v0.44.0 // indirect
 )
 
