@@ -226,8 +226,13 @@ func (s *Service) send(ctx context.Context, mails []store.OutMail) []error {
 		}
 		return errs
 	}
-	// One message at a time on the connection, so each mail has its own outcome.
+	// One message at a time on the connection, so each mail has its own outcome; none is begun
+	// once the send's time (half the lease) is out: the rest wait for the next round.
 	for j, msg := range msgs {
+		if ctx.Err() != nil {
+			errs[idx[j]] = fmt.Errorf("not sent within half the lease: %w", ctx.Err())
+			continue
+		}
 		if err := c.SendWithSMTPClient(conn, msg); err != nil {
 			errs[idx[j]] = fmt.Errorf("smtp %s:%d: %w", s.cfg.SMTP.Host, s.cfg.SMTP.Port, err)
 		}
