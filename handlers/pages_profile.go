@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/opengpulab/gpulab/mail"
 	"github.com/opengpulab/gpulab/store"
 	"github.com/opengpulab/gpulab/views"
 )
@@ -41,7 +43,43 @@ func (h *Handlers) profileView(r *http.Request, c *Caller) (views.ProfileView, e
 	if v.Certificates, err = h.store.ListCertificates(r.Context(), store.CertUser, c.User.Name); err != nil {
 		return v, err
 	}
+	off, err := h.store.GetMailOff(r.Context(), c.User.ID)
+	if err != nil {
+		return v, err
+	}
+	for _, mc := range mail.Categories {
+		v.Mail = append(v.Mail, views.MailCategory{Name: string(mc.Category), Label: mc.Label, On: !slices.Contains(off, string(mc.Category))})
+	}
 	return v, nil
+}
+
+// SetMailSettings is POST /profile/mail: the form has a checkbox "on" per category the user
+// keeps; the categories left unchecked are turned off for every mail to his address.
+func (h *Handlers) SetMailSettings(w http.ResponseWriter, r *http.Request) error {
+	c, err := requirePerson(r)
+	if err != nil {
+		return err
+	}
+	if err := parseForm(w, r); err != nil {
+		return err
+	}
+	on := r.PostForm["on"]
+	for _, name := range on {
+		if !mail.ValidCategory(name) {
+			return fieldError("on", "unknown mail category %q", name)
+		}
+	}
+	off := []string{}
+	for _, mc := range mail.Categories {
+		if !slices.Contains(on, string(mc.Category)) {
+			off = append(off, string(mc.Category))
+		}
+	}
+	if err := h.store.SetMailOff(r.Context(), c.User.ID, off); err != nil {
+		return err
+	}
+	h.log.InfoContext(r.Context(), "mail settings changed", "user", c.User.Name, "off", off)
+	return seeOther(w, r, "/profile#mail")
 }
 
 // DownloadCertificate is POST /profile/certificate: a new client certificate for the user,

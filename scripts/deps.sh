@@ -24,6 +24,8 @@ command -v chromium >/dev/null || [ -x /usr/bin/chromium ] || missing+=(chromium
 # JupyterHub (Debian's, with Python's own interpreter) and its proxy: `make run` starts a hub
 # whose notebooks are GPULab jobs, and the tests spawn through it (contrib/jupyterhub).
 dpkg-query -W -f='${Status}' jupyterhub 2>/dev/null | grep -q 'ok installed' || missing+=(jupyterhub)
+# Job mails go to a real SMTP server, Debian's aiosmtpd (scripts/mailcatcher.py: make run, tests).
+/usr/bin/python3 -c 'import aiosmtpd' 2>/dev/null || missing+=(python3-aiosmtpd)
 command -v configurable-http-proxy >/dev/null || missing+=(node-configurable-http-proxy)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

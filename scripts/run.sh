@@ -52,6 +52,10 @@ done
 
 # The master is the SSH jump host to the jobs (GPULAB_SSH_LISTEN moves it off port 2022).
 export GPULAB_SSH_LISTEN="${GPULAB_SSH_LISTEN:-:2022}"
+# Job mails go to a local SMTP catcher (scripts/mailcatcher.py) on GPULAB_RUN_SMTP_PORT (2525).
+smtp_port=${GPULAB_RUN_SMTP_PORT:-2525}
+export GPULAB_SMTP_HOST=127.0.0.1 GPULAB_SMTP_PORT="$smtp_port" GPULAB_SMTP_TLS=none GPULAB_SMTP_FROM="GPULab <gpulab@localhost>"
+export GPULAB_PUBLIC_URL="${GPULAB_PUBLIC_URL:-https://localhost:$port}"
 "$m" serve --listen ":$port" --admins alice@example.org --oidc-redirect-url "https://localhost:$port/auth/callback" >"$dir/master.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
@@ -60,6 +64,8 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 cp "$dir/data/ca.pem" "$dir/ca.pem"
+/usr/bin/python3 "$(dirname "$0")/mailcatcher.py" --dir "$dir/mail" --port "$smtp_port" >"$dir/mail.log" 2>&1 &
+pids+=($!)
 
 # One local slave with two fake GPUs (simulated; every listing marks them fake).
 slave=${GPULAB_RUN_SLAVE:-local-slave}
@@ -114,6 +120,7 @@ cat <<MSG
   Slave:         $slave in cluster 1, 2 FAKE V100 GPUs (simulated), storage /project -> $dir/projects/<project>
                  SSH into its running jobs: ssh -p $ssh_port <job id>@localhost (a key of the job or of alice's profile, or -i $dir/alice.pem)
 $hub_msg
+  Mail:          every job mail lands as a file in $dir/mail/ (one line each in $dir/mail.log)
   Logs:          $dir/master.log, $dir/slave.log, $dir/devidp.log
 
   Try it (in another terminal):

@@ -287,6 +287,14 @@ type ProfileView struct {
 	// KeyText what was typed into the key form.
 	CertError, KeyError string
 	KeyName, KeyText    string
+	// Mail lists the mail categories with whether the user gets them (issue 14).
+	Mail []MailCategory
+}
+
+// MailCategory is one kind of job mail a user may turn off on his Profile.
+type MailCategory struct {
+	Name, Label string
+	On          bool
 }
 
 // AdminProject is a project with its members.

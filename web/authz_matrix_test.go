@@ -233,6 +233,7 @@ var routeRules = map[string]rule{
 		return url.Values{"name": {"k"}, "public_key": {newSSHKey()}}
 	})},
 	"POST /profile/ssh-keys/{id}/delete":         {keyOwner, aliceKey, form("/profile/ssh-keys/%s/delete", nil)},
+	"POST /profile/mail":                         {anyUser, noSubject, form("/profile/mail", func(*matrixFixture, string) url.Values { return url.Values{"on": {"end"}} })},
 	"POST /profile/certificates/{serial}/revoke": {certOwner, aliceCert, form("/profile/certificates/%s/revoke", nil)},
 	"POST /admin/users/{name}/disabled": {admin, victimUser, func(f *matrixFixture, id string) (string, string, string) {
 		return "/admin/users/" + f.userName(id) + "/disabled", url.Values{"disabled": {"true"}}.Encode(), "application/x-www-form-urlencoded"

@@ -37,6 +37,7 @@ func PortalRoutes(h *handlers.Handlers) []Route {
 		{"POST", "/profile/certificates/{serial}/revoke", false, p(h.RevokeCertificateForm)},
 		{"POST", "/profile/ssh-keys", false, p(h.AddSSHKey)},
 		{"POST", "/profile/ssh-keys/{id}/delete", false, p(h.DeleteSSHKey)},
+		{"POST", "/profile/mail", false, p(h.SetMailSettings)},
 
 		{"GET", "/admin", false, p(h.AdminPage)},
 		{"POST", "/admin/users/{id}/admin", false, p(h.AdminSetAdmin)},

@@ -9,12 +9,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/internal/secretfile"
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/mail"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/store"
 	"github.com/opengpulab/gpulab/web"
@@ -60,6 +62,12 @@ type config struct {
 	TallyHalfLife                         time.Duration
 	MaxNotebooksPerUser                   int
 	limits                                limitFlags
+
+	// issue 14: e-mail (see mailConfig).
+	SMTPHost, SMTPTLS, SMTPUser, SMTPPasswordFile, SMTPFrom string
+	SMTPPort                                                int
+	PublicURL                                               string
+	ReminderAt                                              float64
 
 	// issue 10: identities and revocation.
 	AutoCreateCertUsers bool
@@ -122,6 +130,7 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.OIDCScopes, "oidc-scopes", envOr(getenv, "GPULAB_OIDC_SCOPES", "openid,profile,email"), "comma-separated scopes asked of the provider (env GPULAB_OIDC_SCOPES)")
 	fs.StringVar(&c.SessionKeys, "session-keys", "", "comma-separated session cookie keys, 96 bytes each in hex or base64, the first current; none: made once and kept in <data-dir>/session-keys; prefer --session-keys-file (flags show in ps)")
 	fs.StringVar(&c.OIDCClientSecretFile, "oidc-client-secret-file", getenv("GPULAB_OIDC_CLIENT_SECRET_FILE"), "file (mode 0600) holding the client secret at the OpenID provider (env GPULAB_OIDC_CLIENT_SECRET_FILE)")
+	c.addMail(fs, getenv)
 	fs.StringVar(&c.SessionKeysFile, "session-keys-file", getenv("GPULAB_SESSION_KEYS_FILE"), "file (mode 0600) holding the session cookie keys, one a line or comma-separated, the first current (env GPULAB_SESSION_KEYS_FILE)")
 }
 
@@ -191,6 +200,81 @@ func (c *config) sessionKeys() (keys []web.SessionKey, created bool, err error) 
 		return keys, false, nil
 	}
 	return web.LoadOrCreateSessionKeys(c.DataDir)
+}
+
+// addMail registers the e-mail flags (issue 14). The SMTP password is only ever read from a
+// file: a flag would show in ps.
+func (c *config) addMail(fs *flag.FlagSet, getenv func(string) string) {
+	fs.StringVar(&c.SMTPHost, "smtp-host", getenv("GPULAB_SMTP_HOST"), "SMTP server of job mails; empty: no mails are sent (env GPULAB_SMTP_HOST)")
+	fs.IntVar(&c.SMTPPort, "smtp-port", envInt(getenv, "GPULAB_SMTP_PORT", 0), "port of --smtp-host (default 25 with --smtp-tls none, 587 with starttls, 465 with tls; env GPULAB_SMTP_PORT)")
+	fs.StringVar(&c.SMTPTLS, "smtp-tls", envOr(getenv, "GPULAB_SMTP_TLS", mail.TLSStartTLS), "none, starttls (required) or tls (from the first byte) (env GPULAB_SMTP_TLS)")
+	fs.StringVar(&c.SMTPUser, "smtp-user", getenv("GPULAB_SMTP_USER"), "SMTP login; empty: no authentication (env GPULAB_SMTP_USER)")
+	fs.StringVar(&c.SMTPPasswordFile, "smtp-password-file", getenv("GPULAB_SMTP_PASSWORD_FILE"), "file (mode 0600) holding the password of --smtp-user (env GPULAB_SMTP_PASSWORD_FILE)")
+	fs.StringVar(&c.SMTPFrom, "smtp-from", getenv("GPULAB_SMTP_FROM"), "sender address of job mails, e.g. 'GPULab <gpulab@example.org>' (env GPULAB_SMTP_FROM)")
+	fs.StringVar(&c.PublicURL, "public-url", getenv("GPULAB_PUBLIC_URL"), "the portal's root URL as users reach it, for links in mails (default https://<first --hostnames or localhost>:<port>; env GPULAB_PUBLIC_URL)")
+	fs.Float64Var(&c.ReminderAt, "reminder-at", envFloat(getenv, "GPULAB_REMINDER_AT", 0.8), "share of its maxDuration after which a running job's owner gets one reminder mail; 0: none (env GPULAB_REMINDER_AT)")
+}
+
+// mailConfig is the mail service's configuration; ok is false when no --smtp-host is set (no
+// mails). Each wrong setting is an error naming it.
+func (c *config) mailConfig() (cfg mail.Config, ok bool, err error) {
+	if c.SMTPHost == "" {
+		return cfg, false, nil
+	}
+	port := c.SMTPPort
+	if port == 0 {
+		port = map[string]int{mail.TLSNone: 25, mail.TLSStartTLS: 587, mail.TLSImplicit: 465}[c.SMTPTLS]
+	}
+	cfg.SMTP = mail.SMTP{Host: c.SMTPHost, Port: port, TLS: c.SMTPTLS, User: c.SMTPUser, From: c.SMTPFrom}
+	if c.SMTPPasswordFile != "" {
+		if c.SMTPUser == "" {
+			return cfg, false, errors.New("--smtp-password-file needs --smtp-user")
+		}
+		if cfg.SMTP.Password, err = secretfile.Read(c.SMTPPasswordFile); err != nil {
+			return cfg, false, fmt.Errorf("--smtp-password-file: %w", err)
+		}
+	}
+	if err := cfg.SMTP.Validate(); err != nil {
+		return cfg, false, err
+	}
+	if c.ReminderAt < 0 || c.ReminderAt >= 1 {
+		return cfg, false, fmt.Errorf("--reminder-at %g: must be 0 (off) or a share below 1, e.g. 0.8", c.ReminderAt)
+	}
+	cfg.ReminderAt = c.ReminderAt
+	if cfg.PublicURL, err = c.publicURL(); err != nil {
+		return cfg, false, err
+	}
+	return cfg, true, nil
+}
+
+// publicURL is --public-url, else https://<first --hostnames or localhost>:<listen port>.
+func (c *config) publicURL() (string, error) {
+	if c.PublicURL != "" {
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return "", fmt.Errorf("--public-url %q is not an http(s) URL", c.PublicURL)
+		}
+		return strings.TrimRight(c.PublicURL, "/"), nil
+	}
+	host := "localhost"
+	if names := splitList(c.Hostnames); len(names) > 0 {
+		host = names[0]
+	}
+	_, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return "", fmt.Errorf("--listen %q: %w", c.Listen, err)
+	}
+	if port != "443" {
+		host = net.JoinHostPort(host, port)
+	}
+	return "https://" + host, nil
+}
+
+func envFloat(getenv func(string) string, key string, def float64) float64 {
+	if f, err := strconv.ParseFloat(getenv(key), 64); err == nil {
+		return f
+	}
+	return def
 }
 
 // envDuration, envInt and envOr give a flag its default from the environment, so that -h shows

@@ -81,6 +81,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		err = serviceList(ctx, args, getenv, stdout, stderr)
 	case "config":
 		err = configCmd(ctx, args, getenv, stdout, stderr)
+
+	case "mail-list":
+		err = mailList(ctx, args, getenv, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -133,6 +136,8 @@ Commands:
   config check FILE [flags]      validate a configuration file (with the environment and flags)
                                  and print the effective settings, secrets redacted
   config example                 print a configuration file of every setting and its default
+  mail-list [--pending] [--limit N]
+                                 list the job mails of the outbox, with attempts and last error
   simulate --trace CSV [--policy fair|fifo|sjf-oracle|all] [--slaves N] [--gpus-per-slave G] [--jobs N]
                                  replay a workload trace through the scheduler in simulated time
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opengpulab/gpulab/handlers"
+	"github.com/opengpulab/gpulab/mail"
 	"github.com/opengpulab/gpulab/metrics"
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/sshjump"
@@ -42,6 +43,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	log := newLogger(stderr, c.LogLevel, c.LogFormat)
 	opts, webLimits, oidcCfg := checked.jobOptions, checked.webLimits, checked.oidc
+	mailCfg, mailOn, err := c.mailConfig()
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
 	var sessionKeys []web.SessionKey
 	if oidcCfg.Issuer != "" {
 		var created bool
@@ -96,7 +101,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err != nil {
 		return err
 	}
-	mets := metrics.NewMaster(st, metrics.MasterOptions{Log: log})
+	mets := metrics.NewMaster(st, metrics.MasterOptions{Log: log, OutboxDepth: st.CountPendingMails})
 	wcfg.Metrics = mets
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
 	h := handlers.New(st, handlers.Config{Metrics: mets, Authority: c.Authority, Version: version, LatestClientVersion: latestClientVersion,
@@ -112,6 +117,19 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 			log.Error("scheduler stopped", "err", err)
 		}
 	}()
+	if mailOn {
+		// Every master with SMTP sends: the outbox's claims keep them from sending a mail twice.
+		svc := mail.New(st, mailCfg, log)
+		go func() {
+			if err := svc.Run(ctx); err != nil && ctx.Err() == nil {
+				log.Error("mail service stopped", "err", err)
+			}
+		}()
+		log.Info("job mails on", "smtp", net.JoinHostPort(mailCfg.SMTP.Host, strconv.Itoa(mailCfg.SMTP.Port)), "tls", mailCfg.SMTP.TLS,
+			"from", mailCfg.SMTP.From, "public_url", mailCfg.PublicURL, "reminder_at", mailCfg.ReminderAt)
+	} else {
+		log.Info("job mails off: no --smtp-host")
+	}
 	// What other masters change (submits, job ends, assignments) wakes this one's scheduler
 	// and slaves' long polls.
 	go listen(ctx, st, log, wake, work)

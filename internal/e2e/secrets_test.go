@@ -67,7 +67,7 @@ func TestNoSecretInArgumentsOrLogs(t *testing.T) {
 	run.Dir = root
 	// Ports of its own, so that a `make run` or another test run beside it does not collide.
 	run.Env = append(os.Environ(), "GPULAB_DEVIDP_PORT="+idpPort, "GPULAB_RUN_SLAVE="+slave, "GPULAB_SSH_LISTEN=127.0.0.1:"+sshPort,
-		"GPULAB_RUN_SSH_PORT="+freePort(t), "GPULAB_HUB_PORT="+freePort(t), "GPULAB_HUB_API_PORT="+freePort(t), "GPULAB_HUB_PROXY_PORT="+freePort(t))
+		"GPULAB_RUN_SSH_PORT="+freePort(t), "GPULAB_RUN_SMTP_PORT="+freePort(t), "GPULAB_HUB_PORT="+freePort(t), "GPULAB_HUB_API_PORT="+freePort(t), "GPULAB_HUB_PROXY_PORT="+freePort(t))
 	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	run.Stdout, run.Stderr = &watchWriter{w: &runOut, want: "Stop with Ctrl-C", seen: ready}, &runOut
 	if err := run.Start(); err != nil {

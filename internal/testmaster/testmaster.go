@@ -22,6 +22,8 @@ import (
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/metrics"
+
+	"github.com/opengpulab/gpulab/mail"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
@@ -96,6 +98,10 @@ type Options struct {
 	MaxNotebooksPerUser int
 	// Log, when set, is the master's logger (default: warnings and errors to the test's log).
 	Log *slog.Logger
+
+	// Mail runs the mail service with this configuration (PublicURL defaults to the master's
+	// URL); nil: no mails.
+	Mail *mail.Config
 }
 
 // Start runs a master for the test's duration.
@@ -210,6 +216,15 @@ func Start(t testing.TB, opts Options) *Master {
 	} else {
 		close(loopDone)
 	}
+	mailDone := make(chan struct{})
+	if opts.Mail != nil {
+		mc := *opts.Mail
+		mc.PublicURL = cmp.Or(mc.PublicURL, url)
+		svc := mail.New(st, mc, log)
+		go func() { defer close(mailDone); _ = svc.Run(ctx) }()
+	} else {
+		close(mailDone)
+	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, l) }()
 	t.Cleanup(func() {
@@ -223,6 +238,7 @@ func Start(t testing.TB, opts Options) *Master {
 			t.Errorf("master did not stop within a minute")
 		}
 		<-loopDone
+		<-mailDone
 		<-listenDone
 		_ = st.Close()
 	})
