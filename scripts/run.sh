@@ -69,7 +69,7 @@ if [ ! -f "$dir/slave/slave.json" ]; then
 fi
 mkdir -p "$dir/projects"
 ssh_port=${GPULAB_RUN_SSH_PORT:-2222}
-"$bin/gpulab-slave" run --state-dir "$dir/slave" --scratch-root "$dir/scratch" --fake-gpus 2xV100-32GB \
+"$bin/gpulab-slave" run --state-dir "$dir/slave" --scratch-root "$dir/scratch" --fake-gpus 2xV100-32GB --fake-gpu-util 0,85 \
   --storage "/project=$dir/projects/{project}" --ssh-listen "127.0.0.1:$ssh_port" --ssh-advertise "localhost:$ssh_port" >"$dir/slave.log" 2>&1 &
 pids+=($!)
 

@@ -184,6 +184,7 @@ func runSlave(ctx context.Context, args []string, getenv func(string) string, st
 	fs.Var(&storageSpecs, "storage", "public storage root and its host folder per project, ROOT=TEMPLATE with {project}, e.g. /project=/srv/gpulab/projects/{project} (repeatable; env GPULAB_SLAVE_STORAGE, comma-separated)")
 	scratch := fs.String("scratch-root", envOr(getenv, "GPULAB_SLAVE_SCRATCH", "/var/lib/gpulab-slave/scratch"), "per-job scratch folders (.ssh) (env GPULAB_SLAVE_SCRATCH)")
 	fakeGPUs := fs.String("fake-gpus", getenv("GPULAB_FAKE_GPUS"), "simulate GPUs for demos and tests, e.g. 2xV100-32GB (env GPULAB_FAKE_GPUS); marked fake everywhere")
+	fakeUtil := fs.String("fake-gpu-util", getenv("GPULAB_SLAVE_FAKE_GPU_UTIL"), "utilisation the fake GPUs report, percent per GPU in index order, e.g. 0,85 (fewer values repeat the last; env GPULAB_SLAVE_FAKE_GPU_UTIL; default 0)")
 	fakeCuda := fs.String("fake-cuda-version", "", "CUDA version the fake GPUs claim (default "+gpu.DefaultFakeCudaVersion+")")
 	dnsName := fs.String("dns-name", getenv("GPULAB_SLAVE_DNSNAME"), "the name users reach published ports at (default: the host name)")
 	cpus := fs.Int("cpus", 0, "CPUs to offer (default: the machine's); more than the machine has leaves jobs unpinned, limited by CPU time only")
@@ -241,8 +242,16 @@ func runSlave(ctx context.Context, args []string, getenv func(string) string, st
 			return fmt.Errorf("--fake-gpus: %w: %w", err, errUsage)
 		}
 		sampler = gpu.NewSampler(nil, gi.GPUs)
+		util, err := gpu.ParseFakeUtil(*fakeUtil, len(gi.GPUs))
+		if err != nil {
+			return fmt.Errorf("--fake-gpu-util: %w: %w", err, errUsage)
+		}
+		sampler.SetFakeUtil(util)
 		log.Warn("this slave offers FAKE GPUs (simulated, for demos and tests)", "gpus", len(gi.GPUs), "spec", *fakeGPUs)
 	} else {
+		if *fakeUtil != "" {
+			return fmt.Errorf("--fake-gpu-util needs --fake-gpus: real GPUs report what NVML measures: %w", errUsage)
+		}
 		lib := gpu.Real()
 		gi = gpu.Discover(lib, log)
 		sampler = gpu.NewSampler(lib, gi.GPUs)
