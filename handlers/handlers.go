@@ -62,6 +62,10 @@ type Config struct {
 	// SSHJump is the master's SSH jump host as users reach it (nil: the master serves none);
 	// the job JSON names it as sshProxyHost/sshProxyPort.
 	SSHJump *SSHJumpHost
+
+	// IdleThreshold is the utilisation (percent) under which a GPU counts as idle: the job
+	// page's verdict and the Usage page's idle GPU-hours use it (default 5).
+	IdleThreshold float64
 }
 
 // Handlers serves the API. Create it with New.

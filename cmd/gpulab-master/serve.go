@@ -50,6 +50,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
+	idle, err := c.idle.config()
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
 	// issue 10: admins by verified e-mail or ISSUER#SUBJECT; a bare name is a usage error.
 	if _, err := web.ParseAdmins(splitList(c.Admins)); err != nil {
 		return fmt.Errorf("%w: --admins: %w", errUsage, err)
@@ -118,11 +122,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	h := handlers.New(st, handlers.Config{Authority: c.Authority, Version: version, LatestClientVersion: latestClientVersion,
 		JobOptions: opts, CA: ca, HeartbeatInterval: c.HeartbeatInterval, TallyHalfLife: c.TallyHalfLife, FenceAfter: c.JobGrace,
 		MemoryReserveGb: c.MemoryReserveGb, UserCertValidity: c.UserCertValidity, SlaveCertValidity: c.SlaveCertValidity,
-		SSHJump: jump, MaxNotebooksPerUser: c.MaxNotebooksPerUser}, log, wake, work)
+		SSHJump: jump, MaxNotebooksPerUser: c.MaxNotebooksPerUser, IdleThreshold: idle.Threshold}, log, wake, work)
 	srv := web.New(wcfg, st, h, log)
 	loop := scheduler.NewLoop(st, scheduler.LoopConfig{Interval: c.SchedulerInterval, HeartbeatGrace: c.HeartbeatGrace,
 		JobGrace: c.JobGrace, FenceMargin: c.FenceMargin, MemoryReserveGb: c.MemoryReserveGb,
-		Limits: &scheduler.Limits{PerUser: c.MaxRunningUser, PerProject: c.MaxRunningProject}, TallyHalfLife: c.TallyHalfLife}, log, wake, work)
+		Limits: &scheduler.Limits{PerUser: c.MaxRunningUser, PerProject: c.MaxRunningProject}, TallyHalfLife: c.TallyHalfLife, Idle: idle}, log, wake, work)
 	go func() {
 		if err := loop.Run(ctx); err != nil {
 			log.Error("scheduler stopped", "err", err)
