@@ -156,7 +156,7 @@ SELECT base.job_uuid, base.b, $1, base.secs, base.cpu, base.mem,
 FROM base LEFT JOIN ga ON ga.job_uuid = base.job_uuid AND ga.b = base.b`
 
 // CompactUsage downsamples every job's series by UsageTiers (database clock) and returns how
-// many rows it merged. Each tier is one statement; two masters running it at once merge each
+// many merged rows it wrote. Each tier is one statement; two masters running it at once merge each
 // row once (the second waits on the first's deletes and finds the rows gone).
 func (s *Store) CompactUsage(ctx context.Context) (int64, error) {
 	var merged int64
@@ -196,13 +196,13 @@ func (s *Store) IdleGPUCandidates(ctx context.Context, window, actionWindow time
     j.idle_gpus, j.idle_since IS NOT NULL AS is_flagged,
     EXTRACT(EPOCH FROM now() - (j.event_times->>'RUNNING')::timestamptz)::float8 AS running_s,
     x.idx,
-    coalesce(sum(x.util * u.secs) FILTER (WHERE u.at >= now() - make_interval(secs => $1))
-        / nullif(sum(u.secs) FILTER (WHERE u.at >= now() - make_interval(secs => $1)), 0), -1)::float8 AS avg,
-    coalesce(sum(u.secs) FILTER (WHERE u.at >= now() - make_interval(secs => $1)), 0)::float8 AS secs,
-    coalesce(sum(x.util * u.secs) FILTER (WHERE u.at >= now() - make_interval(secs => $2))
-        / nullif(sum(u.secs) FILTER (WHERE u.at >= now() - make_interval(secs => $2)), 0), -1)::float8 AS action_avg
+    coalesce(sum(x.util * u.secs) FILTER (WHERE u.at >= now() - make_interval(secs => $1::float8))
+        / nullif(sum(u.secs) FILTER (WHERE u.at >= now() - make_interval(secs => $1::float8)), 0), -1)::float8 AS avg,
+    coalesce(sum(u.secs) FILTER (WHERE u.at >= now() - make_interval(secs => $1::float8)), 0)::float8 AS secs,
+    coalesce(sum(x.util * u.secs) FILTER (WHERE u.at >= now() - make_interval(secs => $2::float8))
+        / nullif(sum(u.secs) FILTER (WHERE u.at >= now() - make_interval(secs => $2::float8)), 0), -1)::float8 AS action_avg
 FROM jobs j
-JOIN job_usage u ON u.job_uuid = j.uuid AND u.at >= now() - make_interval(secs => greatest($1, $2))
+JOIN job_usage u ON u.job_uuid = j.uuid AND u.at >= now() - make_interval(secs => greatest($1::float8, $2::float8))
 CROSS JOIN LATERAL unnest(u.gpu_idx, u.gpu_util) AS x(idx, util)
 WHERE j.status = 'RUNNING' AND j.event_times ? 'RUNNING'
 GROUP BY j.uuid, x.idx
