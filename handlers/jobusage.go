@@ -10,6 +10,7 @@ import (
 
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/store"
+	"github.com/opengpulab/gpulab/views"
 )
 
 // JobUsage is GET jobs/{id}/usage: a job's usage series (downsampled as it ages, see
@@ -159,4 +160,18 @@ func humanSpan(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%.0f minutes", d.Minutes())
 	}
+}
+
+// usageView is the job page's usage card of u: the verdict and the charts, their axes scaled
+// to what the job holds (its CPUs, its memory, each GPU's memory).
+func usageView(u JobUsage, j *job.Job, gpus []views.GPUView) *views.JobUsageView {
+	lim := views.ChartLimits{CPUPercent: float64(j.Request.Resources.CPUs) * 100, MemoryMiB: float64(j.Request.Resources.CPUMemoryGb) * 1024,
+		GPUMemoryMiB: map[int]float64{}}
+	if res := j.State.Resources; res != nil && len(res.CPUIDs) > 0 {
+		lim.CPUPercent = float64(len(res.CPUIDs)) * 100
+	}
+	for _, g := range gpus {
+		lim.GPUMemoryMiB[g.Index] = float64(g.MemoryMiB)
+	}
+	return &views.JobUsageView{Verdict: u.Verdict, IdleGPUs: u.IdleGPUs, Charts: views.UsageCharts(u.Points, lim)}
 }
