@@ -26,7 +26,9 @@ func TestScaleAndPath(t *testing.T) {
 	if y := s.Y(150); y != plotY0 {
 		t.Errorf("Y above max = %v, want clamped", y)
 	}
-	pt := func(sec int, v float64) ChartPoint { return ChartPoint{T: t0.Add(time.Duration(sec) * time.Second), V: v, Secs: 5} }
+	pt := func(sec int, v float64) ChartPoint {
+		return ChartPoint{T: t0.Add(time.Duration(sec) * time.Second), V: v, Secs: 5}
+	}
 	tests := []struct {
 		name string
 		pts  []ChartPoint
