@@ -32,7 +32,7 @@ func JobUsageCard(u JobUsageView) templ.Component {
 			templ_7745c5c3_Var1 = templ.NopComponent
 		}
 		ctx = templ.ClearChildren(ctx)
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<section class=\"card\" aria-labelledby=\"usage-heading\" id=\"job-usage\" data-testid=\"job-usage\"><div class=\"card-head\"><h2 id=\"usage-heading\">Usage</h2>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<section class=\"card\" aria-labelledby=\"job-usage-heading\" id=\"job-usage\" data-testid=\"job-usage\"><div class=\"card-head\"><h2 id=\"job-usage-heading\">Usage</h2>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
