@@ -24,7 +24,7 @@ type Usage struct {
 	// threshold (IdleThreshold percent), from the jobs' usage series.
 	IdleGPUHours  float64 `json:"idleGpuHours"`
 	IdleThreshold float64 `json:"idleThreshold"`
-	Explanation string  `json:"explanation"`
+	Explanation   string  `json:"explanation"`
 	// Queued are the user's queued jobs with why they wait.
 	Queued []UsageJob `json:"queued"`
 }
