@@ -200,10 +200,10 @@ func UsageCharts(pts []store.UsagePoint, lim ChartLimits) []ChartView {
 		us.Max = 100
 		var gmMax float64
 		for _, i := range gpus {
-			gmMax = math.Max(gmMax, math.Max(lim.GPUMemoryMiB[i], maxV(gmem[i])))
+			gmMax = math.Max(gmMax, maxV(gmem[i]))
 		}
 		ms := s
-		ms.Max = NiceMax(gmMax)
+		ms.Max = axisMax(maxLimit(lim.GPUMemoryMiB), gmMax)
 		u := ChartView{ID: "chart-gpu-util", Title: "GPU utilisation", YTicks: yTicks(us, pct), XTicks: xTicks(s)}
 		m := ChartView{ID: "chart-gpu-mem", Title: "GPU memory", YTicks: yTicks(ms, mib), XTicks: xTicks(s)}
 		for k, i := range gpus {
@@ -217,11 +217,11 @@ func UsageCharts(pts []store.UsagePoint, lim ChartLimits) []ChartView {
 		out = append(out, u, m)
 	}
 	cs := s
-	cs.Max = NiceMax(math.Max(lim.CPUPercent, maxV(cpu)))
+	cs.Max = axisMax(lim.CPUPercent, maxV(cpu))
 	out = append(out, ChartView{ID: "chart-cpu", Title: "CPU (100 % = one CPU)", YTicks: yTicks(cs, pct), XTicks: xTicks(s),
 		Series: []SeriesView{{Label: "CPU", Color: seriesColors[0], Path: ChartPath(Thin(cpu, chartMaxVerticesHint), cs), Last: pct(cpu[len(cpu)-1].V)}}})
 	mm := s
-	mm.Max = NiceMax(math.Max(lim.MemoryMiB, maxV(mem)))
+	mm.Max = axisMax(lim.MemoryMiB, maxV(mem))
 	out = append(out, ChartView{ID: "chart-mem", Title: "Memory", YTicks: yTicks(mm, mib), XTicks: xTicks(s),
 		Series: []SeriesView{{Label: "Memory", Color: seriesColors[1], Path: ChartPath(Thin(mem, chartMaxVerticesHint), mm), Last: mib(mem[len(mem)-1].V)}}})
 	return out
@@ -271,4 +271,21 @@ func idlePronoun(gpus []int) string {
 		return "it"
 	}
 	return "them"
+}
+
+// axisMax is the top of an axis: what the job holds (limit) when the data stays within it, so a
+// full line means a full GPU or all its memory; else a nice number above the data.
+func axisMax(limit, data float64) float64 {
+	if limit > 0 && data <= limit {
+		return limit
+	}
+	return NiceMax(math.Max(limit, data))
+}
+
+func maxLimit(m map[int]float64) float64 {
+	v := 0.0
+	for _, x := range m {
+		v = math.Max(v, x)
+	}
+	return v
 }

@@ -88,7 +88,7 @@ func TestUsageCharts(t *testing.T) {
 	if y := cnum(Scale{Max: 100}.Y(85)); !strings.HasSuffix(util.Series[1].Path, " "+y) {
 		t.Errorf("busy GPU path %q, want flat at y=%s", util.Series[1].Path, y)
 	}
-	if cs[1].YTicks[2].Label != "48.8 GiB" || cs[2].YTicks[2].Label != "200 %" || cs[3].Series[0].Last != "900 MiB" {
+	if cs[1].YTicks[2].Label != "32 GiB" || cs[2].YTicks[2].Label != "200 %" || cs[3].Series[0].Last != "900 MiB" {
 		t.Errorf("axes: GPU memory top %q, CPU top %q, memory last %q", cs[1].YTicks[2].Label, cs[2].YTicks[2].Label, cs[3].Series[0].Last)
 	}
 	if UsageCharts(nil, ChartLimits{}) != nil {

@@ -60,7 +60,7 @@ func JobUsageCard(u JobUsageView) templ.Component {
 			return templ_7745c5c3_Err
 		}
 		if len(u.IdleGPUs) > 0 {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, "<p class=\"flash error\" role=\"status\" data-testid=\"usage-idle-warning\">GPU ")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, "<p class=\"flash flash-error\" role=\"status\" data-testid=\"usage-idle-warning\">GPU ")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
