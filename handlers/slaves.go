@@ -161,7 +161,12 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 	if err := h.store.SetJobsUsage(ctx, c.SlaveName, samples); err != nil {
 		return err
 	}
-	if err := h.store.AddUsageSamples(ctx, h.cfg.HeartbeatInterval.Seconds(), usageSamples(hb.Jobs)); err != nil {
+	// Each sample stands for one heartbeat interval (the slave samples once per interval).
+	every := h.cfg.HeartbeatInterval
+	if every <= 0 {
+		every = 5 * time.Second // the slaves' own default when the master names none
+	}
+	if err := h.store.AddUsageSamples(ctx, every.Seconds(), usageSamples(hb.Jobs)); err != nil {
 		return err
 	}
 	view, stops, err := h.reconcile(ctx, c.SlaveName, hb.Jobs, "")
