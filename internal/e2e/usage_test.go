@@ -206,3 +206,35 @@ func TestIdleGPUJobIsFlaggedChartedAndCancelled(t *testing.T) {
 		t.Errorf("the busy job is %s, want RUNNING", j.State.Status)
 	}
 }
+
+// With --idle-gpu-action halt, a restartable job whose only GPU stayed idle for the action time
+// is halted (its event says why) and its restart job queued; a job that is not restartable is
+// only flagged.
+func TestIdleGPUHaltsRestartableJob(t *testing.T) {
+	idle := scheduler.IdleConfig{Threshold: 5, After: 2 * time.Second, Action: scheduler.IdleActionHalt, ActionAfter: 4 * time.Second}
+	e := newEnvWith(t, testmaster.Options{Loop: scheduler.LoopConfig{Idle: idle}})
+	e.startSlave(slaveOpts{name: "idlehalt", cluster: 1, fakeGPUs: "2xV100-32GB", cpus: 2}) // both GPUs at 0 %
+	restartable := e.submit(e.jobFile("restartable", haltScript, func(r map[string]any) {
+		r["resources"].(map[string]any)["gpus"] = 1
+		r["scheduling"] = map[string]any{"restartable": true}
+	}))
+	plain := e.submit(e.jobFile("plain", "sleep 600", func(r map[string]any) { r["resources"].(map[string]any)["gpus"] = 1 }))
+	e.waitFor(plain, job.StatusRunning)
+	e.waitFor(restartable, job.StatusHalted)
+	var halt string
+	for _, ev := range e.eventList(restartable) {
+		if ev.Status == string(job.StatusMustHalt) {
+			halt = ev.Message
+		}
+	}
+	if !strings.Contains(halt, "idle") || countKind(e.eventList(restartable), scheduler.EventIdleGPU) != 1 {
+		t.Errorf("halt event %q, want the idle GPUs as the reason after one idle-gpu event:\n%s", halt, e.events(restartable))
+	}
+	e.waitRestartOf(restartable)
+	waitUntil(t, "the plain job's idle flag", func() bool { return len(e.job(plain).State.IdleGPUs) == 1 })
+	// Past the action time too, yet not restartable: it keeps running.
+	waitUntil(t, "the action time of the plain job", func() bool { return e.usage(plain).Averages.Seconds >= 2*idle.ActionAfter.Seconds() })
+	if j := e.job(plain); j.State.Status != job.StatusRunning {
+		t.Errorf("the plain job is %s, want RUNNING (halt is for restartable jobs only)", j.State.Status)
+	}
+}
