@@ -167,6 +167,13 @@ func TestIdleGPUJobIsFlaggedChartedAndCancelled(t *testing.T) {
 		const ys = [...d.matchAll(/[ML][\d.]+ ([\d.]+)/g)].map(m => m[1]);
 		if (ys.length < 2 || ys.some(y => y !== '128')) throw new Error('GPU 0 line not flat at 0 %: ' + d); return true })()`)
 	testenv.Screenshot(t, p.ctx, "01-idle-job-charts")
+	// htmx refreshes the charts while the job runs: the line grows without a reload.
+	gpu0 := `document.querySelector('[data-testid="chart-gpu-util"] path[data-series="GPU 0"]').getAttribute('d').length`
+	p.eval(`(window.usageLen = ` + gpu0 + `) > 0`)
+	waitUntil(t, "the chart to grow without a reload", func() bool {
+		grown, err := chromedp.Run(p.ctx, chromedp.Evaluate[bool](gpu0+` > window.usageLen`))
+		return err == nil && grown
+	})
 	p.do(testenv.Navigate(e.m.URL+"/jobs/"+busyJob), chromedp.WaitVisible(chromedp.CSS(`[data-testid="chart-gpu-util"] path[data-series="GPU 1"]`)))
 	p.waitText(`[data-testid="usage-verdict"]`, "GPU 1 averaged 85 %")
 	testenv.Screenshot(t, p.ctx, "02-busy-job-charts")
