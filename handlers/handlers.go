@@ -66,6 +66,10 @@ type Config struct {
 
 	// Metrics records queue waits and halts asked for by users (nil: none).
 	Metrics *metrics.Master
+
+	// IdleThreshold is the utilisation (percent) under which a GPU counts as idle: the job
+	// page's verdict and the Usage page's idle GPU-hours use it (default 5).
+	IdleThreshold float64
 }
 
 // Handlers serves the API. Create it with New.

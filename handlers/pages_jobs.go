@@ -233,6 +233,13 @@ func (h *Handlers) jobDetail(r *http.Request, c *Caller, rec *store.JobRecord, w
 	}
 	v.Ports = portLinks(j)
 	v.GPUs = jobGPUs(j)
+	if _, ran := j.State.EventTimes[job.StatusRunning]; ran {
+		u, err := h.jobUsage(r, rec)
+		if err != nil {
+			return v, err
+		}
+		v.Usage = usageView(u, j, v.GPUs)
+	}
 	if v.SSH, err = h.jobSSHView(ctx, c, rec); err != nil {
 		return v, err
 	}

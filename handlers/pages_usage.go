@@ -20,7 +20,8 @@ func (h *Handlers) UsagePage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	v := views.UsageView{Chrome: h.chrome(r, views.NavUsage), Tally: u.Tally, Rank: u.Rank, ActiveUsers: u.ActiveUsers,
-		HalfLife: u.HalfLife, Explanation: u.Explanation, GPUHour: u.Weights.GPUHour, CPUHour: u.Weights.CPUHour, MemoryGbHour: u.Weights.MemoryGbHour}
+		HalfLife: u.HalfLife, Explanation: u.Explanation, GPUHour: u.Weights.GPUHour, CPUHour: u.Weights.CPUHour, MemoryGbHour: u.Weights.MemoryGbHour,
+		IdleGPUHours: u.IdleGPUHours, IdleThreshold: u.IdleThreshold}
 	for _, q := range u.Queued {
 		v.Queued = append(v.Queued, views.UsageJob{UUID: q.UUID, Name: q.Name, Explanations: q.Explanations})
 	}

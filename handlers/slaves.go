@@ -161,6 +161,14 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 	if err := h.store.SetJobsUsage(ctx, c.SlaveName, samples); err != nil {
 		return err
 	}
+	// Each sample stands for one heartbeat interval (the slave samples once per interval).
+	every := h.cfg.HeartbeatInterval
+	if every <= 0 {
+		every = 5 * time.Second // the slaves' own default when the master names none
+	}
+	if err := h.store.AddUsageSamples(ctx, every.Seconds(), usageSamples(hb.Jobs)); err != nil {
+		return err
+	}
 	view, stops, err := h.reconcile(ctx, c.SlaveName, hb.Jobs, "")
 	if err != nil {
 		return err
@@ -663,4 +671,21 @@ func (h *Handlers) wakeSlaves(ctx context.Context, names ...string) {
 	if err := h.store.NotifySlaves(ctx, names...); err != nil {
 		h.log.WarnContext(ctx, "could not notify slaves", "err", err)
 	}
+}
+
+// usageSamples are the samples of a heartbeat's running jobs, for their usage series: one
+// per job (the slave samples once per heartbeat interval).
+func usageSamples(jobs []protocol.RunningJob) []store.UsageSample {
+	var out []store.UsageSample
+	for _, j := range jobs {
+		if j.Usage == nil || j.Status != job.StatusRunning {
+			continue
+		}
+		u := store.UsageSample{JobUUID: j.JobUUID, CPUPercent: j.Usage.CPUPercent, MemoryMiB: j.Usage.MemoryMiB}
+		for _, g := range j.Usage.GPUs {
+			u.GPUs = append(u.GPUs, store.GPUSample{Index: g.Index, UtilPercent: g.UtilPercent, MemoryUsedMiB: g.MemoryUsedMiB})
+		}
+		out = append(out, u)
+	}
+	return out
 }

@@ -20,7 +20,11 @@ type Usage struct {
 	ActiveUsers int     `json:"activeUsers"`
 	HalfLife    string  `json:"halfLife"`
 	Weights     Weights `json:"weights"`
-	Explanation string  `json:"explanation"`
+	// IdleGPUHours are the GPU-hours of the last 7 days that his jobs held a GPU under the idle
+	// threshold (IdleThreshold percent), from the jobs' usage series.
+	IdleGPUHours  float64 `json:"idleGpuHours"`
+	IdleThreshold float64 `json:"idleThreshold"`
+	Explanation   string  `json:"explanation"`
 	// Queued are the user's queued jobs with why they wait.
 	Queued []UsageJob `json:"queued"`
 }
@@ -61,9 +65,14 @@ func (h *Handlers) usage(r *http.Request, c *Caller) (Usage, error) {
 	if err != nil {
 		return Usage{}, err
 	}
+	idle, err := h.store.IdleGPUHours(ctx, h.idleThreshold(), 7*24*time.Hour)
+	if err != nil {
+		return Usage{}, err
+	}
 	wt := store.DefaultTallyWeights
 	u := Usage{User: c.User.Name, Tally: tallies[c.User.ID], HalfLife: job.FormatDuration(half),
-		Weights: Weights{GPUHour: wt.GPU, CPUHour: wt.CPU, MemoryGbHour: wt.MemoryGb}, Queued: []UsageJob{}}
+		Weights: Weights{GPUHour: wt.GPU, CPUHour: wt.CPU, MemoryGbHour: wt.MemoryGb}, Queued: []UsageJob{},
+		IdleGPUHours: idle[c.User.ID], IdleThreshold: h.idleThreshold()}
 	// Active users: those with a tally worth counting or a job queued or running, and the caller.
 	type entry struct {
 		id    int64

@@ -99,6 +99,11 @@ func (s State) clone() State {
 		c.Resources = &res
 	}
 	c.FinalUsageStatistics = bytes.Clone(s.FinalUsageStatistics)
+	c.IdleGPUs = slices.Clone(s.IdleGPUs)
+	if s.IdleSince != nil {
+		t := *s.IdleSince
+		c.IdleSince = &t
+	}
 	return c
 }
 

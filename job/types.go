@@ -149,6 +149,11 @@ type State struct {
 	Scheduling           StateScheduling      `json:"scheduling"`
 	Resources            *StateResources      `json:"resources,omitempty"`
 	FinalUsageStatistics json.RawMessage      `json:"finalUsageStatistics,omitempty"`
+	// IdleGPUs are the job's GPUs (indices on its slave) that the master found idle: under the
+	// idle threshold for the idle time (issue 14); IdleSince is when it flagged them. Empty
+	// when the job's GPUs are in use.
+	IdleGPUs  []int      `json:"idleGpus,omitempty"`
+	IdleSince *time.Time `json:"idleSince,omitempty"`
 }
 
 // StateScheduling is what the scheduler decided or found about a job.

@@ -43,6 +43,10 @@ type LoopConfig struct {
 	// resource adds per hour (default store.DefaultTallyWeights).
 	TallyHalfLife time.Duration
 	TallyWeights  *store.TallyWeights
+	// Idle is the idle-GPU check; a zero Idle.After turns it off.
+	Idle IdleConfig
+	// UsageCompactEvery is how often the leader downsamples the usage series (default 1 min).
+	UsageCompactEvery time.Duration
 	// OnPass, when set, is called after every pass of Run with when it started, how long it
 	// took and its error: benchmarks time the real loop's passes with it.
 	OnPass func(start time.Time, took time.Duration, err error)
@@ -64,6 +68,10 @@ type Loop struct {
 	log  *slog.Logger
 	wake *Signal // wakes the loop
 	work *Signal // wakes slaves' long polls after assignments and cancellations
+
+	// lastIdle and lastCompact are when this leader last ran the idle check and the usage
+	// compaction (only the loop's goroutine touches them).
+	lastIdle, lastCompact time.Time
 }
 
 // NewLoop makes a loop. wake and work are shared with the handlers.
@@ -89,6 +97,12 @@ func NewLoop(st *store.Store, cfg LoopConfig, log *slog.Logger, wake, work *Sign
 	}
 	if cfg.TallyHalfLife <= 0 {
 		cfg.TallyHalfLife = 7 * 24 * time.Hour
+	}
+	if cfg.UsageCompactEvery <= 0 {
+		cfg.UsageCompactEvery = time.Minute
+	}
+	if cfg.Idle.Action == "" {
+		cfg.Idle.Action = IdleActionNone
 	}
 	if cfg.TallyWeights == nil {
 		w := store.DefaultTallyWeights
@@ -217,6 +231,14 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 		return err
 	}
 	l.work.WakeKeys(stops...)
+	if time.Since(l.lastCompact) >= l.cfg.UsageCompactEvery {
+		// Outside the leader's transaction: merging old samples is safe on any master and must
+		// not hold the pass's locks.
+		if _, err := l.st.CompactUsage(ctx); err != nil {
+			l.log.Warn("compacting the usage series failed", "err", err)
+		}
+		l.lastCompact = time.Now()
+	}
 	snap, hosts, err := l.snapshot(ctx)
 	if err != nil {
 		return err
@@ -322,6 +344,14 @@ func (l *Loop) housekeeping(ctx context.Context, tx *store.Store, lead store.Lea
 		if err := act(store.LiveJob{UUID: j.UUID, Status: job.Status(j.Status), Attempt: j.Attempt, SlaveName: j.SlaveName}, ch, "job cancelled: maxDuration reached"); err != nil {
 			return nil, err
 		}
+	}
+	// The idle check reads an hour of samples of every running job: it runs a few times per
+	// idle window (at most once a minute), not at every pass.
+	if l.cfg.Idle.After > 0 && time.Since(l.lastIdle) >= min(time.Minute, l.cfg.Idle.After/4) {
+		if err := l.idleGPUs(ctx, tx, act); err != nil {
+			return nil, err
+		}
+		l.lastIdle = time.Now()
 	}
 	slices.Sort(stops)
 	return slices.Compact(stops), nil

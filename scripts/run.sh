@@ -56,7 +56,10 @@ export GPULAB_SSH_LISTEN="${GPULAB_SSH_LISTEN:-:2022}"
 smtp_port=${GPULAB_RUN_SMTP_PORT:-2525}
 export GPULAB_SMTP_HOST=127.0.0.1 GPULAB_SMTP_PORT="$smtp_port" GPULAB_SMTP_TLS=none GPULAB_SMTP_FROM="GPULab <gpulab@localhost>"
 export GPULAB_PUBLIC_URL="${GPULAB_PUBLIC_URL:-https://localhost:$port}"
-"$m" serve --listen ":$port" --admins alice@example.org --oidc-redirect-url "https://localhost:$port/auth/callback" >"$dir/master.log" 2>&1 &
+# GPUs idle for GPULAB_RUN_IDLE_AFTER (default 2 minutes, so the demo shows it) get the
+# idle-GPU warning; a real cluster keeps the master's default of an hour.
+"$m" serve --listen ":$port" --admins alice@example.org --oidc-redirect-url "https://localhost:$port/auth/callback" \
+  --idle-gpu-after "${GPULAB_RUN_IDLE_AFTER:-2m}" >"$dir/master.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
   curl -sk "https://localhost:$port/readyz" >/dev/null 2>&1 && break
@@ -75,7 +78,7 @@ if [ ! -f "$dir/slave/slave.json" ]; then
 fi
 mkdir -p "$dir/projects"
 ssh_port=${GPULAB_RUN_SSH_PORT:-2222}
-"$bin/gpulab-slave" run --state-dir "$dir/slave" --scratch-root "$dir/scratch" --fake-gpus 2xV100-32GB \
+"$bin/gpulab-slave" run --state-dir "$dir/slave" --scratch-root "$dir/scratch" --fake-gpus 2xV100-32GB --fake-gpu-util 0,85 \
   --storage "/project=$dir/projects/{project}" --ssh-listen "127.0.0.1:$ssh_port" --ssh-advertise "localhost:$ssh_port" >"$dir/slave.log" 2>&1 &
 pids+=($!)
 
@@ -117,9 +120,10 @@ cat <<MSG
   Database:      $db
   API login:     user alice (admin, member of project "demo"), certificate $dir/alice.pem
   Master CA:     $dir/ca.pem
-  Slave:         $slave in cluster 1, 2 FAKE V100 GPUs (simulated), storage /project -> $dir/projects/<project>
+  Slave:         $slave in cluster 1, 2 FAKE V100 GPUs (simulated: GPU 0 scripted idle at 0 %, GPU 1 busy at 85 %), storage /project -> $dir/projects/<project>
                  SSH into its running jobs: ssh -p $ssh_port <job id>@localhost (a key of the job or of alice's profile, or -i $dir/alice.pem)
 $hub_msg
+  Metrics:       curl -k https://localhost:$port/metrics   (Prometheus; Grafana dashboard contrib/grafana/gpulab.json)
   Mail:          every job mail lands as a file in $dir/mail/ (one line each in $dir/mail.log)
   Logs:          $dir/master.log, $dir/slave.log, $dir/devidp.log
 

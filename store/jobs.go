@@ -54,6 +54,8 @@ type jobRow struct {
 	Scheduling            []byte         `db:"scheduling"`
 	Resources             []byte         `db:"resources"`
 	FinalUsage            []byte         `db:"final_usage"`
+	IdleGPUs              pq.Int64Array  `db:"idle_gpus"`
+	IdleSince             sql.NullTime   `db:"idle_since"`
 	CreatedAt             time.Time      `db:"created_at"`
 	UpdatedAt             time.Time      `db:"updated_at"`
 }
@@ -63,7 +65,7 @@ const jobSelect = `SELECT j.uuid, j.name, j.description, j.deployment_environmen
     j.project_id, p.urn AS project_urn, p.name AS project_name, p.gid AS project_gid,
     j.status, j.event_times, j.restart_initial_uuid, j.restart_count,
     j.assigned_cluster_id, j.assigned_slave_name, j.assigned_instance_id, j.attempt,
-    j.scheduling, j.resources, j.final_usage, j.created_at, j.updated_at
+    j.scheduling, j.resources, j.final_usage, j.idle_gpus, j.idle_since, j.created_at, j.updated_at
 FROM jobs j JOIN users u ON u.id = j.user_id JOIN projects p ON p.id = j.project_id`
 
 // record makes a JobRecord of a row. Its JSON columns are decoded through the store's
@@ -90,6 +92,14 @@ func (s *Store) record(r *jobRow) (*JobRecord, error) {
 	j.State.Scheduling.AssignedInstanceID = r.AssignedInstanceID.String
 	if len(r.FinalUsage) > 0 {
 		j.State.FinalUsageStatistics = json.RawMessage(r.FinalUsage)
+	}
+	j.State.IdleGPUs, j.State.IdleSince = nil, nil
+	for _, g := range r.IdleGPUs {
+		j.State.IdleGPUs = append(j.State.IdleGPUs, int(g))
+	}
+	if r.IdleSince.Valid {
+		t := r.IdleSince.Time
+		j.State.IdleSince = &t
 	}
 	if r.RestartInitialUUID.Valid {
 		j.RestartInfo = &job.RestartInfo{InitialJobUUID: r.RestartInitialUUID.String, RestartCount: r.RestartCount}

@@ -46,6 +46,10 @@ type UsageView struct {
 	// GPUHour, CPUHour and MemoryGbHour are what an hour of each adds to the tally.
 	GPUHour, CPUHour, MemoryGbHour float64
 	Queued                         []UsageJob
+	// IdleGPUHours are the GPU-hours of the last 7 days his jobs held a GPU under the idle
+	// threshold (IdleThreshold percent).
+	IdleGPUHours  float64
+	IdleThreshold float64
 }
 
 // UsageJob is one of the user's queued jobs with why it waits.
@@ -161,6 +165,8 @@ type JobDetailView struct {
 	// SSH is how the owner logs in to the running job (nil: not running, not his, or its slave
 	// serves no SSH).
 	SSH *SSHView
+	// Usage is the job's usage charts and verdict (nil: the job never ran).
+	Usage *JobUsageView
 }
 
 // SSHView is the ssh command that logs in to a job, and one -L form per declared port.

@@ -158,6 +158,7 @@ var routeRules = map[string]rule{
 	"GET " + apiV + "jobs/{id}/debug":   {seer, aliceJob, withID(apiV + "jobs/%s/debug")},
 	"GET " + apiV + "jobs/{id}/log":     {seer, aliceJob, withID(apiV + "jobs/%s/log")},
 	"GET " + apiV + "jobs/{id}/explain": {seer, aliceJob, withID(apiV + "jobs/%s/explain")},
+	"GET " + apiV + "jobs/{id}/usage":   {seer, aliceJob, withID(apiV + "jobs/%s/usage")},
 	"POST " + apiV + "convert":          {public, noSubject, jsonBody(apiV+"convert", `{"jobDefinition": {"name": "x", "clusterId": 1, "dockerImage": "debian:stable", "resources": {"gpus": 0, "cpuCores": 1, "systemMemory": 1024}}}`)},
 	"GET " + apiV + "clusters":          {public, noSubject, fixed(apiV + "clusters")},
 	"GET " + apiV + "slaves":            {public, noSubject, fixed(apiV + "slaves")},

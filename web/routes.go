@@ -29,6 +29,7 @@ func APIRoutes(h *handlers.Handlers) []Route {
 		{"GET", "jobs/{id}/debug", false, h.JobEvents},
 		{"GET", "jobs/{id}/log", false, h.JobLog},
 		{"GET", "jobs/{id}/explain", false, h.ExplainJob},
+		{"GET", "jobs/{id}/usage", false, h.GetJobUsage},
 		{"POST", "convert", true, h.Convert},
 		{"GET", "clusters", true, h.Clusters},
 		{"GET", "slaves", true, h.Slaves},

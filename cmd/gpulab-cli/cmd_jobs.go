@@ -122,6 +122,7 @@ func (a *app) listJobs(cl *client.Client, o jobsOptions) error {
 	}
 	if o.table || o.noLines {
 		a.jobsTable(jobs).render(a.stdout, !o.noLines)
+		a.warnIdle(jobs)
 		return nil
 	}
 	a.stdout.printf("%s\n", imecJobLine("TASK ID", "NAME", "COMMAND", "CREATED", "USER", "PROJECT", "CID", "STATUS"))
@@ -139,6 +140,8 @@ func (a *app) listJobs(cl *client.Client, o jobsOptions) error {
 		a.stdout.printf("%s\n", imecJobLine(j.UUID, j.Name, j.Request.Docker.Command.String(), created,
 			user, urnName(j.Owner.ProjectURN), cid, string(j.State.Status)))
 	}
+	// The listing keeps imec's columns (scripts cut them); idle jobs are called out on stderr.
+	a.warnIdle(jobs)
 	return nil
 }
 
@@ -209,7 +212,7 @@ func (a *app) jobsTable(jobs []job.Job) *table {
 			truncate(dash(miniID(j.Owner.UserURN)), 20),
 			truncate(dash(urnName(j.Owner.ProjectURN)), 15),
 			dash(clusterOf(j)),
-			dash(string(j.State.Status)),
+			dash(string(j.State.Status))+idleMark(j),
 		)
 	}
 	return t
@@ -230,8 +233,55 @@ func (a *app) showJob(cl *client.Client, id string, o jobsOptions) error {
 	if o.definition {
 		return a.writeValue(job.Submission(j))
 	}
-	a.jobDetail(j).render(a.stdout)
+	k := a.jobDetail(j)
+	if _, ran := j.State.EventTimes[job.StatusRunning]; ran {
+		// A master without usage series (an older one, imec's) answers an error: the rest of
+		// the view stands without it.
+		if u, err := cl.JobUsage(a.ctx, j.UUID); err == nil {
+			addUsage(k, u)
+		}
+	}
+	k.render(a.stdout)
 	return nil
+}
+
+// addUsage adds a job's per-GPU averages (last hour and whole run), CPU and memory, and the
+// idle-GPU warning when the master flagged the job.
+func addUsage(k *kvList, u *client.JobUsage) {
+	if u.Averages.Seconds == 0 {
+		k.add("Usage", "no samples yet")
+		return
+	}
+	whole := map[int]float64{}
+	for _, g := range u.Averages.GPUs {
+		whole[g.Index] = g.UtilPercent
+	}
+	var lines []string
+	for _, g := range u.LastHour.GPUs {
+		lines = append(lines, fmt.Sprintf("GPU %d: %s %% last hour, %s %% whole run, %s memory", g.Index,
+			pct(g.UtilPercent), pct(whole[g.Index]), mibText(g.MemoryUsedMiB)))
+	}
+	if len(lines) > 0 {
+		k.add("GPU usage", strings.Join(lines, "\n"))
+	}
+	k.add("CPU usage", fmt.Sprintf("%s %% last hour (100 %% = one CPU), %s memory", pct(u.LastHour.CPUPercent), mibText(u.LastHour.MemoryMiB)))
+	if len(u.IdleGPUs) > 0 {
+		k.add("WARNING", fmt.Sprintf("idle GPUs: GPU %s under %s %% busy; stop the job if it does not need them", joinInts(u.IdleGPUs), pct(u.IdleThreshold)))
+	}
+}
+
+func pct(v float64) string {
+	if v >= 10 || v == float64(int(v)) {
+		return strconv.FormatFloat(float64(int(v+0.5)), 'f', -1, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64)
+}
+
+func mibText(m int64) string {
+	if m >= 1024 {
+		return strconv.FormatFloat(float64(m*10/1024)/10, 'f', -1, 64) + " GiB"
+	}
+	return strconv.FormatInt(m, 10) + " MiB"
 }
 
 // kvList is a block of "Key: value" lines with the keys right-aligned, as imec's job view.
@@ -464,3 +514,20 @@ func sshLogin(j *job.Job) string {
 
 // durationSince is how long ago t was, for progress lines.
 func (a *app) durationSince(t time.Time) string { return humanDuration(a.now().Sub(t)) }
+
+// idleMark marks a job whose GPUs the master found idle in the --table listing.
+func idleMark(j *job.Job) string {
+	if len(j.State.IdleGPUs) == 0 {
+		return ""
+	}
+	return " (idle GPUs)"
+}
+
+// warnIdle writes one warning per listed job whose GPUs the master found idle.
+func (a *app) warnIdle(jobs []job.Job) {
+	for i := range jobs {
+		if j := &jobs[i]; len(j.State.IdleGPUs) > 0 && !j.State.Status.Ended() {
+			a.stderr.printf("Warning: job %s holds idle GPUs (GPU %s): stop it if it does not need them\n", j.UUID, joinInts(j.State.IdleGPUs))
+		}
+	}
+}

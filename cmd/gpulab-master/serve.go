@@ -47,6 +47,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
+	idle, err := c.idle.config()
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
 	var sessionKeys []web.SessionKey
 	if oidcCfg.Issuer != "" {
 		var created bool
@@ -107,11 +111,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	h := handlers.New(st, handlers.Config{Metrics: mets, Authority: c.Authority, Version: version, LatestClientVersion: latestClientVersion,
 		JobOptions: opts, CA: ca, HeartbeatInterval: c.HeartbeatInterval, TallyHalfLife: c.TallyHalfLife, FenceAfter: c.JobGrace,
 		MemoryReserveGb: c.MemoryReserveGb, UserCertValidity: c.UserCertValidity, SlaveCertValidity: c.SlaveCertValidity,
-		SSHJump: jump, MaxNotebooksPerUser: c.MaxNotebooksPerUser}, log, wake, work)
+		SSHJump: jump, MaxNotebooksPerUser: c.MaxNotebooksPerUser, IdleThreshold: idle.Threshold}, log, wake, work)
 	srv := web.New(wcfg, st, h, log)
 	loop := scheduler.NewLoop(st, scheduler.LoopConfig{Interval: c.SchedulerInterval, HeartbeatGrace: c.HeartbeatGrace,
 		JobGrace: c.JobGrace, FenceMargin: c.FenceMargin, MemoryReserveGb: c.MemoryReserveGb,
-		Limits: &scheduler.Limits{PerUser: c.MaxRunningUser, PerProject: c.MaxRunningProject}, TallyHalfLife: c.TallyHalfLife, Metrics: mets}, log, wake, work)
+		Limits: &scheduler.Limits{PerUser: c.MaxRunningUser, PerProject: c.MaxRunningProject}, TallyHalfLife: c.TallyHalfLife, Metrics: mets, Idle: idle}, log, wake, work)
 	go func() {
 		if err := loop.Run(ctx); err != nil {
 			log.Error("scheduler stopped", "err", err)

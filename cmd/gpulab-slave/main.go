@@ -209,12 +209,12 @@ func (l *listFlag) Set(v string) error {
 
 // runFlags are the flags of `run`, the slave's settings.
 type runFlags struct {
-	master, stateDir, scratch, fakeGPUs, fakeCuda, dnsName *string
-	storage                                                listFlag
-	cpus                                                   *int
-	logLevel, logFormat, sshListen, sshAdvertise           *string
-	metricsListen                                          *string
-	hard                                                   *hardeningValues
+	master, stateDir, scratch, fakeGPUs, fakeUtil, fakeCuda, dnsName *string
+	storage                                                          listFlag
+	cpus                                                             *int
+	logLevel, logFormat, sshListen, sshAdvertise                     *string
+	metricsListen                                                    *string
+	hard                                                             *hardeningValues
 }
 
 func addRunFlags(fs *flag.FlagSet, getenv func(string) string) *runFlags {
@@ -224,6 +224,7 @@ func addRunFlags(fs *flag.FlagSet, getenv func(string) string) *runFlags {
 	fs.Var(&f.storage, "storage", "public storage root and its host folder per project, ROOT=TEMPLATE with {project}, e.g. /project=/srv/gpulab/projects/{project} (repeatable or comma-separated; env GPULAB_SLAVE_STORAGE)")
 	f.scratch = fs.String("scratch-root", envOr(getenv, "GPULAB_SLAVE_SCRATCH", "/var/lib/gpulab-slave/scratch"), "per-job scratch folders (.ssh) (env GPULAB_SLAVE_SCRATCH)")
 	f.fakeGPUs = fs.String("fake-gpus", getenv("GPULAB_FAKE_GPUS"), "simulate GPUs for demos and tests, e.g. 2xV100-32GB (env GPULAB_FAKE_GPUS); marked fake everywhere")
+	f.fakeUtil = fs.String("fake-gpu-util", getenv("GPULAB_SLAVE_FAKE_GPU_UTIL"), "utilisation the fake GPUs report, percent per GPU in index order, e.g. 0,85 (fewer values repeat the last; env GPULAB_SLAVE_FAKE_GPU_UTIL; default 0)")
 	f.fakeCuda = fs.String("fake-cuda-version", "", "CUDA version the fake GPUs claim (default "+gpu.DefaultFakeCudaVersion+")")
 	f.dnsName = fs.String("dns-name", getenv("GPULAB_SLAVE_DNSNAME"), "the name users reach published ports at (default: the host name; env GPULAB_SLAVE_DNSNAME)")
 	f.cpus = fs.Int("cpus", 0, "CPUs to offer (default: the machine's); more than the machine has leaves jobs unpinned, limited by CPU time only")
@@ -243,7 +244,7 @@ func runSlave(ctx context.Context, args []string, getenv func(string) string, st
 	if err := parseFlags(fs, args, getenv); err != nil {
 		return err
 	}
-	master, stateDir, scratch, fakeGPUs, fakeCuda, dnsName := rf.master, rf.stateDir, rf.scratch, rf.fakeGPUs, rf.fakeCuda, rf.dnsName
+	master, stateDir, scratch, fakeGPUs, fakeUtil, fakeCuda, dnsName := rf.master, rf.stateDir, rf.scratch, rf.fakeGPUs, rf.fakeUtil, rf.fakeCuda, rf.dnsName
 	cpus, sshListen, sshAdvertise, hard, storageSpecs := rf.cpus, rf.sshListen, rf.sshAdvertise, rf.hard, rf.storage
 	log, err := newLogger(stderr, *rf.logLevel, *rf.logFormat)
 	if err != nil {
@@ -290,8 +291,16 @@ func runSlave(ctx context.Context, args []string, getenv func(string) string, st
 			return fmt.Errorf("--fake-gpus: %w: %w", err, errUsage)
 		}
 		sampler = gpu.NewSampler(nil, gi.GPUs)
+		util, err := gpu.ParseFakeUtil(*fakeUtil, len(gi.GPUs))
+		if err != nil {
+			return fmt.Errorf("--fake-gpu-util: %w: %w", err, errUsage)
+		}
+		sampler.SetFakeUtil(util)
 		log.Warn("this slave offers FAKE GPUs (simulated, for demos and tests)", "gpus", len(gi.GPUs), "spec", *fakeGPUs)
 	} else {
+		if *fakeUtil != "" {
+			return fmt.Errorf("--fake-gpu-util needs --fake-gpus: real GPUs report what NVML measures: %w", errUsage)
+		}
 		lib := gpu.Real()
 		gi = gpu.Discover(lib, log)
 		sampler = gpu.NewSampler(lib, gi.GPUs)

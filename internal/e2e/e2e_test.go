@@ -69,6 +69,7 @@ type slaveRun struct {
 	name    string
 	cancel  context.CancelFunc
 	stopped chan struct{} // closed when the agent returned
+	gpus    *gpu.Sampler  // the agent's GPU sampler (SetFakeUtil scripts the fake GPUs)
 }
 
 // stop stops the agent as a crash would: its containers keep running.
@@ -96,6 +97,9 @@ type slaveOpts struct {
 	wrap   func(protocol.Master) protocol.Master
 	// config tunes the agent (PollWait defaults to 2 s).
 	config slave.Config
+	// fakeGPUUtil scripts the fake GPUs' utilisation (--fake-gpu-util); slaveRun.gpus can
+	// change it while the slave runs.
+	fakeGPUUtil []float64
 	// cpus is the CPUs the slave offers (default 4; jobs are pinned to their ids, so a test
 	// running more jobs at once than the machine has CPUs must offer no more than it has).
 	cpus int
@@ -153,11 +157,13 @@ func (e *env) startSlave(o slaveOpts) *slaveRun {
 		SlaveDNSName: "127.0.0.1", SlaveInstanceID: inv.InstanceID, SlavePID: inv.PID, Version: "test", FakeGPUDeviceRequests: o.deviceRequests,
 		Hardening: &h}, log)
 	ctx, cancel := context.WithCancel(context.Background())
-	run := &slaveRun{name: o.name, cancel: cancel, stopped: make(chan struct{})}
+	sampler := gpu.NewSampler(nil, gi.GPUs)
+	sampler.SetFakeUtil(o.fakeGPUUtil)
+	run := &slaveRun{name: o.name, cancel: cancel, stopped: make(chan struct{}), gpus: sampler}
 	if o.config.PollWait == 0 {
 		o.config.PollWait = 2 * time.Second
 	}
-	agent := slave.New(mc, rt, gpu.NewSampler(nil, gi.GPUs), inv, o.config, log)
+	agent := slave.New(mc, rt, sampler, inv, o.config, log)
 	go func() {
 		defer close(run.stopped)
 		if err := agent.Run(ctx); err != nil {

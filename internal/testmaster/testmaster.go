@@ -185,7 +185,8 @@ func Start(t testing.TB, opts Options) *Master {
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
 	h := handlers.New(st, handlers.Config{Metrics: mets, Authority: Authority, Version: "test", LatestClientVersion: "4.0.0", JobOptions: jobOpts,
 		CA: ca, HeartbeatInterval: opts.HeartbeatInterval, MaxLongPoll: cmp.Or(opts.MaxLongPoll, 5*time.Second), FenceAfter: lc.JobGrace,
-		MissingGrace: opts.MissingGrace, WorkRecheck: opts.WorkRecheck, SSHJump: opts.SSHJump, MaxNotebooksPerUser: notebooks}, log, wake, work)
+		MissingGrace: opts.MissingGrace, WorkRecheck: opts.WorkRecheck, SSHJump: opts.SSHJump, MaxNotebooksPerUser: notebooks,
+		IdleThreshold: lc.Idle.Threshold}, log, wake, work)
 	wcfg := web.Config{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}, Admins: opts.Admins, Authority: Authority,
 		OIDC: oidcCfg, SessionKeys: opts.SessionKeys, Limits: opts.Web, AutoCreateCertUsers: opts.AutoCreateCertUsers, Metrics: mets}
 	srv := web.New(wcfg, st, h, log)

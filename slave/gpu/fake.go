@@ -128,3 +128,26 @@ func isDigits(s string) bool {
 func fakeUUID(index int, model string) string {
 	return "GPU-fake-" + uuid.NewSHA1(fakeNamespace, fmt.Appendf(nil, "%d/%s", index, model)).String()
 }
+
+// ParseFakeUtil reads a --fake-gpu-util spec for n fake GPUs: comma-separated percentages, one
+// per GPU in index order ("0,85": GPU 0 idle, GPU 1 busy); fewer values than GPUs repeat the
+// last ("50": all at 50 %). An empty spec scripts nothing (every fake GPU reads 0 %).
+func ParseFakeUtil(spec string, n int) ([]float64, error) {
+	if strings.TrimSpace(spec) == "" {
+		return nil, nil
+	}
+	parts := strings.Split(spec, ",")
+	if len(parts) > n {
+		return nil, fmt.Errorf("fake GPU utilisation %q: %d values for %d fake GPUs", spec, len(parts), n)
+	}
+	out := make([]float64, n)
+	for i := range n {
+		p := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(parts[min(i, len(parts)-1)]), "%"))
+		v, err := strconv.ParseFloat(p, 64)
+		if err != nil || v < 0 || v > 100 {
+			return nil, fmt.Errorf("fake GPU utilisation %q: want percentages 0 to 100 separated by commas, e.g. 0,85", spec)
+		}
+		out[i] = v
+	}
+	return out, nil
+}

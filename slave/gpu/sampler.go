@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"math"
 	"slices"
 	"sync"
 
@@ -12,13 +13,23 @@ import (
 // Sampler reads per-GPU utilisation and memory use while jobs run, for the jobs' usage statistics
 // and the idle-GPU warnings. It holds NVML open from NewSampler to Close, so a sample costs two
 // NVML calls per GPU rather than an Init. A nil Sampler, or one without NVML, samples nothing for
-// real GPUs: an unknown reading must not look like an idle GPU. Fake GPUs always read 0 %.
-// Safe for concurrent use.
+// real GPUs: an unknown reading must not look like an idle GPU. Fake GPUs read the utilisation
+// scripted with SetFakeUtil (--fake-gpu-util), 0 % when none is. Safe for concurrent use.
 type Sampler struct {
 	mu      sync.Mutex
 	lib     Library // nil when NVML is absent or closed
 	gpus    []protocol.GPU
 	devices map[int]nvml.Device // by GPU index; only the real GPUs NVML found
+	fake    []float64           // scripted utilisation of the fake GPUs, by index
+}
+
+// SetFakeUtil scripts the utilisation the fake GPUs report (percent, by GPU index; see
+// ParseFakeUtil); their memory use follows it (85 % busy: 85 % of its memory used), so demos
+// and tests show real charts and idle warnings.
+func (s *Sampler) SetFakeUtil(util []float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fake = slices.Clone(util)
 }
 
 // NewSampler prepares sampling of gpus (the slave's inventory). lib may be nil (no NVML, or only
@@ -59,7 +70,12 @@ func (s *Sampler) Sample(indices ...int) []protocol.GPUUsage {
 			continue
 		}
 		if g.Fake {
-			out = append(out, protocol.GPUUsage{Index: g.Index})
+			u := protocol.GPUUsage{Index: g.Index}
+			if g.Index < len(s.fake) {
+				u.UtilPercent = s.fake[g.Index]
+				u.MemoryUsedMiB = int64(math.Round(float64(g.MemoryMiB) * s.fake[g.Index] / 100))
+			}
+			out = append(out, u)
 			continue
 		}
 		d, ok := s.devices[g.Index]
