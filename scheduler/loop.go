@@ -45,6 +45,10 @@ type LoopConfig struct {
 	// OnPass, when set, is called after every pass of Run with when it started, how long it
 	// took and its error: benchmarks time the real loop's passes with it.
 	OnPass func(start time.Time, took time.Duration, err error)
+	// WhileLeading, when set, runs beside the passes for as long as this master leads (its
+	// context ends when the lease is lost): the leader's other chores, such as retention,
+	// which prove the same lease in their own transactions.
+	WhileLeading func(ctx context.Context, lead store.Leadership)
 }
 
 // TallyInterval is the period tallyIncrement is expressed in (SPEC 7.2).
@@ -132,6 +136,15 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 	}()
 	defer func() { <-renewed }()
 	defer cancel(nil)
+	if l.cfg.WhileLeading != nil {
+		chores := make(chan struct{})
+		go func() {
+			defer close(chores)
+			l.cfg.WhileLeading(ctx, lead)
+		}()
+		defer func() { <-chores }()
+		defer cancel(nil)
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {

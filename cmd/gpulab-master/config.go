@@ -59,6 +59,7 @@ type config struct {
 	TallyHalfLife                         time.Duration
 	MaxNotebooksPerUser                   int
 	limits                                limitFlags
+	retention                             retentionFlags
 
 	// issue 10: identities and revocation.
 	AutoCreateCertUsers bool
@@ -104,6 +105,7 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.SchedulerInterval, "scheduler-interval", envDuration(getenv, "GPULAB_SCHEDULER_INTERVAL", 5*time.Second), "longest time between scheduler passes (env GPULAB_SCHEDULER_INTERVAL)")
 	fs.IntVar(&c.MemoryReserveGb, "memory-reserve-gb", 1, "memory kept free on every slave for its system")
 	c.limits.addLimits(fs, getenv)
+	c.retention.add(fs)
 	fs.DurationVar(&c.TallyHalfLife, "tally-half-life", envDuration(getenv, "GPULAB_TALLY_HALF_LIFE", 7*24*time.Hour), "usage tally half-life (env GPULAB_TALLY_HALF_LIFE)")
 	fs.IntVar(&c.MaxRunningUser, "max-running-per-user", 10, "running jobs one user may have at once (0: no cap)")
 	fs.IntVar(&c.MaxRunningProject, "max-running-per-project", 20, "running jobs one project may have at once (0: no cap)")

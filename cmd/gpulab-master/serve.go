@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opengpulab/gpulab/handlers"
+	"github.com/opengpulab/gpulab/retention"
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/sshjump"
 	"github.com/opengpulab/gpulab/store"
@@ -53,6 +54,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	// issue 10: admins by verified e-mail or ISSUER#SUBJECT; a bare name is a usage error.
 	if _, err := web.ParseAdmins(splitList(c.Admins)); err != nil {
 		return fmt.Errorf("%w: --admins: %w", errUsage, err)
+	}
+	if err := c.retention.check(); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if c.UserCertValidity <= 0 || c.SlaveCertValidity <= 0 {
 		return fmt.Errorf("%w: --user-cert-validity and --slave-cert-validity must be positive", errUsage)
@@ -118,11 +122,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	h := handlers.New(st, handlers.Config{Authority: c.Authority, Version: version, LatestClientVersion: latestClientVersion,
 		JobOptions: opts, CA: ca, HeartbeatInterval: c.HeartbeatInterval, TallyHalfLife: c.TallyHalfLife, FenceAfter: c.JobGrace,
 		MemoryReserveGb: c.MemoryReserveGb, UserCertValidity: c.UserCertValidity, SlaveCertValidity: c.SlaveCertValidity,
-		SSHJump: jump, MaxNotebooksPerUser: c.MaxNotebooksPerUser}, log, wake, work)
+		SSHJump: jump, MaxNotebooksPerUser: c.MaxNotebooksPerUser, MaxJobLog: c.retention.maxJobLog}, log, wake, work)
 	srv := web.New(wcfg, st, h, log)
 	loop := scheduler.NewLoop(st, scheduler.LoopConfig{Interval: c.SchedulerInterval, HeartbeatGrace: c.HeartbeatGrace,
 		JobGrace: c.JobGrace, FenceMargin: c.FenceMargin, MemoryReserveGb: c.MemoryReserveGb,
-		Limits: &scheduler.Limits{PerUser: c.MaxRunningUser, PerProject: c.MaxRunningProject}, TallyHalfLife: c.TallyHalfLife}, log, wake, work)
+		Limits: &scheduler.Limits{PerUser: c.MaxRunningUser, PerProject: c.MaxRunningProject}, TallyHalfLife: c.TallyHalfLife,
+		WhileLeading: retention.New(st, c.retention.policy(), log).Run}, log, wake, work)
 	go func() {
 		if err := loop.Run(ctx); err != nil {
 			log.Error("scheduler stopped", "err", err)
