@@ -23,11 +23,11 @@ const DefaultMaxJobLog = 64 << 20
 
 func (r *retentionFlags) add(fs *flag.FlagSet) {
 	r.logs, r.events, r.deleted = ageValue(retention.DefaultLogs), ageValue(retention.DefaultEvents), ageValue(retention.DefaultDeleted)
-	fs.Var(&r.logs, "retention-logs", "keep a job's log this long after the job ended (e.g. 90d, 36h; 0: for ever)")
-	fs.Var(&r.events, "retention-events", "keep a job's events this long after the job ended (0: for ever)")
-	fs.Var(&r.deleted, "retention-deleted", "remove a DELETED job, with its log and events, this long after its deletion (0: never)")
-	fs.IntVar(&r.batch, "retention-batch", retention.DefaultBatch, "rows the leader deletes per transaction when it applies the retention (hourly)")
-	fs.Int64Var(&r.maxJobLog, "max-job-log", DefaultMaxJobLog, "bytes of one job's log the master keeps; the rest is dropped with a note (0: no limit)")
+	fs.Var(&r.logs, "retention-logs", "keep a job's log this long after the job ended (e.g. 90d, 36h; 0: for ever; env GPULAB_RETENTION_LOGS)")
+	fs.Var(&r.events, "retention-events", "keep a job's events this long after the job ended (0: for ever; env GPULAB_RETENTION_EVENTS)")
+	fs.Var(&r.deleted, "retention-deleted", "remove a DELETED job, with its log and events, this long after its deletion (0: never; env GPULAB_RETENTION_DELETED)")
+	fs.IntVar(&r.batch, "retention-batch", retention.DefaultBatch, "rows the leader deletes per transaction when it applies the retention (hourly; env GPULAB_RETENTION_BATCH)")
+	fs.Int64Var(&r.maxJobLog, "max-job-log", DefaultMaxJobLog, "bytes of one job's log the master keeps; the rest is dropped with a note (0: no limit; env GPULAB_MAX_JOB_LOG)")
 }
 
 func (r *retentionFlags) policy() retention.Policy {
