@@ -59,6 +59,9 @@ type Config struct {
 	// MaxNotebooksPerUser is how many notebook jobs (named NotebookJobName) one user may have
 	// not ended at once; 0: no limit. The master's flag defaults to DefaultMaxNotebooksPerUser.
 	MaxNotebooksPerUser int
+	// MaxJobLog is the most of one job's log the master keeps (bytes; 0: no limit), beyond
+	// what the slave itself keeps (50 MiB), so one slave cannot fill the database.
+	MaxJobLog int64
 
 	// SSHJump is the master's SSH jump host as users reach it (nil: the master serves none);
 	// the job JSON names it as sshProxyHost/sshProxyPort.

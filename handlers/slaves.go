@@ -584,7 +584,7 @@ func (h *Handlers) SlaveLog(w http.ResponseWriter, r *http.Request) error {
 		return &conflictError{protocol.Conflict{JobUUID: chunk.JobUUID, Status: rec.Job.State.Status, Attempt: rec.Attempt,
 			Message: fmt.Sprintf("log of attempt %d refused: the job is at attempt %d", chunk.Attempt, rec.Attempt)}}
 	}
-	if err := h.store.AppendJobLog(ctx, chunk.JobUUID, chunk.Seq, chunk.Data); err != nil {
+	if err := h.store.AppendJobLogCapped(ctx, chunk.JobUUID, chunk.Seq, chunk.Data, h.cfg.MaxJobLog); err != nil {
 		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrLogGap) {
 			return errorf(http.StatusConflict, "%v", err)
 		}

@@ -53,6 +53,10 @@ type LoopConfig struct {
 	// Metrics, when set, records each committed pass's duration and placements and the halts
 	// it asked for.
 	Metrics *metrics.Master
+	// WhileLeading, when set, runs beside the passes for as long as this master leads (its
+	// context ends when the lease is lost): the leader's other chores, such as retention,
+	// which prove the same lease in their own transactions.
+	WhileLeading func(ctx context.Context, lead store.Leadership)
 }
 
 // TallyInterval is the period tallyIncrement is expressed in (SPEC 7.2).
@@ -150,6 +154,15 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 	}()
 	defer func() { <-renewed }()
 	defer cancel(nil)
+	if l.cfg.WhileLeading != nil {
+		chores := make(chan struct{})
+		go func() {
+			defer close(chores)
+			l.cfg.WhileLeading(ctx, lead)
+		}()
+		defer func() { <-chores }()
+		defer cancel(nil)
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {

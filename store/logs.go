@@ -10,9 +10,24 @@ import (
 // twice (a retry) is ErrConflict and one whose predecessor is missing is ErrLogGap; neither
 // changes anything, so logs are kept whole and in order.
 func (s *Store) AppendJobLog(ctx context.Context, uuid string, seq int, data []byte) error {
+	return s.AppendJobLogCapped(ctx, uuid, seq, data, 0)
+}
+
+// LogCapMarker ends a log the master cut at its limit.
+const LogCapMarker = "\n[gpulab: the master keeps at most %d bytes of a job's log: the rest is dropped]\n"
+
+// AppendJobLogCapped is AppendJobLog with a limit on the log's size (0: none), in case a slave
+// sends more than its own limit: the chunk that crosses it is cut and ends with LogCapMarker,
+// later chunks are kept empty, so their sequence stays whole and the slave goes on as usual.
+func (s *Store) AppendJobLogCapped(ctx context.Context, uuid string, seq int, data []byte, limit int64) error {
+	marker := []byte(fmt.Sprintf(LogCapMarker, limit))
 	res, err := s.q.ExecContext(ctx, `INSERT INTO job_logs (job_uuid, seq, start_offset, data)
-SELECT $1, $2, COALESCE((SELECT start_offset + length(data) FROM job_logs WHERE job_uuid = $1 AND seq = $2 - 1), 0), $3
-WHERE $2 = 0 OR EXISTS (SELECT 1 FROM job_logs WHERE job_uuid = $1 AND seq = $2 - 1)`, uuid, seq, data)
+SELECT $1, $2, p.size, CASE
+    WHEN $4::bigint <= 0 OR p.size + length($3::bytea) <= $4::bigint THEN $3::bytea
+    WHEN p.size >= $4::bigint THEN ''::bytea
+    ELSE substring($3::bytea FROM 1 FOR ($4::bigint - p.size)::int) || $5::bytea END
+FROM (SELECT COALESCE((SELECT start_offset + length(data) FROM job_logs WHERE job_uuid = $1 AND seq = $2 - 1), 0) AS size) p
+WHERE $2 = 0 OR EXISTS (SELECT 1 FROM job_logs WHERE job_uuid = $1 AND seq = $2 - 1)`, uuid, seq, data, limit, marker)
 	what := fmt.Sprintf("append log chunk %d of job %s", seq, uuid)
 	if err != nil {
 		return mapErr(err, what)

@@ -70,6 +70,8 @@ type config struct {
 	PublicURL                                               string
 	ReminderAt                                              float64
 
+	retention retentionFlags
+
 	// issue 10: identities and revocation.
 	AutoCreateCertUsers bool
 	UserCertValidity    time.Duration
@@ -116,6 +118,8 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.IntVar(&c.MemoryReserveGb, "memory-reserve-gb", envInt(getenv, "GPULAB_MEMORY_RESERVE_GB", 1), "memory kept free on every slave for its system (env GPULAB_MEMORY_RESERVE_GB)")
 	c.limits.addLimits(fs, getenv)
 	c.idle.addIdle(fs, getenv)
+
+	c.retention.add(fs)
 	fs.DurationVar(&c.TallyHalfLife, "tally-half-life", envDuration(getenv, "GPULAB_TALLY_HALF_LIFE", 7*24*time.Hour), "usage tally half-life (env GPULAB_TALLY_HALF_LIFE)")
 	fs.IntVar(&c.MaxRunningUser, "max-running-per-user", envInt(getenv, "GPULAB_MAX_RUNNING_PER_USER", 10), "running jobs one user may have at once (0: no cap; env GPULAB_MAX_RUNNING_PER_USER)")
 	fs.IntVar(&c.MaxRunningProject, "max-running-per-project", envInt(getenv, "GPULAB_MAX_RUNNING_PER_PROJECT", 20), "running jobs one project may have at once (0: no cap; env GPULAB_MAX_RUNNING_PER_PROJECT)")

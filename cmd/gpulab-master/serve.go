@@ -15,6 +15,7 @@ import (
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/mail"
 	"github.com/opengpulab/gpulab/metrics"
+	"github.com/opengpulab/gpulab/retention"
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/sshjump"
 	"github.com/opengpulab/gpulab/store"
@@ -49,6 +50,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	idle, err := c.idle.config()
 	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if err := c.retention.check(); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	var sessionKeys []web.SessionKey
@@ -111,11 +115,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	h := handlers.New(st, handlers.Config{Metrics: mets, Authority: c.Authority, Version: version, LatestClientVersion: latestClientVersion,
 		JobOptions: opts, CA: ca, HeartbeatInterval: c.HeartbeatInterval, TallyHalfLife: c.TallyHalfLife, FenceAfter: c.JobGrace,
 		MemoryReserveGb: c.MemoryReserveGb, UserCertValidity: c.UserCertValidity, SlaveCertValidity: c.SlaveCertValidity,
-		SSHJump: jump, MaxNotebooksPerUser: c.MaxNotebooksPerUser, IdleThreshold: idle.Threshold}, log, wake, work)
+		SSHJump: jump, MaxNotebooksPerUser: c.MaxNotebooksPerUser, IdleThreshold: idle.Threshold, MaxJobLog: c.retention.maxJobLog}, log, wake, work)
 	srv := web.New(wcfg, st, h, log)
 	loop := scheduler.NewLoop(st, scheduler.LoopConfig{Interval: c.SchedulerInterval, HeartbeatGrace: c.HeartbeatGrace,
 		JobGrace: c.JobGrace, FenceMargin: c.FenceMargin, MemoryReserveGb: c.MemoryReserveGb,
-		Limits: &scheduler.Limits{PerUser: c.MaxRunningUser, PerProject: c.MaxRunningProject}, TallyHalfLife: c.TallyHalfLife, Metrics: mets, Idle: idle}, log, wake, work)
+		Limits: &scheduler.Limits{PerUser: c.MaxRunningUser, PerProject: c.MaxRunningProject}, TallyHalfLife: c.TallyHalfLife, Metrics: mets, Idle: idle,
+		WhileLeading: retention.New(st, c.retention.policy(), log).Run}, log, wake, work)
 	go func() {
 		if err := loop.Run(ctx); err != nil {
 			log.Error("scheduler stopped", "err", err)
