@@ -103,7 +103,8 @@ func (w *world) count(q string, args ...any) int {
 
 func (w *world) lead() store.Leadership {
 	w.t.Helper()
-	lead, ok, err := w.st.AcquireLeadership(context.Background(), "test-"+testenv.Suffix(), time.Minute)
+	// A lease longer than the test: nothing renews it here.
+	lead, ok, err := w.st.AcquireLeadership(context.Background(), "test-"+testenv.Suffix(), time.Hour)
 	if err != nil || !ok {
 		w.t.Fatalf("acquire leadership: %v %v", ok, err)
 	}
