@@ -47,7 +47,7 @@ func NotebookImage(t testing.TB) string {
 		defer cancel()
 		out, err := exec.CommandContext(ctx, filepath.Join(root, "scripts", "notebook-image.sh")).CombinedOutput()
 		if err != nil {
-			notebookImage.err = fmt.Errorf("%v: %s", err, out)
+			notebookImage.err = fmt.Errorf("%w: %s", err, out)
 		}
 	})
 	if notebookImage.err != nil {
@@ -168,7 +168,7 @@ func (h *Hub) Start(t testing.TB) {
 	for {
 		resp, err := http.Get(h.URL + "/hub/api/")
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return
 			}
