@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -562,7 +563,10 @@ func (h *Handlers) SetJobStatus(w http.ResponseWriter, r *http.Request) error {
 	if ok, why := job.CanTransition(from, to, actor); !ok {
 		return errorf(http.StatusConflict, "%s", why)
 	}
-	_, err = h.store.TransitionJob(r.Context(), rec.Job.UUID, []job.Status{from}, to,
+	// The write is conditional on the states from which this actor may ask for `to`, not only
+	// on the one read: a job that moved on meanwhile (QUEUED → ASSIGNED → STARTING) can be
+	// cancelled all the same, instead of the user getting a 409 for the scheduler's progress.
+	from, err = h.store.TransitionJob(r.Context(), rec.Job.UUID, job.SourcesOf(to, actor), to,
 		store.Event{Actor: string(actor), Message: fmt.Sprintf("%s by %s", strings.ToLower(string(to)), c.Actor())})
 	if err != nil {
 		return err
@@ -571,14 +575,14 @@ func (h *Handlers) SetJobStatus(w http.ResponseWriter, r *http.Request) error {
 		h.cfg.Metrics.ObserveHalt("USER")
 	}
 	h.wakeScheduler(r.Context())
-	if slave := rec.Job.State.Scheduling.AssignedSlaveName; slave != "" {
-		h.wakeSlaves(r.Context(), slave) // a job to stop or halt
-	}
-	h.log.InfoContext(r.Context(), "job state changed", "job", rec.Job.UUID, "from", from, "to", to, "by", c.Actor())
 	updated, err := h.store.GetJob(r.Context(), rec.Job.UUID)
 	if err != nil {
 		return err
 	}
+	if slave := cmp.Or(updated.Job.State.Scheduling.AssignedSlaveName, rec.Job.State.Scheduling.AssignedSlaveName); slave != "" {
+		h.wakeSlaves(r.Context(), slave) // a job to stop or halt
+	}
+	h.log.InfoContext(r.Context(), "job state changed", "job", rec.Job.UUID, "from", from, "to", to, "by", c.Actor())
 	out, err := h.presentOne(r, c, updated)
 	if err != nil {
 		return err
