@@ -508,7 +508,7 @@ func JobLive(p JobDetailView) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		if len(p.Explanations) > 0 {
+		if len(p.Explanations) > 0 || p.EstimatedStart != nil {
 			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 48, "<div class=\"explain\" data-testid=\"job-explanation\"><h3>Why it waits</h3><ul>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
