@@ -151,3 +151,38 @@ func TestForecastAfterAssignments(t *testing.T) {
 		}
 	}
 }
+
+// TestForecastRandom: on random snapshots with known ends, only waiting jobs get ranges, and
+// every range is ordered and in the future.
+func TestForecastRandom(t *testing.T) {
+	for seed := range uint64(10) {
+		s := withEnds(randomSnapshot(seed, 40, 400))
+		s.Ratios = RunRatios{Global: RunRatio{Low: 0.1, Mid: 0.4}, Users: map[int64]RunRatio{1: {Low: 0.5, Mid: 0.9}}}
+		p := s.Plan()
+		if len(p.Ranges) == 0 {
+			t.Errorf("seed %d: no ranges", seed)
+		}
+		for id, r := range p.Ranges {
+			if _, waiting := p.Explanations[id]; !waiting {
+				t.Errorf("seed %d: %s has a range but does not wait", seed, id)
+			}
+			if r.Early.Before(s.Now) || r.Early.After(r.Likely) || r.Likely.After(r.Late) {
+				t.Errorf("seed %d: %s: range %+v out of order", seed, id, r)
+			}
+		}
+	}
+}
+
+// BenchmarkPlanForecast is a large installation with a long queue: 500 slaves, 5,000 queued
+// jobs, known ends and learned ratios, so that the forecast replays the whole queue.
+func BenchmarkPlanForecast(b *testing.B) {
+	s := withEnds(randomSnapshot(42, 500, 5000))
+	s.Ratios = RunRatios{Global: RunRatio{Low: 0.1, Mid: 0.4}}
+	var p Plan
+	b.ReportAllocs()
+	for b.Loop() {
+		p = s.Plan()
+	}
+	b.ReportMetric(float64(len(p.Explanations)), "waiting")
+	b.ReportMetric(float64(len(p.Ranges)), "ranges")
+}
