@@ -3,6 +3,7 @@ package scheduler
 import (
 	"container/heap"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -183,17 +184,16 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 		index[st] = i
 	}
 	jobs := make([]forecastJob, 0, min(len(waiting), ForecastCap))
+	c := candidates{p: p, scopes: map[scopeKey][]int{}, matching: map[gpuKey][]int{}, cands: map[candKey][]int{}}
+	for _, cl := range p.clusters {
+		c.private = c.private || cl.Private
+	}
 	for _, j := range waiting {
 		if len(jobs) == ForecastCap {
 			break
 		}
 		fj := forecastJob{j: j, n: p.needOf(j)}
-		for i, st := range p.slaves {
-			if st.s.Online && st.s.Accepting && p.inScope(j, st) && st.check(&fj.n, false).stage == stageFits {
-				fj.cands = append(fj.cands, i)
-			}
-		}
-		if len(fj.cands) > 0 {
+		if fj.cands = c.of(j, &fj.n); len(fj.cands) > 0 {
 			jobs = append(jobs, fj)
 		}
 	}
@@ -379,6 +379,80 @@ func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, ind
 			sl[at].ever.take(e.gpuK, e.cpus, e.mem)
 		}
 	}
+	return out
+}
+
+// candidates finds the slaves that could ever take a job, by slave index, sharing the work
+// between jobs: a queue holds many jobs of the same scope and the same few GPU requests, and
+// filtering every slave for every job was most of the forecast.
+type candidates struct {
+	p        *planner
+	scopes   map[scopeKey][]int // online, accepting slaves in scope
+	matching map[gpuKey][]int   // per slave: GPUs matching model, memory and CUDA
+	cands    map[candKey][]int
+	private  bool // some cluster is private: the project and minDuration decide the scope too
+}
+
+// scopeKey is what inScope looks at.
+type scopeKey struct {
+	cluster     int
+	slave, inst string
+	project     int64
+	minDur      time.Duration
+}
+
+type gpuKey struct {
+	models string
+	memMiB int64
+	cuda   int
+}
+
+type candKey struct {
+	scopeKey
+	gpuKey
+	gpus, cpus, mem int
+}
+
+func (c *candidates) of(j *Job, n *need) []int {
+	res := j.Request.Resources
+	sk := scopeKey{cluster: res.ClusterID, slave: res.SlaveName, inst: res.SlaveInstanceID}
+	if c.private {
+		sk.project, sk.minDur = j.ProjectID, j.Request.Scheduling.MinDuration.Std()
+	}
+	gk := gpuKey{strings.Join(n.models, "\x00"), n.gpuMemMiB, n.cuda}
+	ck := candKey{sk, gk, n.gpus, n.cpus, n.memGb}
+	if out, ok := c.cands[ck]; ok {
+		return out
+	}
+	scope, ok := c.scopes[sk]
+	if !ok {
+		for i, st := range c.p.slaves {
+			if st.s.Online && st.s.Accepting && c.p.inScope(j, st) {
+				scope = append(scope, i)
+			}
+		}
+		c.scopes[sk] = scope
+	}
+	match, ok := c.matching[gk]
+	if !ok {
+		match = make([]int, len(c.p.slaves))
+		for i, st := range c.p.slaves {
+			if st.s.CudaMajor >= n.cuda {
+				match[i] = st.matchingGPUs(n, false)
+			} else {
+				match[i] = -1
+			}
+		}
+		c.matching[gk] = match
+	}
+	var out []int
+	for _, i := range scope {
+		st := c.p.slaves[i]
+		if match[i] >= n.gpus && st.cpus(false) >= n.cpus && st.memory(false) >= n.memGb {
+			out = append(out, i)
+		}
+	}
+	c.cands[ck] = out
 	return out
 }
 
