@@ -185,9 +185,16 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 	}
 	jobs := make([]forecastJob, 0, min(len(waiting), ForecastCap))
 	c := candidates{p: p, scopes: map[scopeKey][]int{}, matching: map[gpuKey][]int{}, cands: map[candKey][]int{}}
+	c.owners = map[int64]bool{}
 	for _, cl := range p.clusters {
-		c.private = c.private || cl.Private
+		if cl.Private {
+			c.limits = append(c.limits, cl.guestLimit())
+			for _, pr := range cl.Projects {
+				c.owners[pr] = true
+			}
+		}
 	}
+	slices.Sort(c.limits)
 	for _, j := range waiting {
 		if len(jobs) == ForecastCap {
 			break
@@ -285,7 +292,7 @@ func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, ind
 	var ends fendHeap
 	for i, st := range p.slaves {
 		for _, pl := range st.held {
-			e := fend{at: p.runningEnd(sc, pl, ratios), sl: i, mem: pl.MemoryGb}
+			e := fend{at: p.runningEnd(sc, pl, ratios), sl: i, mem: pl.MemoryGb, gpuK: make([]int, 0, len(pl.GPUIndices))}
 			for _, idx := range pl.GPUIndices {
 				if k := st.gpuPos(idx); k >= 0 {
 					e.gpuK = append(e.gpuK, k)
@@ -320,7 +327,7 @@ func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, ind
 
 	out := make([]time.Time, len(jobs))
 	clock := p.now
-	var gpuK []int
+	var gpuK, touched []int
 	for i := range jobs {
 		fj := &jobs[i]
 		at, ever := -1, false
@@ -344,7 +351,7 @@ func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, ind
 			e := heap.Pop(&ends).(fend)
 			sl[e.sl].now.give(e.gpuK, e.cpus, e.mem)
 			clock = maxTime(clock, e.at)
-			touched := []int{e.sl}
+			touched = append(touched[:0], e.sl)
 			// Whatever ends at the same moment is given back too before anyone takes it.
 			for ends.Len() > 0 && !ends[0].at.After(clock) {
 				e2 := heap.Pop(&ends).(fend)
@@ -390,7 +397,10 @@ type candidates struct {
 	scopes   map[scopeKey][]int // online, accepting slaves in scope
 	matching map[gpuKey][]int   // per slave: GPUs matching model, memory and CUDA
 	cands    map[candKey][]int
-	private  bool // some cluster is private: the project and minDuration decide the scope too
+	// The scope depends on the project only where it owns a private cluster, and on the
+	// minDuration only through which guest limits it stays within: keyed so, jobs share scopes.
+	owners map[int64]bool
+	limits []time.Duration
 }
 
 // scopeKey is what inScope looks at.
@@ -398,7 +408,7 @@ type scopeKey struct {
 	cluster     int
 	slave, inst string
 	project     int64
-	minDur      time.Duration
+	guest       int // how many private clusters' guest limits the minDuration exceeds
 }
 
 type gpuKey struct {
@@ -416,8 +426,17 @@ type candKey struct {
 func (c *candidates) of(j *Job, n *need) []int {
 	res := j.Request.Resources
 	sk := scopeKey{cluster: res.ClusterID, slave: res.SlaveName, inst: res.SlaveInstanceID}
-	if c.private {
-		sk.project, sk.minDur = j.ProjectID, j.Request.Scheduling.MinDuration.Std()
+	if len(c.limits) > 0 {
+		if c.owners[j.ProjectID] {
+			sk.project = j.ProjectID
+		}
+		// The limits are sorted: the number exceeded names the set exceeded.
+		d := j.Request.Scheduling.MinDuration.Std()
+		for _, l := range c.limits {
+			if d > l {
+				sk.guest++
+			}
+		}
 	}
 	gk := gpuKey{strings.Join(n.models, "\x00"), n.gpuMemMiB, n.cuda}
 	ck := candKey{sk, gk, n.gpus, n.cpus, n.memGb}
@@ -445,7 +464,7 @@ func (c *candidates) of(j *Job, n *need) []int {
 		}
 		c.matching[gk] = match
 	}
-	var out []int
+	out := make([]int, 0, len(scope))
 	for _, i := range scope {
 		st := c.p.slaves[i]
 		if match[i] >= n.gpus && st.cpus(false) >= n.cpus && st.memory(false) >= n.memGb {

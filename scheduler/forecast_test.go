@@ -186,3 +186,26 @@ func BenchmarkPlanForecast(b *testing.B) {
 	b.ReportMetric(float64(len(p.Explanations)), "waiting")
 	b.ReportMetric(float64(len(p.Ranges)), "ranges")
 }
+
+// TestForecastPrivateCluster: jobs sharing candidate slaves must share the scope: a guest
+// (short minDuration) and an owner's job get ranges on a private cluster's slave, a job of
+// another project too long to be a guest none.
+func TestForecastPrivateCluster(t *testing.T) {
+	s := busyTwoGPUs()
+	s.Slaves[0].ClusterID = 4
+	s.Clusters = map[int]Cluster{4: {ID: 4, Private: true, Projects: []int64{4}, GuestLimit: 2 * time.Hour}}
+	s.Queued = []Job{
+		mkJob("long", 1, 1, 1, maxDur(time.Hour)),
+		mkJob("guest", 1, 1, 1, maxDur(time.Hour), minDur(time.Hour)),
+		mkJob("owner", 1, 1, 1, maxDur(time.Hour), project(4)),
+	}
+	p := s.Plan()
+	if r, ok := p.Ranges["long"]; ok {
+		t.Errorf("long: range %+v, want none (it may not use the private cluster)", r)
+	}
+	for _, id := range []string{"guest", "owner"} {
+		if _, ok := p.Ranges[id]; !ok {
+			t.Errorf("%s: no range", id)
+		}
+	}
+}
