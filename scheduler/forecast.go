@@ -179,6 +179,19 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 	if len(waiting) == 0 || len(p.slaves) == 0 {
 		return out
 	}
+	// Without a known end nothing is ever given back: no job that waits now gets a start.
+	ends := false
+	for _, st := range p.slaves {
+		for _, pl := range st.held {
+			ends = ends || !pl.Ends.IsZero() || pl.Halting || p.victims[pl.JobUUID]
+		}
+	}
+	for _, a := range assigned {
+		ends = ends || a.j.Request.Scheduling.MaxDuration > 0
+	}
+	if !ends {
+		return out
+	}
 	index := make(map[*slaveState]int, len(p.slaves))
 	for i, st := range p.slaves {
 		index[st] = i
