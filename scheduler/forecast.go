@@ -218,8 +218,13 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 		}
 	}
 	var starts [3][]time.Time
-	for sc := range starts {
-		starts[sc] = p.replay(sc, jobs, assigned, index, ratios)
+	starts[scLate] = p.replay(scLate, jobs, assigned, index, ratios)
+	if ratios.Global.clean() == (RunRatio{1, 1}) && len(ratios.Users) == 0 {
+		// Nothing learned: every job runs its maxDuration in all three.
+		starts[scLikely], starts[scEarly] = starts[scLate], starts[scLate]
+	} else {
+		starts[scLikely] = p.replay(scLikely, jobs, assigned, index, ratios)
+		starts[scEarly] = p.replay(scEarly, jobs, assigned, index, ratios)
 	}
 	for i, fj := range jobs {
 		late, likely, early := starts[scLate][i], starts[scLikely][i], starts[scEarly][i]
