@@ -16,6 +16,10 @@ type Explanation struct {
 	Reasons []string `json:"reasons"`
 	// EstimatedStart is when the scheduler expects the job to start, when it can tell.
 	EstimatedStart *time.Time `json:"estimatedStart,omitempty"`
+	// EstimatedStartEarliest and EstimatedStartLatest are the range around it: jobs ahead
+	// ending as early as they often do, and all of them running to their maxDuration.
+	EstimatedStartEarliest *time.Time `json:"estimatedStartEarliest,omitempty"`
+	EstimatedStartLatest   *time.Time `json:"estimatedStartLatest,omitempty"`
 }
 
 // ExplainJob is GET jobs/{id}/explain.
@@ -37,8 +41,12 @@ func explain(j *job.Job) Explanation {
 	case st == job.StatusQueued:
 		e.Reasons = append(e.Reasons, sched.QueuedExplanations...)
 		e.EstimatedStart = sched.EstimatedStart
+		e.EstimatedStartEarliest, e.EstimatedStartLatest = sched.EstimatedStartEarliest, sched.EstimatedStartLatest
 		if len(e.Reasons) == 0 {
 			e.Reasons = append(e.Reasons, "waiting for the next scheduler pass")
+		}
+		if rg := sched.EstimateRange(time.Now(), time.UTC); rg != "" {
+			e.Reasons = append(e.Reasons, "start "+rg+" (UTC)")
 		}
 	case st == job.StatusOnHold:
 		e.Reasons = append(e.Reasons, "the job is on hold: release it (gpulab-cli release) to queue it")

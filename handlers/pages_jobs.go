@@ -221,6 +221,7 @@ func (h *Handlers) jobDetail(r *http.Request, c *Caller, rec *store.JobRecord, w
 	if j.State.Status == job.StatusQueued {
 		v.Explanations = j.State.Scheduling.QueuedExplanations
 		v.EstimatedStart = j.State.Scheduling.EstimatedStart
+		v.EstimateRange = j.State.Scheduling.EstimateRange(time.Now(), time.UTC)
 	}
 	if id := j.State.Scheduling.AssignedClusterID; id > 0 {
 		if cs, err := h.store.ListClusters(ctx); err == nil {

@@ -286,7 +286,11 @@ func v4StateOf(j *job.Job, sanitized bool, slaves map[string]slaveFacts) v4State
 func v4Explanations(st job.State) []string {
 	out := append([]string{}, st.Scheduling.QueuedExplanations...)
 	if est := st.Scheduling.EstimatedStart; est != nil && st.Status == job.StatusQueued {
-		out = append(out, "Estimated start: "+est.UTC().Format(time.RFC3339))
+		line := "Estimated start: " + est.UTC().Format(time.RFC3339)
+		if rg := st.Scheduling.EstimateRange(time.Now(), time.UTC); rg != "" {
+			line += " (" + rg + " UTC)"
+		}
+		out = append(out, line)
 	}
 	return out
 }

@@ -116,6 +116,13 @@ func TestV4JobIsImecsJobModel(t *testing.T) {
 	if e := q.State.Scheduling.QueuedExplanations; len(e) != 2 || e[1] != "Estimated start: 2026-05-01T11:00:00Z" {
 		t.Errorf("queued explanations: %q", e)
 	}
+	// With a range, the same line says it; imec's model keeps no other field for it.
+	rj := v4Fixture(t, job.StatusQueued)
+	early, late := rj.State.Scheduling.EstimatedStart.Add(-30*time.Minute), rj.State.Scheduling.EstimatedStart.Add(50*time.Minute)
+	rj.State.Scheduling.EstimatedStartEarliest, rj.State.Scheduling.EstimatedStartLatest = &early, &late
+	if e := v4JobOf(rj, false, nil).State.Scheduling.QueuedExplanations; len(e) != 2 || e[1] != "Estimated start: 2026-05-01T11:00:00Z (likely May 1 10:30–May 1 11:50 UTC)" {
+		t.Errorf("queued explanations with a range: %q", e)
+	}
 	if q.RestartInfo != (v4RestartInfo{InitialJobUUID: q.UUID}) || q.State.Resources != nil {
 		t.Errorf("queued restart info %+v, resources %+v", q.RestartInfo, q.State.Resources)
 	}

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
 // HiddenUserURN replaces the owner URNs of a job shown to someone outside its project.
@@ -74,9 +75,11 @@ func (s State) clone() State {
 	c := s
 	c.EventTimes = maps.Clone(s.EventTimes)
 	c.Scheduling.QueuedExplanations = slices.Clone(s.Scheduling.QueuedExplanations)
-	if s.Scheduling.EstimatedStart != nil {
-		t := *s.Scheduling.EstimatedStart
-		c.Scheduling.EstimatedStart = &t
+	for _, t := range []**time.Time{&c.Scheduling.EstimatedStart, &c.Scheduling.EstimatedStartEarliest, &c.Scheduling.EstimatedStartLatest} {
+		if *t != nil {
+			v := **t
+			*t = &v
+		}
 	}
 	if s.Scheduling.HaltEvents != nil {
 		c.Scheduling.HaltEvents = make([]HaltEvent, len(s.Scheduling.HaltEvents))

@@ -162,10 +162,23 @@ type StateScheduling struct {
 	AssignedSlaveName  string   `json:"assignedSlaveName,omitempty"`
 	AssignedInstanceID string   `json:"assignedInstanceId,omitempty"`
 	QueuedExplanations []string `json:"queuedExplanations,omitempty"`
-	// EstimatedStart is when the scheduler expects a queued job to start (when it can tell).
-	EstimatedStart *time.Time  `json:"estimatedStart,omitempty"`
-	TallyIncrement float64     `json:"tallyIncrement,omitempty"`
-	HaltEvents     []HaltEvent `json:"haltEvents,omitempty"`
+	// EstimatedStart is when the scheduler expects a queued job to start (when it can tell):
+	// the likely start, from running jobs' maxDuration and how much of it jobs typically use.
+	EstimatedStart *time.Time `json:"estimatedStart,omitempty"`
+	// EstimatedStartEarliest and EstimatedStartLatest are the range around it: the start if jobs
+	// end as early as they often do, and if every job ahead runs to its maxDuration (no halts).
+	EstimatedStartEarliest *time.Time  `json:"estimatedStartEarliest,omitempty"`
+	EstimatedStartLatest   *time.Time  `json:"estimatedStartLatest,omitempty"`
+	TallyIncrement         float64     `json:"tallyIncrement,omitempty"`
+	HaltEvents             []HaltEvent `json:"haltEvents,omitempty"`
+}
+
+// StartEstimate is what the scheduler stores of a queued job's expected start: the fields of
+// StateScheduling with the same names.
+type StartEstimate struct {
+	Start    time.Time  `json:"estimatedStart"`
+	Earliest *time.Time `json:"estimatedStartEarliest,omitempty"`
+	Latest   *time.Time `json:"estimatedStartLatest,omitempty"`
 }
 
 // HaltEvent records one scheduler halt decision that involved this job.

@@ -76,6 +76,49 @@ type Loop struct {
 	// lastIdle and lastCompact are when this leader last ran the idle check and the usage
 	// compaction (only the loop's goroutine touches them).
 	lastIdle, lastCompact time.Time
+	// ratios are the learned run-time ratios for start estimates, read at ratiosAt: one
+	// aggregate over a month of jobs, so read every RatioRefresh rather than every pass.
+	ratios   RunRatios
+	ratiosAt time.Time
+}
+
+// The learned run-time ratios (forecast.go): jobs created within RatioWindow count, a user
+// needs RatioMinJobs ended jobs for his own ratio (and everyone together for the global one),
+// and the leader reads them again every RatioRefresh.
+const (
+	RatioWindow  = 30 * 24 * time.Hour
+	RatioMinJobs = 20
+	RatioRefresh = 5 * time.Minute
+)
+
+// runRatios returns the cached ratios, read again when older than RatioRefresh. A failed read
+// keeps the old ones: estimates are worth less than the pass.
+func (l *Loop) runRatios(ctx context.Context, now time.Time) RunRatios {
+	if !l.ratiosAt.IsZero() && now.Sub(l.ratiosAt) < RatioRefresh {
+		return l.ratios
+	}
+	rows, err := l.st.RunRatios(ctx, now.Add(-RatioWindow), RatioMinJobs)
+	if err != nil {
+		l.log.Warn("reading run-time ratios for start estimates failed", "err", err)
+		return l.ratios
+	}
+	l.ratios, l.ratiosAt = ratiosOf(rows, RatioMinJobs), now
+	return l.ratios
+}
+
+// ratiosOf turns the store's rows into the planner's input; a global row over fewer than
+// minJobs jobs is no knowledge.
+func ratiosOf(rows []store.RunRatio, minJobs int) RunRatios {
+	out := RunRatios{Users: map[int64]RunRatio{}}
+	for _, r := range rows {
+		switch {
+		case r.UserID != 0:
+			out.Users[r.UserID] = RunRatio{Low: r.Low, Mid: r.Mid}
+		case r.Jobs >= minJobs:
+			out.Global = RunRatio{Low: r.Low, Mid: r.Mid}
+		}
+	}
+	return out
 }
 
 // NewLoop makes a loop. wake and work are shared with the handlers.
@@ -387,6 +430,7 @@ func (l *Loop) snapshot(ctx context.Context) (Snapshot, map[string]string, error
 		return snap, hosts, err
 	}
 	snap.Tallies = tallies
+	snap.Ratios = l.runRatios(ctx, now)
 	reservations, err := l.st.ListReservations(ctx, now)
 	if err != nil {
 		return snap, hosts, err
@@ -515,7 +559,7 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap Snapshot, 
 		if err := tx.SetQueuedExplanations(ctx, plan.Explanations); err != nil {
 			return err
 		}
-		if err := tx.SetEstimatedStarts(ctx, plan.Estimates); err != nil {
+		if err := tx.SetStartEstimates(ctx, startEstimates(plan)); err != nil {
 			return err
 		}
 		if assigned > 0 || halted > 0 {
@@ -596,6 +640,20 @@ func ints(a []int64) []int {
 	out := make([]int, len(a))
 	for i, v := range a {
 		out[i] = int(v)
+	}
+	return out
+}
+
+// startEstimates is what the store keeps of a plan's estimates: the forecast's likely start and
+// range where there is one, else the planner's own estimate (a reservation's start).
+func startEstimates(p Plan) map[string]job.StartEstimate {
+	out := make(map[string]job.StartEstimate, len(p.Ranges)+len(p.Estimates))
+	for id, t := range p.Estimates {
+		out[id] = job.StartEstimate{Start: t}
+	}
+	for id, r := range p.Ranges {
+		early, late := r.Early, r.Late
+		out[id] = job.StartEstimate{Start: r.Likely, Earliest: &early, Latest: &late}
 	}
 	return out
 }

@@ -30,6 +30,10 @@ type Plan struct {
 	// Estimates are the expected start times of waiting jobs, by uuid, only where one follows
 	// from running jobs' Ends (see backfill.go); the explanation says the same in words.
 	Estimates map[string]time.Time
+	// Ranges are every waiting job's estimated start with its range (forecast.go), by uuid,
+	// where a start follows from running jobs' maxDurations; jobs naming reservations have none
+	// (their Estimates entry, the reservation's start, says when they may run).
+	Ranges map[string]Range
 	// Halts ask running jobs to stop so that a queued job of higher priority can take their
 	// place (SPEC 7.4, halt.go); the loop moves them to MUSTHALT and records a haltEvent each.
 	// Nil when none.
@@ -63,11 +67,16 @@ type Failure struct {
 func (s Snapshot) Plan() Plan {
 	p := newPlanner(s)
 	out := Plan{Explanations: map[string][]string{}, Estimates: map[string]time.Time{}}
+	var waiting []*Job
+	var assigned []assignedJob
 	for _, j := range queueOrder(s) {
 		d := p.decide(j)
 		switch {
 		case d.assign != nil:
 			out.Assignments = append(out.Assignments, *d.assign)
+			if st := p.slaveOf(d.assign); st != nil {
+				assigned = append(assigned, assignedJob{j: j, a: d.assign, st: st})
+			}
 		case d.fail != "":
 			out.Failures = append(out.Failures, Failure{JobUUID: j.UUID, Reason: d.fail})
 		default:
@@ -75,9 +84,13 @@ func (s Snapshot) Plan() Plan {
 			if !d.estimate.IsZero() {
 				out.Estimates[j.UUID] = d.estimate
 			}
+			if len(j.Request.Scheduling.ReservationIDs) == 0 {
+				waiting = append(waiting, j)
+			}
 		}
 	}
 	out.Halts = p.halts
+	out.Ranges = p.forecast(waiting, assigned, s.Ratios)
 	return out
 }
 

@@ -207,4 +207,5 @@ func BenchmarkPlanBackfill(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(p.Assignments)), "assigned")
 	b.ReportMetric(float64(len(p.Estimates)), "estimates")
+	b.ReportMetric(float64(len(p.Ranges)), "ranges")
 }

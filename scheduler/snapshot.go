@@ -38,6 +38,9 @@ type Snapshot struct {
 	// HALTING), and what ended jobs hold until their slave confirms the container gone
 	// (Placed.Releasing): what they hold is not free.
 	Running []Placed
+	// Ratios are the learned shares of maxDuration that jobs really run (finished jobs' run
+	// time over maxDuration), for the estimates' likely and early starts; zero: unknown.
+	Ratios RunRatios
 }
 
 // Cluster is what placement needs to know about a cluster: whether it exists and who may use it.

@@ -248,7 +248,7 @@ const assignJobs = `WITH input AS (
 	UPDATE jobs j SET status = 'ASSIGNED', event_times = j.event_times || jsonb_build_object('ASSIGNED', now()), updated_at = now(),
 		attempt = j.attempt + 1, lease_expires_at = now() + make_interval(secs => $8), missing_since = NULL,
 		assigned_slave_name = i.slave, assigned_instance_id = i.instance, assigned_cluster_id = i.cluster, resources = i.resources,
-		scheduling = (j.scheduling - 'queuedExplanations' - 'estimatedStart') || jsonb_build_object('tallyIncrement', i.tally)
+		scheduling = (j.scheduling - 'queuedExplanations' - 'estimatedStart' - 'estimatedStartEarliest' - 'estimatedStartLatest') || jsonb_build_object('tallyIncrement', i.tally)
 	FROM input i WHERE j.uuid = i.uuid AND j.status = 'QUEUED'
 		AND NOT EXISTS (SELECT 1 FROM slaves s WHERE s.name = i.slave AND s.disabled)
 	RETURNING j.uuid, i.message
@@ -332,17 +332,31 @@ SELECT uuid, 'scheduler', 'scheduler', (SELECT string_agg(x, '; ') FROM jsonb_ar
 	return mapErr(err, "set queued explanations")
 }
 
-// SetEstimatedStarts stores when each queued job is expected to start, and clears the estimate
-// of queued jobs that have none now, in one statement per pass.
+// SetEstimatedStarts stores when each queued job is expected to start, without a range; see
+// SetStartEstimates.
 func (s *Store) SetEstimatedStarts(ctx context.Context, starts map[string]time.Time) error {
-	data, err := json.Marshal(starts)
+	est := make(map[string]job.StartEstimate, len(starts))
+	for id, t := range starts {
+		est[id] = job.StartEstimate{Start: t}
+	}
+	return s.SetStartEstimates(ctx, est)
+}
+
+// SetStartEstimates stores each queued job's expected start and its range, and clears the
+// estimate of queued jobs that have none now, in one statement per pass; only rows whose
+// estimate changed are written.
+func (s *Store) SetStartEstimates(ctx context.Context, est map[string]job.StartEstimate) error {
+	data, err := json.Marshal(est)
 	if err != nil {
 		return fmt.Errorf("encode estimated starts: %w", err)
 	}
-	_, err = s.q.ExecContext(ctx, `UPDATE jobs j SET scheduling = CASE WHEN e.value IS NULL THEN j.scheduling - 'estimatedStart'
-    ELSE jsonb_set(j.scheduling, '{estimatedStart}', e.value) END
+	_, err = s.q.ExecContext(ctx, `UPDATE jobs j SET scheduling = (j.scheduling - 'estimatedStart' - 'estimatedStartEarliest' - 'estimatedStartLatest')
+    || COALESCE(e.value, '{}'::jsonb)
 FROM jobs j2 LEFT JOIN jsonb_each($1::jsonb) e ON e.key = j2.uuid::text
-WHERE j.uuid = j2.uuid AND j2.status = 'QUEUED' AND j.scheduling->'estimatedStart' IS DISTINCT FROM e.value`, data)
+WHERE j.uuid = j2.uuid AND j2.status = 'QUEUED'
+  AND jsonb_strip_nulls(jsonb_build_object('estimatedStart', j.scheduling->'estimatedStart',
+        'estimatedStartEarliest', j.scheduling->'estimatedStartEarliest', 'estimatedStartLatest', j.scheduling->'estimatedStartLatest'))
+      IS DISTINCT FROM COALESCE(e.value, '{}'::jsonb)`, data)
 	return mapErr(err, "set estimated starts")
 }
 

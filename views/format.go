@@ -295,3 +295,11 @@ func covers(start, end, day time.Time) bool {
 
 // dayLabel is a calendar column's heading: "Mon 7".
 func dayLabel(d time.Time) string { return d.Format("Mon 2") }
+
+// queuedRange is a queued job's estimated start range for the job list ("" when none).
+func queuedRange(j *job.Job) string {
+	if j.State.Status != job.StatusQueued {
+		return ""
+	}
+	return j.State.Scheduling.EstimateRange(time.Now(), time.UTC)
+}

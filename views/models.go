@@ -162,6 +162,8 @@ type JobDetailView struct {
 	Explanations []string
 	// EstimatedStart is when the scheduler expects the queued job to start (nil: unknown).
 	EstimatedStart *time.Time
+	// EstimateRange is the range around it, "likely 14:10–15:30" (UTC; "" when none).
+	EstimateRange string
 	// SSH is how the owner logs in to the running job (nil: not running, not his, or its slave
 	// serves no SSH).
 	SSH *SSHView

@@ -335,7 +335,11 @@ func (a *app) jobDetail(j *job.Job) *kvList {
 		k.add("Waiting because", strings.Join(expl, "\n"))
 	}
 	if est := j.State.Scheduling.EstimatedStart; est != nil && j.State.Status == job.StatusQueued {
-		k.add("Expected start", a.formatTime(*est))
+		v := a.formatTime(*est)
+		if rg := j.State.Scheduling.EstimateRange(a.now(), a.loc); rg != "" {
+			v += " (" + rg + ")"
+		}
+		k.add("Expected start", v)
 	}
 
 	a.addTimings(k, j)

@@ -280,6 +280,19 @@ func TestJobDetailEndedAndQueued(t *testing.T) {
 	}
 }
 
+// TestJobDetailEstimateRange: the expected start of a queued job comes with its range.
+func TestJobDetailEstimateRange(t *testing.T) {
+	e := newTestEnv(t)
+	q := queuedJob(queuedID, aliceURN)
+	at := func(h, m int) *time.Time { t := time.Date(2024, 5, 1, h, m, 0, 0, time.UTC); return &t }
+	q.State.Scheduling.EstimatedStart, q.State.Scheduling.EstimatedStartEarliest, q.State.Scheduling.EstimatedStartLatest = at(14, 40), at(14, 10), at(15, 30)
+	e.m.add(q)
+	r := e.run("jobs", queuedID)
+	if !strings.Contains(r.stdout, "Expected start: 2024-05-01T14:40:00+00:00 (likely 14:10–15:30)") {
+		t.Errorf("queued job detail lacks the estimate range:\n%s", r.stdout)
+	}
+}
+
 func TestJobErrors(t *testing.T) {
 	e := newTestEnv(t)
 	e.m.add(queuedJob("44444444-0000-4000-8000-000000000001", aliceURN))

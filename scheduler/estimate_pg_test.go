@@ -1,0 +1,160 @@
+package scheduler_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/opengpulab/gpulab/internal/testenv"
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/protocol"
+	"github.com/opengpulab/gpulab/scheduler"
+	"github.com/opengpulab/gpulab/store"
+)
+
+// estimateWorld is a fresh database with one user and project, and a leader's lease.
+type estimateWorld struct {
+	t    *testing.T
+	st   *store.Store
+	u    store.User
+	p    store.Project
+	lead store.Leadership
+}
+
+func newEstimateWorld(t *testing.T) *estimateWorld {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	u, err := st.UpsertUser(ctx, "urn:publicid:IDN+test+user+alice", "alice", "alice@example.org", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := st.CreateProject(ctx, "urn:publicid:IDN+test+project+vision", "vision", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AddMember(ctx, p.ID, u.ID); err != nil {
+		t.Fatal(err)
+	}
+	lead, ok, err := st.AcquireLeadership(ctx, "test-"+testenv.Suffix(), time.Hour)
+	if err != nil || !ok {
+		t.Fatalf("leadership: %v %v", ok, err)
+	}
+	return &estimateWorld{t: t, st: st, u: u, p: p, lead: lead}
+}
+
+// submit queues a job needing one GPU for at most maxDur.
+func (w *estimateWorld) submit(maxDur time.Duration) string {
+	w.t.Helper()
+	j, err := job.Parse(fmt.Appendf(nil, `{"name": "j", "request": {"resources": {"gpus": 1, "cpus": 1, "cpuMemoryGb": 1},
+ "docker": {"image": "debian:stable", "command": "true"}, "scheduling": {"maxDuration": "%d minutes"}}}`, int(maxDur.Minutes())), job.DefaultOptions())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	j.UUID = uuid.NewString()
+	j.Owner = job.Owner{UserURN: w.u.URN, ProjectURN: w.p.URN}
+	j.State.Status = job.StatusQueued
+	if err := w.st.CreateJob(context.Background(), j, w.u.ID, w.p.ID, "submitted"); err != nil {
+		w.t.Fatal(err)
+	}
+	return j.UUID
+}
+
+// TestLoopStoresEveryEstimate: one pass of the real loop on Postgres, with a one-GPU slave and
+// four one-hour jobs: the first is assigned, and every one still queued gets an estimated start
+// with its range, an hour apart, in queue order; learned ratios from ended jobs bring the early
+// end of the range forward at the next refresh.
+func TestLoopStoresEveryEstimate(t *testing.T) {
+	w := newEstimateWorld(t)
+	ctx := context.Background()
+	inv, _ := json.Marshal(protocol.Inventory{Name: "node1", CPUs: 8, MemoryMiB: 32768, CudaVersion: "12.4", GPUStatus: "fake",
+		GPUs: []protocol.GPU{{Index: 0, UUID: "GPU-0", Model: "V100-32GB", MemoryMiB: 32768, Fake: true}}})
+	c, err := w.st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node1", InstanceID: "i1", Host: "node1", ClusterID: c.ID, Inventory: inv}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 4 {
+		ids = append(ids, w.submit(time.Hour))
+	}
+	loop := scheduler.NewLoop(w.st, scheduler.LoopConfig{}, slog.New(slog.NewTextHandler(io.Discard, nil)), scheduler.NewSignal(), scheduler.NewSignal())
+	if err := loop.Pass(ctx, w.lead); err != nil {
+		t.Fatalf("pass: %v", err)
+	}
+	get := func(id string) *job.Job {
+		rec, err := w.st.GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Job
+	}
+	first := get(ids[0])
+	if first.State.Status != job.StatusAssigned {
+		t.Fatalf("first job %s, want ASSIGNED", first.State.Status)
+	}
+	assignedAt := first.State.EventTimes[job.StatusAssigned]
+	var prev time.Time
+	for k, id := range ids[1:] {
+		s := get(id).State.Scheduling
+		if s.EstimatedStart == nil || s.EstimatedStartEarliest == nil || s.EstimatedStartLatest == nil {
+			t.Fatalf("job %d: estimate %v, range %v–%v: want all three", k+1, s.EstimatedStart, s.EstimatedStartEarliest, s.EstimatedStartLatest)
+		}
+		// Nothing is learned yet: every job runs its maxDuration, the range is one point.
+		want := assignedAt.Add(time.Duration(k+1) * time.Hour)
+		if s.EstimatedStartLatest.Sub(want).Abs() > time.Minute || !s.EstimatedStart.Equal(*s.EstimatedStartLatest) {
+			t.Errorf("job %d: latest %s, likely %s, want both about %s", k+1, s.EstimatedStartLatest, s.EstimatedStart, want)
+		}
+		if s.EstimatedStart.Before(prev) {
+			t.Errorf("job %d estimated before the job ahead of it", k+1)
+		}
+		prev = *s.EstimatedStart
+	}
+
+	// Twenty ended jobs that ran a quarter of their 4-hour maxDuration give the ratios.
+	for range scheduler.RatioMinJobs {
+		id := w.submit(4 * time.Hour)
+		if _, err := w.st.DB().ExecContext(ctx, `UPDATE jobs SET status = 'FINISHED',
+    event_times = jsonb_build_object('RUNNING', now() - interval '2 hours', 'FINISHED', now() - interval '1 hour') WHERE uuid = $1`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := w.st.RunRatios(ctx, time.Now().Add(-time.Hour), scheduler.RatioMinJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 {
+		t.Fatalf("ratios %+v: want alice's and the global one", rows)
+	}
+	for _, r := range rows {
+		if r.Jobs != scheduler.RatioMinJobs || r.Mid < 0.24 || r.Mid > 0.26 {
+			t.Errorf("ratio %+v: want 20 jobs at 0.25", r)
+		}
+	}
+	// The loop read the ratios (none) at its first pass and keeps them for RatioRefresh; a new
+	// loop, as after a change of leader, reads them now.
+	loop = scheduler.NewLoop(w.st, scheduler.LoopConfig{}, slog.New(slog.NewTextHandler(io.Discard, nil)), scheduler.NewSignal(), scheduler.NewSignal())
+	if err := loop.Pass(ctx, w.lead); err != nil {
+		t.Fatalf("pass: %v", err)
+	}
+	last := get(ids[3]).State.Scheduling
+	if last.EstimatedStartEarliest == nil || last.EstimatedStartLatest == nil || last.EstimatedStart == nil ||
+		!last.EstimatedStartEarliest.Before(*last.EstimatedStartLatest) || last.EstimatedStart.After(*last.EstimatedStartLatest) {
+		t.Errorf("last job with ratios: %v in %v–%v, want a real range", last.EstimatedStart, last.EstimatedStartEarliest, last.EstimatedStartLatest)
+	}
+}

@@ -1,0 +1,504 @@
+package scheduler
+
+import (
+	"container/heap"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Forecast (issue 15): an estimated start, with a range, for every waiting job, not only the
+// backfill head. After the pass has decided, the rest of the queue is replayed forward in
+// simulated time, in queue order, on what the pass left free: running jobs (and the ones just
+// assigned) release what they hold when they end, and each waiting job takes the first slave of
+// its scope where it fits once enough has been released. Three replays give the range:
+//
+//   - late: every job runs to its maxDuration (the worst case, given no halts);
+//   - likely: every job runs RunRatio.Mid of its maxDuration (learned from finished jobs);
+//   - early: every job runs RunRatio.Low of its maxDuration.
+//
+// The replay is list scheduling: its clock never goes back, so a job is never estimated to start
+// before one ahead of it in the queue. That errs late for a small job behind a big one (the real
+// pass backfills it), which the early replay partly makes up for. Each replay is event-driven:
+// a heap of ends, and per job one scan of its candidate slaves plus one check per end popped,
+// so a pass over thousands of jobs and hundreds of slaves stays within milliseconds. Jobs
+// naming reservations, capped by running-job limits or by notBefore keep what decide said
+// (reservation starts count; caps and halts are not modelled).
+
+// RunRatio describes how long jobs run as a share of their maxDuration: Low is a low quantile
+// (the early end of the range) and Mid the median (the likely start). Zero values mean 1: no
+// knowledge, every job runs its maxDuration.
+type RunRatio struct {
+	Low, Mid float64
+}
+
+// RunRatios are the learned ratios: per user where he has enough finished jobs, else Global.
+type RunRatios struct {
+	Global RunRatio
+	Users  map[int64]RunRatio
+}
+
+func (r RunRatios) of(user int64) RunRatio {
+	if u, ok := r.Users[user]; ok {
+		return u.clean()
+	}
+	return r.Global.clean()
+}
+
+// clean clamps ratios to (0, 1] with Low ≤ Mid, so that a damaged statistic cannot make the
+// range invert or jobs end before they start.
+func (r RunRatio) clean() RunRatio {
+	fix := func(x float64) float64 {
+		if x <= 0 || x > 1 {
+			return 1
+		}
+		return max(x, 0.01)
+	}
+	r.Mid = fix(r.Mid)
+	r.Low = min(fix(r.Low), r.Mid)
+	return r
+}
+
+// Range is a waiting job's estimated start: Likely within [Early, Late].
+type Range struct {
+	Early, Likely, Late time.Time
+}
+
+// ForecastCap bounds the waiting jobs a pass estimates; those beyond it get no range ("unknown").
+const ForecastCap = 5000
+
+// scenarios of the replay.
+const (
+	scLate = iota
+	scLikely
+	scEarly
+)
+
+// fres is what is free on a slave: per GPU position, and counts.
+type fres struct {
+	gpuFree []bool
+	nGPU    int // free GPUs of any model: a quick reject before matching models
+	cpus    int
+	mem     int
+}
+
+// fslave is a slave during a replay: what is free now, and what will be once every job that
+// ends has ended (ever): a job that does not fit ever gets no start, and must not move the
+// clock for the jobs behind it.
+type fslave struct {
+	st        *slaveState
+	now, ever fres
+	mark      int // the job index for which this slave is a candidate
+}
+
+func (f *fres) take(k []int, cpus, mem int) {
+	for _, k := range k {
+		if f.gpuFree[k] {
+			f.gpuFree[k] = false
+			f.nGPU--
+		}
+	}
+	f.cpus -= cpus
+	f.mem -= mem
+}
+
+func (f *fres) give(k []int, cpus, mem int) {
+	for _, k := range k {
+		if !f.gpuFree[k] {
+			f.gpuFree[k] = true
+			f.nGPU++
+		}
+	}
+	f.cpus += cpus
+	f.mem += mem
+}
+
+// fits says whether the job fits on what is free, and which GPU positions it would take.
+func (f *fres) fits(st *slaveState, n *need, gpuK []int) ([]int, bool) {
+	gpuK = gpuK[:0]
+	if f.nGPU < n.gpus || f.cpus < n.cpus || f.mem < n.memGb {
+		return gpuK, false
+	}
+	if n.gpus == 0 {
+		return gpuK, true
+	}
+	if st.s.CudaMajor < n.cuda {
+		return gpuK, false
+	}
+	for k, free := range f.gpuFree {
+		if free && st.gpuOK(n, k) {
+			if gpuK = append(gpuK, k); len(gpuK) == n.gpus {
+				return gpuK, true
+			}
+		}
+	}
+	return gpuK, false
+}
+
+// fend is the end of one job: what it gives back, and when.
+type fend struct {
+	at   time.Time
+	sl   int
+	gpuK []int
+	cpus int
+	mem  int
+}
+
+type fendHeap []fend
+
+func (h fendHeap) Len() int           { return len(h) }
+func (h fendHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h fendHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *fendHeap) Push(x any)        { *h = append(*h, x.(fend)) }
+func (h *fendHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// forecastJob is a waiting job to estimate, with its candidate slaves (in scope, able to take
+// it by their totals, online and accepting) by index.
+type forecastJob struct {
+	j     *Job
+	n     need
+	cands []int
+}
+
+// assigned is a job the pass assigned, for the replay to release at its end.
+type assignedJob struct {
+	j  *Job
+	a  *Assignment
+	st *slaveState
+}
+
+// forecast replays the waiting jobs (in queue order) and returns a range for each that finds a
+// start. The planner's state is only read.
+func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRatios) map[string]Range {
+	out := map[string]Range{}
+	if len(waiting) == 0 || len(p.slaves) == 0 {
+		return out
+	}
+	// Without a known end nothing is ever given back: no job that waits now gets a start.
+	ends := false
+	for _, st := range p.slaves {
+		for _, pl := range st.held {
+			ends = ends || !pl.Ends.IsZero() || pl.Halting || p.victims[pl.JobUUID]
+		}
+	}
+	for _, a := range assigned {
+		ends = ends || a.j.Request.Scheduling.MaxDuration > 0
+	}
+	if !ends {
+		return out
+	}
+	index := make(map[*slaveState]int, len(p.slaves))
+	for i, st := range p.slaves {
+		index[st] = i
+	}
+	jobs := make([]forecastJob, 0, min(len(waiting), ForecastCap))
+	c := candidates{p: p, scopes: map[scopeKey][]int{}, matching: map[gpuKey][]int{}, cands: map[candKey][]int{}}
+	c.owners = map[int64]bool{}
+	for _, cl := range p.clusters {
+		if cl.Private {
+			c.limits = append(c.limits, cl.guestLimit())
+			for _, pr := range cl.Projects {
+				c.owners[pr] = true
+			}
+		}
+	}
+	slices.Sort(c.limits)
+	for _, j := range waiting {
+		if len(jobs) == ForecastCap {
+			break
+		}
+		fj := forecastJob{j: j, n: p.needOf(j)}
+		if fj.cands = c.of(j, &fj.n); len(fj.cands) > 0 {
+			jobs = append(jobs, fj)
+		}
+	}
+	var starts [3][]time.Time
+	starts[scLate] = p.replay(scLate, jobs, assigned, index, ratios)
+	if ratios.Global.clean() == (RunRatio{1, 1}) && len(ratios.Users) == 0 {
+		// Nothing learned: every job runs its maxDuration in all three.
+		starts[scLikely], starts[scEarly] = starts[scLate], starts[scLate]
+	} else {
+		starts[scLikely] = p.replay(scLikely, jobs, assigned, index, ratios)
+		starts[scEarly] = p.replay(scEarly, jobs, assigned, index, ratios)
+	}
+	for i, fj := range jobs {
+		late, likely, early := starts[scLate][i], starts[scLikely][i], starts[scEarly][i]
+		if late.IsZero() {
+			continue // no worst case follows from known ends: no honest range either
+		}
+		// List scheduling is not monotone in run times (a job ending early can let a later one
+		// take a slave first), so the three are put in order rather than trusted to be.
+		if likely.IsZero() || likely.After(late) {
+			likely = late
+		}
+		if early.IsZero() || early.After(likely) {
+			early = likely
+		}
+		out[fj.j.UUID] = Range{Early: early, Likely: likely, Late: late}
+	}
+	return out
+}
+
+// duration is how long a job of that user with that maxDuration is taken to run in a scenario;
+// 0 means it never ends.
+func duration(sc int, maxDur time.Duration, r RunRatio) time.Duration {
+	if maxDur <= 0 {
+		return 0
+	}
+	switch sc {
+	case scLikely:
+		return time.Duration(float64(maxDur) * r.Mid)
+	case scEarly:
+		return time.Duration(float64(maxDur) * r.Low)
+	}
+	return maxDur
+}
+
+// runningEnd is when a running job ends in a scenario (zero: never). A job already past its
+// expected share of maxDuration is expected to run that share of what remains.
+func (p *planner) runningEnd(sc int, pl *Placed, ratios RunRatios) time.Time {
+	if pl.Halting || p.victims[pl.JobUUID] {
+		return p.now // on its way out (halted this pass or before)
+	}
+	if pl.Ends.IsZero() {
+		return time.Time{}
+	}
+	if sc == scLate {
+		return maxTime(pl.Ends, p.now)
+	}
+	r := ratios.of(pl.UserID)
+	ratio := r.Mid
+	if sc == scEarly {
+		ratio = r.Low
+	}
+	from := pl.Started
+	if from.IsZero() || from.After(p.now) {
+		from = p.now
+	}
+	end := from.Add(time.Duration(float64(pl.Ends.Sub(from)) * ratio))
+	if end.Before(p.now) {
+		end = p.now.Add(time.Duration(float64(pl.Ends.Sub(p.now)) * ratio))
+	}
+	return maxTime(end, p.now)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// replay runs one scenario and returns each job's start (zero: none found).
+func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, index map[*slaveState]int, ratios RunRatios) []time.Time {
+	sl := make([]fslave, len(p.slaves))
+	for i, st := range p.slaves {
+		f := fres{gpuFree: slices.Clone(st.gpuFree), cpus: st.cpus(true), mem: st.s.MemoryGb - st.memUsed}
+		for _, free := range f.gpuFree {
+			if free {
+				f.nGPU++
+			}
+		}
+		sl[i] = fslave{st: st, now: f, mark: -1}
+		sl[i].ever = fres{gpuFree: slices.Clone(f.gpuFree), nGPU: f.nGPU, cpus: f.cpus, mem: f.mem}
+	}
+	var ends fendHeap
+	for i, st := range p.slaves {
+		for _, pl := range st.held {
+			e := fend{at: p.runningEnd(sc, pl, ratios), sl: i, mem: pl.MemoryGb, gpuK: make([]int, 0, len(pl.GPUIndices))}
+			for _, idx := range pl.GPUIndices {
+				if k := st.gpuPos(idx); k >= 0 {
+					e.gpuK = append(e.gpuK, k)
+				}
+			}
+			for _, id := range pl.CPUIDs {
+				if id >= 0 && id < len(st.cpuFree) {
+					e.cpus++
+				}
+			}
+			if !e.at.IsZero() {
+				sl[i].ever.give(e.gpuK, e.cpus, e.mem)
+				ends = append(ends, e)
+			}
+		}
+	}
+	for _, a := range assigned {
+		i := index[a.st]
+		e := fend{sl: i, cpus: len(a.a.CPUIDs), mem: a.a.MemoryGb}
+		for _, g := range a.a.GPUs {
+			if k := a.st.gpuPos(g.Index); k >= 0 {
+				e.gpuK = append(e.gpuK, k)
+			}
+		}
+		if d := duration(sc, a.j.Request.Scheduling.MaxDuration.Std(), ratios.of(a.j.UserID)); d > 0 {
+			e.at = p.now.Add(d)
+			sl[i].ever.give(e.gpuK, e.cpus, e.mem)
+			ends = append(ends, e)
+		}
+	}
+	heap.Init(&ends)
+
+	out := make([]time.Time, len(jobs))
+	clock := p.now
+	var gpuK, touched []int
+	for i := range jobs {
+		fj := &jobs[i]
+		at, ever := -1, false
+		for _, c := range fj.cands {
+			sl[c].mark = i
+			var ok bool
+			if at < 0 {
+				if gpuK, ok = sl[c].now.fits(sl[c].st, &fj.n, gpuK); ok {
+					at, ever = c, true
+					continue
+				}
+			}
+			if !ever {
+				_, ever = sl[c].ever.fits(sl[c].st, &fj.n, nil)
+			}
+		}
+		if !ever {
+			continue // nothing that ends makes room: unknown, and the clock stays
+		}
+		for at < 0 && ends.Len() > 0 {
+			e := heap.Pop(&ends).(fend)
+			sl[e.sl].now.give(e.gpuK, e.cpus, e.mem)
+			clock = maxTime(clock, e.at)
+			touched = append(touched[:0], e.sl)
+			// Whatever ends at the same moment is given back too before anyone takes it.
+			for ends.Len() > 0 && !ends[0].at.After(clock) {
+				e2 := heap.Pop(&ends).(fend)
+				sl[e2.sl].now.give(e2.gpuK, e2.cpus, e2.mem)
+				touched = append(touched, e2.sl)
+			}
+			for _, c := range touched {
+				if sl[c].mark != i {
+					continue
+				}
+				var ok bool
+				if gpuK, ok = sl[c].now.fits(sl[c].st, &fj.n, gpuK); ok {
+					at = c
+					break
+				}
+			}
+		}
+		if at < 0 {
+			continue
+		}
+		start := clock
+		if nb := fj.j.Request.Scheduling.NotBefore; nb != nil && nb.After(start) {
+			start = *nb
+		}
+		out[i] = start
+		e := fend{sl: at, gpuK: slices.Clone(gpuK), cpus: fj.n.cpus, mem: fj.n.memGb}
+		sl[at].now.take(e.gpuK, e.cpus, e.mem)
+		if d := duration(sc, fj.j.Request.Scheduling.MaxDuration.Std(), ratios.of(fj.j.UserID)); d > 0 {
+			e.at = start.Add(d)
+			heap.Push(&ends, e)
+		} else {
+			sl[at].ever.take(e.gpuK, e.cpus, e.mem)
+		}
+	}
+	return out
+}
+
+// candidates finds the slaves that could ever take a job, by slave index, sharing the work
+// between jobs: a queue holds many jobs of the same scope and the same few GPU requests, and
+// filtering every slave for every job was most of the forecast.
+type candidates struct {
+	p        *planner
+	scopes   map[scopeKey][]int // online, accepting slaves in scope
+	matching map[gpuKey][]int   // per slave: GPUs matching model, memory and CUDA
+	cands    map[candKey][]int
+	// The scope depends on the project only where it owns a private cluster, and on the
+	// minDuration only through which guest limits it stays within: keyed so, jobs share scopes.
+	owners map[int64]bool
+	limits []time.Duration
+}
+
+// scopeKey is what inScope looks at.
+type scopeKey struct {
+	cluster     int
+	slave, inst string
+	project     int64
+	guest       int // how many private clusters' guest limits the minDuration exceeds
+}
+
+type gpuKey struct {
+	models string
+	memMiB int64
+	cuda   int
+}
+
+type candKey struct {
+	scopeKey
+	gpuKey
+	gpus, cpus, mem int
+}
+
+func (c *candidates) of(j *Job, n *need) []int {
+	res := j.Request.Resources
+	sk := scopeKey{cluster: res.ClusterID, slave: res.SlaveName, inst: res.SlaveInstanceID}
+	if len(c.limits) > 0 {
+		if c.owners[j.ProjectID] {
+			sk.project = j.ProjectID
+		}
+		// The limits are sorted: the number exceeded names the set exceeded.
+		d := j.Request.Scheduling.MinDuration.Std()
+		for _, l := range c.limits {
+			if d > l {
+				sk.guest++
+			}
+		}
+	}
+	gk := gpuKey{strings.Join(n.models, "\x00"), n.gpuMemMiB, n.cuda}
+	ck := candKey{sk, gk, n.gpus, n.cpus, n.memGb}
+	if out, ok := c.cands[ck]; ok {
+		return out
+	}
+	scope, ok := c.scopes[sk]
+	if !ok {
+		for i, st := range c.p.slaves {
+			if st.s.Online && st.s.Accepting && c.p.inScope(j, st) {
+				scope = append(scope, i)
+			}
+		}
+		c.scopes[sk] = scope
+	}
+	match, ok := c.matching[gk]
+	if !ok {
+		match = make([]int, len(c.p.slaves))
+		for i, st := range c.p.slaves {
+			if st.s.CudaMajor >= n.cuda {
+				match[i] = st.matchingGPUs(n, false)
+			} else {
+				match[i] = -1
+			}
+		}
+		c.matching[gk] = match
+	}
+	out := make([]int, 0, len(scope))
+	for _, i := range scope {
+		st := c.p.slaves[i]
+		if match[i] >= n.gpus && st.cpus(false) >= n.cpus && st.memory(false) >= n.memGb {
+			out = append(out, i)
+		}
+	}
+	c.cands[ck] = out
+	return out
+}
+
+// slaveOf finds the slave state an assignment was made on.
+func (p *planner) slaveOf(a *Assignment) *slaveState {
+	for _, st := range p.slaves {
+		if st.s.Name == a.SlaveName && st.s.InstanceID == a.SlaveInstanceID {
+			return st
+		}
+	}
+	return nil
+}

@@ -1,0 +1,211 @@
+package scheduler
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// busyTwoGPUs is one slave with 2 V100s, both held by running jobs that reach their
+// maxDuration (1 hour, started 30 minutes ago) in 30 minutes and 90 minutes.
+func busyTwoGPUs() Snapshot {
+	run := func(id string, gpu int, ends time.Duration) Placed {
+		pl := ending(id, "gpu1", []int{gpu}, []int{gpu}, 10, ends)
+		pl.Started = pl.Ends.Add(-time.Hour)
+		pl.UserID = 1
+		return pl
+	}
+	return Snapshot{Now: t0, Slaves: []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 2)...))},
+		Running: []Placed{run("r1", 0, 30*time.Minute), run("r2", 1, 90*time.Minute)}}
+}
+
+func queueOf(n int, opts ...jobOpt) []Job {
+	out := make([]Job, n)
+	for i := range out {
+		out[i] = mkJob(fmt.Sprintf("q%d", i), 1, 1, 1, append([]jobOpt{maxDur(time.Hour)}, opts...)...)
+	}
+	return out
+}
+
+// TestForecastEveryJob: without learned ratios every waiting job gets its worst-case start, in
+// queue order, as the jobs ahead of it take the GPUs the running ones free.
+func TestForecastEveryJob(t *testing.T) {
+	s := busyTwoGPUs()
+	s.Queued = queueOf(5)
+	p := s.Plan()
+	if len(p.Ranges) != 5 {
+		t.Fatalf("%d ranges, want 5: %v", len(p.Ranges), p.Ranges)
+	}
+	// GPU 0 frees at +30m (q0, then q2 at +1h30m, q4 at +2h30m); GPU 1 at +1h30m (q1, q3 at +2h30m).
+	want := []time.Duration{30 * time.Minute, 90 * time.Minute, 90 * time.Minute, 150 * time.Minute, 150 * time.Minute}
+	for i, w := range want {
+		r := p.Ranges[fmt.Sprintf("q%d", i)]
+		if !r.Late.Equal(t0.Add(w)) {
+			t.Errorf("q%d: late %s, want %s", i, r.Late, t0.Add(w))
+		}
+		// No ratios: every job is taken to run its maxDuration, so the range is one point.
+		if !r.Early.Equal(r.Late) || !r.Likely.Equal(r.Late) {
+			t.Errorf("q%d: range %+v, want a single point", i, r)
+		}
+	}
+	// The backfill head keeps its own estimate, which agrees with the forecast.
+	if est := p.Estimates["q0"]; !est.Equal(p.Ranges["q0"].Late) {
+		t.Errorf("head estimate %s, forecast %s", est, p.Ranges["q0"].Late)
+	}
+}
+
+// TestForecastOrder: a job is never estimated to start before one ahead of it in the queue, and
+// in each scenario the range is ordered.
+func TestForecastOrder(t *testing.T) {
+	s := busyTwoGPUs()
+	s.Ratios = RunRatios{Global: RunRatio{Low: 0.2, Mid: 0.6}}
+	s.Queued = queueOf(6)
+	p := s.Plan()
+	order := queueOrder(s)
+	var prev Range
+	for i, j := range order {
+		r, ok := p.Ranges[j.UUID]
+		if !ok {
+			t.Fatalf("%s has no range", j.UUID)
+		}
+		if r.Early.After(r.Likely) || r.Likely.After(r.Late) || r.Early.Before(t0) {
+			t.Errorf("%s: range out of order: %+v", j.UUID, r)
+		}
+		if i > 0 && (r.Early.Before(prev.Early) || r.Likely.Before(prev.Likely) || r.Late.Before(prev.Late)) {
+			t.Errorf("%s (%+v) estimated before the job ahead of it (%+v)", j.UUID, r, prev)
+		}
+		prev = r
+	}
+}
+
+// TestForecastRatiosNarrowEarly: learned ratios bring the early and likely starts forward while
+// the late one stays the worst case; a user's own ratio wins over the global one.
+func TestForecastRatiosNarrowEarly(t *testing.T) {
+	s := busyTwoGPUs()
+	s.Queued = queueOf(3)
+	worst := s.Plan().Ranges
+
+	s.Ratios = RunRatios{Global: RunRatio{Low: 0.25, Mid: 0.5}}
+	learned := s.Plan().Ranges
+	for id, w := range worst {
+		l := learned[id]
+		if !l.Late.Equal(w.Late) {
+			t.Errorf("%s: late %s with ratios, %s without: the worst case must not move", id, l.Late, w.Late)
+		}
+		if !l.Early.Before(w.Early) || !l.Likely.Before(w.Likely) || l.Early.After(l.Likely) {
+			t.Errorf("%s: ratios gave %+v, worst case %+v: early and likely should come forward", id, l, w)
+		}
+	}
+	// r1 started 30 minutes before t0 with a 1-hour maxDuration: at ratio 0.5 it is due now.
+	if got := learned["q0"].Likely; !got.Equal(t0) {
+		t.Errorf("q0 likely %s, want %s", got, t0)
+	}
+
+	// User 1 (owner of everything here) is known to use his whole maxDuration: no narrowing.
+	s.Ratios.Users = map[int64]RunRatio{1: {Low: 1, Mid: 1}}
+	own := s.Plan().Ranges
+	for id, w := range worst {
+		if own[id] != w {
+			t.Errorf("%s: per-user ratio 1 gave %+v, want the worst case %+v", id, own[id], w)
+		}
+	}
+}
+
+// TestForecastNone: a job that can never fit fails, one behind resources that never end (no
+// maxDuration) and one pinned to an offline slave get no range; the others still do.
+func TestForecastNone(t *testing.T) {
+	s := busyTwoGPUs()
+	s.Slaves = append(s.Slaves, mkSlave("gpu2", gpus(gpuList(a100, 80, 0, 1)...)), mkSlave("gpu3", offline(), gpus(gpuList(t4, 16, 0, 1)...)))
+	s.Running = append(s.Running, ending("forever", "gpu2", []int{0}, nil, 1, 0))
+	s.Queued = []Job{
+		mkJob("huge", 4, 1, 1, maxDur(time.Hour)),
+		mkJob("a100", 1, 1, 1, model("A100"), maxDur(time.Hour)),
+		mkJob("t4", 1, 1, 1, onSlave("gpu3"), maxDur(time.Hour)),
+		mkJob("v100", 1, 1, 1, model("V100"), maxDur(time.Hour)),
+	}
+	p := s.Plan()
+	if _, ok := p.Ranges["huge"]; ok || outcome(p)["huge"][:4] != "FAIL" {
+		t.Errorf("huge: %s, range %+v: want a failure without a range", outcome(p)["huge"], p.Ranges["huge"])
+	}
+	for _, id := range []string{"a100", "t4"} {
+		if r, ok := p.Ranges[id]; ok {
+			t.Errorf("%s: range %+v, want none", id, r)
+		}
+	}
+	if r := p.Ranges["v100"]; !r.Late.Equal(t0.Add(30 * time.Minute)) {
+		t.Errorf("v100: %+v, want late start at +30m", r)
+	}
+}
+
+// TestForecastAfterAssignments: jobs assigned in the pass hold their GPUs until their own end.
+func TestForecastAfterAssignments(t *testing.T) {
+	s := Snapshot{Now: t0, Slaves: []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 1)...))}, Queued: queueOf(3)}
+	p := s.Plan()
+	if len(p.Assignments) != 1 {
+		t.Fatalf("%d assignments, want 1", len(p.Assignments))
+	}
+	for i, w := range []time.Duration{time.Hour, 2 * time.Hour} {
+		id := fmt.Sprintf("q%d", i+1)
+		if r := p.Ranges[id]; !r.Late.Equal(t0.Add(w)) {
+			t.Errorf("%s: %+v, want late start at +%s", id, r, w)
+		}
+	}
+}
+
+// TestForecastRandom: on random snapshots with known ends, only waiting jobs get ranges, and
+// every range is ordered and in the future.
+func TestForecastRandom(t *testing.T) {
+	for seed := range uint64(10) {
+		s := withEnds(randomSnapshot(seed, 40, 400))
+		s.Ratios = RunRatios{Global: RunRatio{Low: 0.1, Mid: 0.4}, Users: map[int64]RunRatio{1: {Low: 0.5, Mid: 0.9}}}
+		p := s.Plan()
+		if len(p.Ranges) == 0 {
+			t.Errorf("seed %d: no ranges", seed)
+		}
+		for id, r := range p.Ranges {
+			if _, waiting := p.Explanations[id]; !waiting {
+				t.Errorf("seed %d: %s has a range but does not wait", seed, id)
+			}
+			if r.Early.Before(s.Now) || r.Early.After(r.Likely) || r.Likely.After(r.Late) {
+				t.Errorf("seed %d: %s: range %+v out of order", seed, id, r)
+			}
+		}
+	}
+}
+
+// BenchmarkPlanForecast is a large installation with a long queue: 500 slaves, 5,000 queued
+// jobs, known ends and learned ratios, so that the forecast replays the whole queue.
+func BenchmarkPlanForecast(b *testing.B) {
+	s := withEnds(randomSnapshot(42, 500, 5000))
+	s.Ratios = RunRatios{Global: RunRatio{Low: 0.1, Mid: 0.4}}
+	var p Plan
+	b.ReportAllocs()
+	for b.Loop() {
+		p = s.Plan()
+	}
+	b.ReportMetric(float64(len(p.Explanations)), "waiting")
+	b.ReportMetric(float64(len(p.Ranges)), "ranges")
+}
+
+// TestForecastPrivateCluster: jobs sharing candidate slaves must share the scope: a guest
+// (short minDuration) and an owner's job get ranges on a private cluster's slave, a job of
+// another project too long to be a guest none.
+func TestForecastPrivateCluster(t *testing.T) {
+	s := busyTwoGPUs()
+	s.Slaves[0].ClusterID = 4
+	s.Clusters = map[int]Cluster{4: {ID: 4, Private: true, Projects: []int64{4}, GuestLimit: 2 * time.Hour}}
+	s.Queued = []Job{
+		mkJob("long", 1, 1, 1, maxDur(time.Hour)),
+		mkJob("guest", 1, 1, 1, maxDur(time.Hour), minDur(time.Hour)),
+		mkJob("owner", 1, 1, 1, maxDur(time.Hour), project(4)),
+	}
+	p := s.Plan()
+	if r, ok := p.Ranges["long"]; ok {
+		t.Errorf("long: range %+v, want none (it may not use the private cluster)", r)
+	}
+	for _, id := range []string{"guest", "owner"} {
+		if _, ok := p.Ranges[id]; !ok {
+			t.Errorf("%s: no range", id)
+		}
+	}
+}
