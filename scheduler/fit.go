@@ -28,7 +28,8 @@ type slaveState struct {
 // alone; Slave structs are copied, their GPU slices only read.
 func newPlanner(s Snapshot) *planner {
 	p := &planner{now: s.Now, clusters: s.Clusters, limits: s.Limits, counts: newRunning(s.Running),
-		halting: (s.Policy == "" || s.Policy == PolicyFair), tallies: s.Tallies}
+		halting: !s.NoHalts && (s.Policy == "" || s.Policy == PolicyFair || s.Policy == PolicyLAS), las: s.Policy == PolicyLAS,
+		tallies: s.Tallies}
 	slaves := slices.Clone(s.Slaves)
 	slices.SortStableFunc(slaves, func(a, b Slave) int {
 		if c := cmp.Compare(a.Name, b.Name); c != 0 {

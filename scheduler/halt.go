@@ -76,6 +76,9 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 	}
 
 	starterScore := p.tallies[j.UserID]
+	if p.las {
+		starterScore = float64(lasLevel(j.Attained))
+	}
 	inter := j.Request.Scheduling.Interactive
 	var best *slaveState
 	var bestSet []*Placed
@@ -135,10 +138,17 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 			reason = HaltReservation
 		}
 		p.victims[pl.JobUUID] = true
+		vs := p.tallies[pl.UserID]
+		if p.las {
+			vs = float64(lasLevel(p.attained(pl)))
+		}
 		p.halts = append(p.halts, Halt{JobUUID: pl.JobUUID, Reason: reason, ForJobUUID: j.UUID,
-			VictimScore: p.tallies[pl.UserID], StarterScore: starterScore})
+			VictimScore: vs, StarterScore: starterScore})
 	}
 	why := fmt.Sprintf("its owner's usage %.4g is below theirs", starterScore)
+	if p.las {
+		why = "it has received less GPU time than they have"
+	}
 	switch {
 	case p.onBooked(best, p.activeNamed(j)):
 		why = "it uses a reservation of this slave; others make room"
@@ -169,6 +179,9 @@ func (p *planner) haltable(pl *Placed) bool {
 func (p *planner) victim(pl *Placed, starterInteractive bool, starterScore float64) bool {
 	if !p.haltable(pl) || p.victims[pl.JobUUID] {
 		return false
+	}
+	if p.las {
+		return starterInteractive || p.lasVictim(pl, starterScore)
 	}
 	return starterInteractive || starterScore < p.tallies[pl.UserID]
 }

@@ -24,6 +24,9 @@ type Snapshot struct {
 	Tallies map[int64]float64
 	// Limits cap running jobs per user and per project (0: no cap).
 	Limits Limits
+	// NoHalts turns halting for fairness off (halt.go), so that the simulator can measure the
+	// fair order with and without it; the master leaves it false.
+	NoHalts bool
 	// Reservations are the current and future reservations.
 	Reservations []Reservation
 	// Clusters are the existing clusters by id; a job naming another id fails.
@@ -83,6 +86,9 @@ type Job struct {
 	ProjectID int64 // decides access to private clusters
 	// OracleDuration is the job's real run time, known only in simulation (PolicySJFOracle).
 	OracleDuration time.Duration
+	// Attained is the GPU time (GPU count × run time) the job and the halted jobs it restarts
+	// have received so far: what PolicyLAS orders by (las.go).
+	Attained time.Duration
 }
 
 // Placed is what one job holds on a slave, whatever its state: a job that is starting or halting
@@ -119,6 +125,9 @@ type Placed struct {
 	// Reservations are the reservation ids the job names: on a reservation's slaves, what it
 	// holds counts as the holders' share, and it is never halted for the holders.
 	Reservations []string
+	// Attained is the GPU time the job had received before this run started (Job.Attained);
+	// PolicyLAS adds the GPUs × time since Started.
+	Attained time.Duration
 	// Releasing marks what a job that ended (or was queued again) still holds until its slave
 	// confirms the container gone: taken, on its way out (Halting), counted against no cap.
 	Releasing bool
