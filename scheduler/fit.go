@@ -29,7 +29,7 @@ type slaveState struct {
 func newPlanner(s Snapshot) *planner {
 	p := &planner{now: s.Now, clusters: s.Clusters, limits: s.Limits, counts: newRunning(s.Running),
 		halting: !s.NoHalts && (s.Policy == "" || s.Policy == PolicyFair || s.Policy == PolicyLAS), las: s.Policy == PolicyLAS,
-		tallies: s.Tallies}
+		tallies: s.Tallies, haltFactor: max(1, s.HaltFactor), haltRestartableOnly: s.HaltRestartableOnly}
 	slaves := slices.Clone(s.Slaves)
 	slices.SortStableFunc(slaves, func(a, b Slave) int {
 		if c := cmp.Compare(a.Name, b.Name); c != 0 {
@@ -50,6 +50,12 @@ func newPlanner(s Snapshot) *planner {
 		st.modelID = make([]int, len(st.gpus))
 		st.gpuFree = make([]bool, len(st.gpus))
 		for k, g := range st.gpus {
+			// A slave's GPUs are mostly of one model: reuse the previous one's id rather than
+			// lower-case and look up every name (a cost the simulator pays at every pass).
+			if k > 0 && g.Model == st.gpus[k-1].Model {
+				st.modelID[k], st.gpuFree[k] = st.modelID[k-1], true
+				continue
+			}
 			m := strings.ToLower(g.Model)
 			id, ok := modelIDs[m]
 			if !ok {

@@ -180,10 +180,17 @@ func (p *planner) victim(pl *Placed, starterInteractive bool, starterScore float
 	if !p.haltable(pl) || p.victims[pl.JobUUID] {
 		return false
 	}
-	if p.las {
-		return starterInteractive || p.lasVictim(pl, starterScore)
+	if starterInteractive {
+		return true
 	}
-	return starterInteractive || starterScore < p.tallies[pl.UserID]
+	if p.haltRestartableOnly && !pl.Restartable {
+		return false
+	}
+	if p.las {
+		return p.lasVictim(pl, starterScore)
+	}
+	v := p.tallies[pl.UserID]
+	return starterScore < v && starterScore*p.haltFactor <= v
 }
 
 // guestVictim says whether a running job is a guest on a private cluster that the starter's

@@ -60,3 +60,35 @@ func TestLAS(t *testing.T) {
 		})
 	}
 }
+
+// TestHaltOptions: HaltFactor asks the victim's owner for that many times the starter's
+// tally; HaltRestartableOnly spares non-restartable victims, except for interactive starters.
+func TestHaltOptions(t *testing.T) {
+	snap := func(victimTally float64, opts ...runningOpt) Snapshot {
+		return Snapshot{Now: t0, Tallies: map[int64]float64{1: 1, 2: victimTally},
+			Slaves:  []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 1)...))},
+			Running: []Placed{ran("heavy-1", "gpu1", 0, 2, 2*time.Hour, time.Hour, opts...)},
+			Queued:  []Job{mkJob("light", 1, 1, 1, user(1))}}
+	}
+	for _, c := range []struct {
+		name string
+		s    Snapshot
+		halt bool
+	}{
+		{"factor 2, victim 1.5 times", func() Snapshot { s := snap(1.5); s.HaltFactor = 2; return s }(), false},
+		{"factor 2, victim 2 times", func() Snapshot { s := snap(2); s.HaltFactor = 2; return s }(), true},
+		{"factor 0 is 1", snap(1.5), true},
+		{"restartable only, not restartable", func() Snapshot { s := snap(10); s.HaltRestartableOnly = true; return s }(), false},
+		{"restartable only, restartable", func() Snapshot { s := snap(10, restartable()); s.HaltRestartableOnly = true; return s }(), true},
+		{"restartable only, interactive starter", func() Snapshot {
+			s := snap(10)
+			s.HaltRestartableOnly = true
+			s.Queued[0].Request.Scheduling.Interactive = true
+			return s
+		}(), true},
+	} {
+		if got := len(c.s.Plan().Halts) == 1; got != c.halt {
+			t.Errorf("%s: halt %v, want %v", c.name, got, c.halt)
+		}
+	}
+}

@@ -245,11 +245,14 @@ type planner struct {
 	// policies stay pure queue orders.
 	halting bool
 	las     bool // PolicyLAS: victims are chosen by attained service, not by tally (las.go)
-	mayHalt bool // some running job is started or halting: without one, makeRoom has nothing to do
-	tallies map[int64]float64
-	halts   []Halt
-	victims map[string]bool      // jobs halted this pass: never chosen twice
-	starter map[*slaveState]bool // slaves that already have a starter this pass
+	// Snapshot.HaltFactor (at least 1) and HaltRestartableOnly.
+	haltFactor          float64
+	haltRestartableOnly bool
+	mayHalt             bool // some running job is started or halting: without one, makeRoom has nothing to do
+	tallies             map[int64]float64
+	halts               []Halt
+	victims             map[string]bool      // jobs halted this pass: never chosen twice
+	starter             map[*slaveState]bool // slaves that already have a starter this pass
 
 	// Reservations (booking.go): those not ended, and the ones covering each slave.
 	bookings []*booking

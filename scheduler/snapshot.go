@@ -27,6 +27,15 @@ type Snapshot struct {
 	// NoHalts turns halting for fairness off (halt.go), so that the simulator can measure the
 	// fair order with and without it; the master leaves it false.
 	NoHalts bool
+	// HaltFactor, above 1, asks more than a lower tally of a SCORE halt: the victim's owner
+	// must have HaltFactor times the starter's owner's tally, so that two users of similar
+	// usage do not halt each other back and forth as their tallies cross. 0 or 1: any lower
+	// tally will do (SPEC 7.4). HaltRestartableOnly limits SCORE halts (not those for an
+	// interactive starter, a private cluster's owners or a reservation) to restartable victims,
+	// which lose only the halt grace. Both are for the simulator to measure; the master leaves
+	// them zero.
+	HaltFactor          float64
+	HaltRestartableOnly bool
 	// Reservations are the current and future reservations.
 	Reservations []Reservation
 	// Clusters are the existing clusters by id; a job naming another id fails.

@@ -28,6 +28,8 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 	to := fs.String("to", "", "replay only jobs submitted before this time (YYYY-MM-DD or RFC 3339)")
 	halfLife := fs.Duration("half-life", sim.DefaultHalfLife, "half-life of the usage tallies of the fair policy")
 	grace := fs.Duration("halt-grace", sim.DefaultHaltGrace, "time a halted job takes to stop (the slave's halt grace)")
+	haltFactor := fs.Float64("halt-factor", sim.DefaultHaltFactor, "a SCORE halt needs the victim's owner to have this many times the starter's owner's tally (1: any higher tally, as the master)")
+	restartableOnly := fs.Bool("halt-restartable-only", true, "SCORE halts spare non-restartable jobs (false: as the master, which only prefers restartable victims)")
 	rules := sim.DefaultRules
 	fs.Uint64Var(&rules.Seed, "seed", rules.Seed, "seed of the rules that fill the trace's missing columns")
 	fs.Float64Var(&rules.Restartable, "restartable", rules.Restartable, "share of jobs that are restartable (0..1)")
@@ -43,8 +45,8 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 	if *trace == "" {
 		return fmt.Errorf("--trace is required: %w", errUsage)
 	}
-	if *slaves < 1 || *perSlave < 1 || *jobs < 0 || *halfLife <= 0 || *grace <= 0 {
-		return fmt.Errorf("--slaves and --gpus-per-slave must be ≥ 1, --jobs ≥ 0, --half-life and --halt-grace > 0: %w", errUsage)
+	if *slaves < 1 || *perSlave < 1 || *jobs < 0 || *halfLife <= 0 || *grace <= 0 || *haltFactor < 1 {
+		return fmt.Errorf("--slaves and --gpus-per-slave must be ≥ 1, --jobs ≥ 0, --half-life and --halt-grace > 0, --halt-factor ≥ 1: %w", errUsage)
 	}
 	for _, f := range []struct {
 		name string
@@ -82,14 +84,15 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 	tj = sim.Assign(tj, rules)
 	fmt.Fprintf(stdout, "Trace %s: %d rows, %d malformed skipped, %d jobs replayed; cluster %d slaves × %d GPUs = %d GPUs; tally half-life %s; halt grace %s.\n",
 		*trace, st.Rows, st.Malformed, st.Kept, *slaves, *perSlave, *slaves**perSlave, *halfLife, *grace)
-	fmt.Fprintf(stdout, "Missing columns: %s.\n\n", rules)
+	fmt.Fprintf(stdout, "Missing columns: %s.\nHalting (fair-halt, las): halt factor %g, restartable victims only: %v.\n\n", rules, *haltFactor, *restartableOnly)
 	fmt.Fprintln(stdout, "| policy | jobs | avg JCT | p50 JCT | p95 JCT | p99 JCT | avg wait | p50 wait | p95 wait | p99 wait | bounded slowdown | GPU util | makespan | Jain | halts/job | halted < min | lost jobs | lost GPU-h | grace GPU-h | interactive failed | est. jobs | est. err p50 | est. err p90 | err/wait p50 | wall |")
 	fmt.Fprintln(stdout, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, p := range policies {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		r := sim.Run(sim.Config{Policy: p.policy, Halting: p.halting, HaltGrace: *grace, Slaves: *slaves, GPUsPerSlave: *perSlave, HalfLife: *halfLife}, tj)
+		r := sim.Run(sim.Config{Policy: p.policy, Halting: p.halting, HaltGrace: *grace,
+			HaltFactor: *haltFactor, HaltRestartableOnly: *restartableOnly, Slaves: *slaves, GPUsPerSlave: *perSlave, HalfLife: *halfLife}, tj)
 		m := r.Metrics
 		est := "| – | – | –"
 		if m.Estimates > 0 {

@@ -22,6 +22,10 @@ type Config struct {
 	// Halting lets Plan halt running jobs (SPEC 7.4) under the policies that halt (fair, las);
 	// off, the snapshot says NoHalts, so the fair order can be measured with and without.
 	Halting bool
+	// HaltFactor and HaltRestartableOnly restrain halting (scheduler.Snapshot's fields of the
+	// same names).
+	HaltFactor          float64
+	HaltRestartableOnly bool
 	// HaltGrace is how long a halted job takes to stop (the slave's SIGUSR1 grace); 0 means
 	// DefaultHaltGrace. A restartable victim's checkpoint is taken at the halt, so the grace
 	// is lost GPU time, as is everything a non-restartable victim ran.
@@ -45,6 +49,9 @@ type Config struct {
 // DefaultHalfLife is GPULab's tally half-life (SPEC 7.2).
 const DefaultHalfLife = 7 * 24 * time.Hour
 
+// DefaultHaltFactor is the simulate command's --halt-factor (see Config.HaltFactor).
+const DefaultHaltFactor = 2
+
 // DefaultHaltGrace is the slave's default halt grace (slave/container.DefaultHaltGrace).
 const DefaultHaltGrace = 15 * time.Second
 
@@ -55,7 +62,7 @@ const haltAge = time.Minute
 // haltReach is how many jobs beyond those that fill the free GPUs are given to Plan when it may
 // halt: the ones that could make room by halting. The rest of a long queue would only get
 // explanations, or halt for jobs that the next pass (a grace later) reconsiders anyway.
-const haltReach = 16
+const haltReach = 8
 
 // Outcome is what happened to one trace job, kept so that tests and further analysis can look
 // past the averages.
@@ -378,7 +385,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 			given[i] = *q
 		}
 		snap := scheduler.Snapshot{Now: now, Policy: cfg.Policy, Tallies: tallies, Limits: cfg.Limits, Clusters: clusters, Slaves: slaves,
-			NoHalts: !halting, Queued: given, Running: make([]scheduler.Placed, len(runList))}
+			NoHalts: !halting, HaltFactor: cfg.HaltFactor, HaltRestartableOnly: cfg.HaltRestartableOnly, Queued: given, Running: make([]scheduler.Placed, len(runList))}
 		for i, r := range runList {
 			snap.Running[i] = r.placed
 		}
