@@ -418,7 +418,11 @@ func Run(cfg Config, jobs []TraceJob) Result {
 			}
 			heap.Push(&events, event{at: now.Add(st.left), kind: evEnd, uuid: a.JobUUID})
 			if halting && !j.Interactive {
-				heap.Push(&events, event{at: now.Add(max(st.minDur, haltAge)), kind: evWake, uuid: a.JobUUID})
+				// Rounded up to a whole minute, so that the wakes of jobs started at nearby
+				// instants make one pass (the master plans every few seconds; a halt at most a
+				// minute late changes little, and fewer passes keep a replay fast).
+				at := now.Add(max(st.minDur, haltAge) + time.Minute - 1).Truncate(time.Minute)
+				heap.Push(&events, event{at: at, kind: evWake, uuid: a.JobUUID})
 			}
 			gone[a.JobUUID] = true
 		}
