@@ -22,6 +22,9 @@ type slaveState struct {
 	held     []*Placed // the snapshot's running jobs here, read-only: backfill releases them
 	// halting: some held job is halting; haltable: some could be halted (halt.go's haltable).
 	halting, haltable bool
+	// haltables are the held jobs halt.go's haltable accepts, found once per pass: makeRoom
+	// looks for victims among them for every waiting job.
+	haltables []*Placed
 }
 
 // newPlanner copies what it must change (free resources, sorted lists) and leaves the snapshot
@@ -91,6 +94,7 @@ func newPlanner(s Snapshot) *planner {
 			st.halting = true
 		} else if p.haltable(&s.Running[i]) {
 			st.haltable = true
+			st.haltables = append(st.haltables, &s.Running[i])
 		}
 		p.mayHalt = p.mayHalt || st.halting || st.haltable
 		for _, idx := range r.GPUIndices {

@@ -89,7 +89,7 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 			continue
 		}
 		var cands []*Placed
-		for _, pl := range st.held {
+		for _, pl := range st.haltables {
 			if p.victim(pl, inter, starterScore) || p.guestVictim(st, j, pl) || p.bookingVictim(st, j, n, pl) {
 				cands = append(cands, pl)
 			}
