@@ -22,13 +22,17 @@ type slaveState struct {
 	held     []*Placed // the snapshot's running jobs here, read-only: backfill releases them
 	// halting: some held job is halting; haltable: some could be halted (halt.go's haltable).
 	halting, haltable bool
+	// haltables are the held jobs halt.go's haltable accepts, found once per pass: makeRoom
+	// looks for victims among them for every waiting job.
+	haltables []*Placed
 }
 
 // newPlanner copies what it must change (free resources, sorted lists) and leaves the snapshot
 // alone; Slave structs are copied, their GPU slices only read.
 func newPlanner(s Snapshot) *planner {
 	p := &planner{now: s.Now, clusters: s.Clusters, limits: s.Limits, counts: newRunning(s.Running),
-		halting: (s.Policy == "" || s.Policy == PolicyFair), tallies: s.Tallies}
+		halting: !s.NoHalts && (s.Policy == "" || s.Policy == PolicyFair || s.Policy == PolicyLAS), las: s.Policy == PolicyLAS,
+		tallies: s.Tallies, haltFactor: max(1, s.HaltFactor), haltRestartableOnly: s.HaltRestartableOnly}
 	slaves := slices.Clone(s.Slaves)
 	slices.SortStableFunc(slaves, func(a, b Slave) int {
 		if c := cmp.Compare(a.Name, b.Name); c != 0 {
@@ -49,6 +53,12 @@ func newPlanner(s Snapshot) *planner {
 		st.modelID = make([]int, len(st.gpus))
 		st.gpuFree = make([]bool, len(st.gpus))
 		for k, g := range st.gpus {
+			// A slave's GPUs are mostly of one model: reuse the previous one's id rather than
+			// lower-case and look up every name (a cost the simulator pays at every pass).
+			if k > 0 && g.Model == st.gpus[k-1].Model {
+				st.modelID[k], st.gpuFree[k] = st.modelID[k-1], true
+				continue
+			}
 			m := strings.ToLower(g.Model)
 			id, ok := modelIDs[m]
 			if !ok {
@@ -84,6 +94,7 @@ func newPlanner(s Snapshot) *planner {
 			st.halting = true
 		} else if p.haltable(&s.Running[i]) {
 			st.haltable = true
+			st.haltables = append(st.haltables, &s.Running[i])
 		}
 		p.mayHalt = p.mayHalt || st.halting || st.haltable
 		for _, idx := range r.GPUIndices {

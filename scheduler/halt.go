@@ -76,6 +76,9 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 	}
 
 	starterScore := p.tallies[j.UserID]
+	if p.las {
+		starterScore = float64(lasLevel(j.Attained))
+	}
 	inter := j.Request.Scheduling.Interactive
 	var best *slaveState
 	var bestSet []*Placed
@@ -86,7 +89,7 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 			continue
 		}
 		var cands []*Placed
-		for _, pl := range st.held {
+		for _, pl := range st.haltables {
 			if p.victim(pl, inter, starterScore) || p.guestVictim(st, j, pl) || p.bookingVictim(st, j, n, pl) {
 				cands = append(cands, pl)
 			}
@@ -135,10 +138,17 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 			reason = HaltReservation
 		}
 		p.victims[pl.JobUUID] = true
+		vs := p.tallies[pl.UserID]
+		if p.las {
+			vs = float64(lasLevel(p.attained(pl)))
+		}
 		p.halts = append(p.halts, Halt{JobUUID: pl.JobUUID, Reason: reason, ForJobUUID: j.UUID,
-			VictimScore: p.tallies[pl.UserID], StarterScore: starterScore})
+			VictimScore: vs, StarterScore: starterScore})
 	}
 	why := fmt.Sprintf("its owner's usage %.4g is below theirs", starterScore)
+	if p.las {
+		why = "it has received less GPU time than they have"
+	}
 	switch {
 	case p.onBooked(best, p.activeNamed(j)):
 		why = "it uses a reservation of this slave; others make room"
@@ -170,7 +180,17 @@ func (p *planner) victim(pl *Placed, starterInteractive bool, starterScore float
 	if !p.haltable(pl) || p.victims[pl.JobUUID] {
 		return false
 	}
-	return starterInteractive || starterScore < p.tallies[pl.UserID]
+	if starterInteractive {
+		return true
+	}
+	if p.haltRestartableOnly && !pl.Restartable {
+		return false
+	}
+	if p.las {
+		return p.lasVictim(pl, starterScore)
+	}
+	v := p.tallies[pl.UserID]
+	return starterScore < v && starterScore*p.haltFactor <= v
 }
 
 // guestVictim says whether a running job is a guest on a private cluster that the starter's

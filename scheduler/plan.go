@@ -108,6 +108,10 @@ const (
 	// PolicySJFOracle: shortest real run time first (Job.OracleDuration, known only to the
 	// simulator): the unreachable ideal that the fair policy is measured against.
 	PolicySJFOracle Policy = "sjf-oracle"
+	// PolicyLAS: least attained service first, in coarse levels, with halting (las.go); it
+	// needs no run-time knowledge. The simulator compares it; the master does not track
+	// Attained, so ParsePolicy does not offer it.
+	PolicyLAS Policy = "las"
 )
 
 // ParsePolicy reads a policy name.
@@ -138,6 +142,8 @@ func queueOrder(s Snapshot) []*Job {
 		key = func(a, b *Job) int { return 0 }
 	case PolicySJFOracle:
 		key = func(a, b *Job) int { return cmp.Compare(a.OracleDuration, b.OracleDuration) }
+	case PolicyLAS:
+		key = lasOrder
 	default:
 		key = func(a, b *Job) int {
 			ai, bi := a.Request.Scheduling.Interactive, b.Request.Scheduling.Interactive
@@ -251,11 +257,15 @@ type planner struct {
 	// Halting for fairness (halt.go): only under PolicyFair, so that the simulator's other
 	// policies stay pure queue orders.
 	halting bool
-	mayHalt bool // some running job is started or halting: without one, makeRoom has nothing to do
-	tallies map[int64]float64
-	halts   []Halt
-	victims map[string]bool      // jobs halted this pass: never chosen twice
-	starter map[*slaveState]bool // slaves that already have a starter this pass
+	las     bool // PolicyLAS: victims are chosen by attained service, not by tally (las.go)
+	// Snapshot.HaltFactor (at least 1) and HaltRestartableOnly.
+	haltFactor          float64
+	haltRestartableOnly bool
+	mayHalt             bool // some running job is started or halting: without one, makeRoom has nothing to do
+	tallies             map[int64]float64
+	halts               []Halt
+	victims             map[string]bool      // jobs halted this pass: never chosen twice
+	starter             map[*slaveState]bool // slaves that already have a starter this pass
 
 	// Reservations (booking.go): those not ended, and the ones covering each slave.
 	bookings []*booking

@@ -24,6 +24,18 @@ type Snapshot struct {
 	Tallies map[int64]float64
 	// Limits cap running jobs per user and per project (0: no cap).
 	Limits Limits
+	// NoHalts turns halting for fairness off (halt.go), so that the simulator can measure the
+	// fair order with and without it; the master leaves it false.
+	NoHalts bool
+	// HaltFactor, above 1, asks more than a lower tally of a SCORE halt: the victim's owner
+	// must have HaltFactor times the starter's owner's tally, so that two users of similar
+	// usage do not halt each other back and forth as their tallies cross. 0 or 1: any lower
+	// tally will do (SPEC 7.4). HaltRestartableOnly limits SCORE halts (not those for an
+	// interactive starter, a private cluster's owners or a reservation) to restartable victims,
+	// which lose only the halt grace. Both are for the simulator to measure; the master leaves
+	// them zero.
+	HaltFactor          float64
+	HaltRestartableOnly bool
 	// Reservations are the current and future reservations.
 	Reservations []Reservation
 	// Clusters are the existing clusters by id; a job naming another id fails.
@@ -86,6 +98,9 @@ type Job struct {
 	ProjectID int64 // decides access to private clusters
 	// OracleDuration is the job's real run time, known only in simulation (PolicySJFOracle).
 	OracleDuration time.Duration
+	// Attained is the GPU time (GPU count × run time) the job and the halted jobs it restarts
+	// have received so far: what PolicyLAS orders by (las.go).
+	Attained time.Duration
 }
 
 // Placed is what one job holds on a slave, whatever its state: a job that is starting or halting
@@ -122,6 +137,9 @@ type Placed struct {
 	// Reservations are the reservation ids the job names: on a reservation's slaves, what it
 	// holds counts as the holders' share, and it is never halted for the holders.
 	Reservations []string
+	// Attained is the GPU time the job had received before this run started (Job.Attained);
+	// PolicyLAS adds the GPUs × time since Started.
+	Attained time.Duration
 	// Releasing marks what a job that ended (or was queued again) still holds until its slave
 	// confirms the container gone: taken, on its way out (Halting), counted against no cap.
 	Releasing bool

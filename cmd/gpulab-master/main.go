@@ -138,7 +138,7 @@ Commands:
   config example                 print a configuration file of every setting and its default
   mail-list [--pending] [--limit N]
                                  list the job mails of the outbox, with attempts and last error
-  simulate --trace CSV [--policy fair|fifo|sjf-oracle|all] [--slaves N] [--gpus-per-slave G] [--jobs N]
+  simulate --trace CSV [--policy fifo|fair|fair-halt|sjf-oracle|las|all] [--seed N] [--slaves N] [--gpus-per-slave G] [--jobs N]
                                  replay a workload trace through the scheduler in simulated time
 
 Run 'gpulab-master COMMAND -h' for the flags of a command.

@@ -20,13 +20,22 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	trace := fs.String("trace", "", "trace CSV in the Philly format (required), e.g. ../shared/traces/philly.csv")
-	policy := fs.String("policy", "all", "queue order: fair, fifo, sjf-oracle or all (the three, one row each)")
+	policy := fs.String("policy", "all", "policy: fifo, fair (no halting), fair-halt (fair with SCORE halting), sjf-oracle, las (least attained service with halting) or all (one row each)")
 	slaves := fs.Int("slaves", 80, "number of simulated slaves (80 × 8 GPUs loads the Philly trace to about 50 %)")
 	perSlave := fs.Int("gpus-per-slave", 8, "GPUs per slave; jobs needing more are dropped (a job runs on one slave)")
 	jobs := fs.Int("jobs", 0, "replay only the first N jobs in submission order (0: all)")
 	from := fs.String("from", "", "replay only jobs submitted at or after this time (YYYY-MM-DD or RFC 3339)")
 	to := fs.String("to", "", "replay only jobs submitted before this time (YYYY-MM-DD or RFC 3339)")
 	halfLife := fs.Duration("half-life", sim.DefaultHalfLife, "half-life of the usage tallies of the fair policy")
+	grace := fs.Duration("halt-grace", sim.DefaultHaltGrace, "time a halted job takes to stop (the slave's halt grace)")
+	haltFactor := fs.Float64("halt-factor", sim.DefaultHaltFactor, "a SCORE halt needs the victim's owner to have this many times the starter's owner's tally (1: any higher tally, as the master)")
+	restartableOnly := fs.Bool("halt-restartable-only", true, "SCORE halts spare non-restartable jobs (false: as the master, which only prefers restartable victims)")
+	rules := sim.DefaultRules
+	fs.Uint64Var(&rules.Seed, "seed", rules.Seed, "seed of the rules that fill the trace's missing columns")
+	fs.Float64Var(&rules.Restartable, "restartable", rules.Restartable, "share of jobs that are restartable (0..1)")
+	fs.Float64Var(&rules.MinFraction, "min-fraction", rules.MinFraction, "minDuration as a fraction of maxDuration (0..1)")
+	fs.DurationVar(&rules.MinFloor, "min-floor", rules.MinFloor, "shortest minDuration")
+	fs.Float64Var(&rules.Interactive, "interactive", rules.Interactive, "share of short one-GPU jobs that are interactive (0..1)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -36,18 +45,20 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 	if *trace == "" {
 		return fmt.Errorf("--trace is required: %w", errUsage)
 	}
-	if *slaves < 1 || *perSlave < 1 || *jobs < 0 || *halfLife <= 0 {
-		return fmt.Errorf("--slaves and --gpus-per-slave must be ≥ 1, --jobs ≥ 0, --half-life > 0: %w", errUsage)
+	if *slaves < 1 || *perSlave < 1 || *jobs < 0 || *halfLife <= 0 || *grace <= 0 || *haltFactor < 1 {
+		return fmt.Errorf("--slaves and --gpus-per-slave must be ≥ 1, --jobs ≥ 0, --half-life and --halt-grace > 0, --halt-factor ≥ 1: %w", errUsage)
 	}
-	var policies []scheduler.Policy
-	if *policy == "all" {
-		policies = []scheduler.Policy{scheduler.PolicyFIFO, scheduler.PolicyFair, scheduler.PolicySJFOracle}
-	} else {
-		p, err := scheduler.ParsePolicy(*policy)
-		if err != nil {
-			return fmt.Errorf("--policy: %w: %w", err, errUsage)
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"--restartable", rules.Restartable}, {"--min-fraction", rules.MinFraction}, {"--interactive", rules.Interactive}} {
+		if f.v < 0 || f.v > 1 {
+			return fmt.Errorf("%s %v: want a share from 0 to 1: %w", f.name, f.v, errUsage)
 		}
-		policies = []scheduler.Policy{p}
+	}
+	policies, err := simPolicies(*policy)
+	if err != nil {
+		return err
 	}
 	opt := sim.TraceOptions{Limit: *jobs}
 	for _, b := range []struct {
@@ -70,25 +81,79 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "Trace %s: %d rows, %d malformed skipped, %d jobs replayed; cluster %d slaves × %d GPUs = %d GPUs; tally half-life %s.\n\n",
-		*trace, st.Rows, st.Malformed, st.Kept, *slaves, *perSlave, *slaves**perSlave, *halfLife)
-	fmt.Fprintln(stdout, "| policy | jobs | dropped | avg JCT | p99 JCT | avg wait | p99 wait | GPU util | makespan | Jain | wall |")
-	fmt.Fprintln(stdout, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	tj = sim.Assign(tj, rules)
+	fmt.Fprintf(stdout, "Trace %s: %d rows, %d malformed skipped, %d jobs replayed; cluster %d slaves × %d GPUs = %d GPUs; tally half-life %s; halt grace %s.\n",
+		*trace, st.Rows, st.Malformed, st.Kept, *slaves, *perSlave, *slaves**perSlave, *halfLife, *grace)
+	fmt.Fprintf(stdout, "Missing columns: %s.\nHalting (fair-halt, las): halt factor %g, restartable victims only: %v.\n\n", rules, *haltFactor, *restartableOnly)
+	fmt.Fprintln(stdout, "| policy | jobs | avg JCT | p50 JCT | p95 JCT | p99 JCT | avg wait | p50 wait | p95 wait | p99 wait | bounded slowdown | GPU util | makespan | Jain | halts/job | halted < min | lost jobs | lost GPU-h | grace GPU-h | interactive failed | est. jobs | est. err p50 | est. err p90 | err/wait p50 | wall |")
+	fmt.Fprintln(stdout, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, p := range policies {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		r := sim.Run(sim.Config{Policy: p, Slaves: *slaves, GPUsPerSlave: *perSlave, HalfLife: *halfLife}, tj)
+		r := sim.Run(sim.Config{Policy: p.policy, Halting: p.halting, HaltGrace: *grace,
+			HaltFactor: *haltFactor, HaltRestartableOnly: *restartableOnly, Slaves: *slaves, GPUsPerSlave: *perSlave, HalfLife: *halfLife}, tj)
 		m := r.Metrics
-		fmt.Fprintf(stdout, "| %s | %d | %d | %s | %s | %s | %s | %.1f %% | %s | %.3f | %s |\n", p, m.Jobs, r.Dropped,
-			secs(m.AvgJCT), secs(m.P99JCT), secs(m.AvgWait), secs(m.P99Wait), 100*m.Utilisation, fmtSpan(m.Makespan), m.Jain,
+		est := "| – | – | –"
+		if m.Estimates > 0 {
+			est = fmt.Sprintf("| %s | %s | %.2f", secs(m.EstMedianErr), secs(m.EstP90Err), m.EstMedianRel)
+		}
+		fmt.Fprintf(stdout, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %.1f %% | %s | %.3f | %.3f | %d | %d | %.0f | %.1f | %d | %d %s | %s |\n",
+			p.name, m.Jobs, secs(m.AvgJCT), secs(m.P50JCT), secs(m.P95JCT), secs(m.P99JCT),
+			secs(m.AvgWait), secs(m.P50Wait), secs(m.P95Wait), secs(m.P99Wait), m.AvgSlowdown,
+			100*m.Utilisation, fmtSpan(m.Makespan), m.Jain, m.HaltsPerJob, r.HaltedEarly, r.Lost,
+			r.LostGPUTime.Hours(), r.GraceGPUTime.Hours(), r.InteractiveFailed, m.Estimates, est,
 			r.Wall.Round(10*time.Millisecond))
 		if r.Failed > 0 || r.Stuck > 0 {
-			fmt.Fprintf(stderr, "policy %s: %d jobs failed by Plan, %d never started\n", p, r.Failed, r.Stuck)
+			fmt.Fprintf(stderr, "policy %s: %d jobs failed by Plan, %d never started\n", p.name, r.Failed, r.Stuck)
 		}
 	}
-	fmt.Fprintf(stdout, "\nJCT and wait in seconds; Jain's index over users (trace: virtual clusters) of their mean bounded slowdown; maxDuration is the real run time rounded up to 1h/2h/4h/8h/1d/2d/1w/2w.\n%s\n", phillyAttribution)
+	fmt.Fprintf(stdout, "\n%d jobs needing more GPUs than a slave has were dropped. JCT and wait in seconds (wait: JCT − run time); "+
+		"Jain's index over users (trace: virtual clusters) of their mean bounded slowdown (floor %s); "+
+		"lost jobs: halted and not restartable (or with less than a minute of maxDuration left); "+
+		"estimates: Plan's estimated start at a job's first pass against its first start.\n%s\n",
+		dropped(tj, *perSlave), sim.SlowdownFloor, phillyAttribution)
 	return nil
+}
+
+// simPolicy is one row of the table: a queue order, with or without halting.
+type simPolicy struct {
+	name    string
+	policy  scheduler.Policy
+	halting bool
+}
+
+// allSimPolicies are the simulate command's policies, in the table's order.
+var allSimPolicies = []simPolicy{
+	{"fifo", scheduler.PolicyFIFO, false},
+	{"fair", scheduler.PolicyFair, false},
+	{"fair-halt", scheduler.PolicyFair, true},
+	{"sjf-oracle", scheduler.PolicySJFOracle, false},
+	{"las", scheduler.PolicyLAS, true},
+}
+
+// simPolicies reads --policy.
+func simPolicies(s string) ([]simPolicy, error) {
+	if s == "all" {
+		return allSimPolicies, nil
+	}
+	for _, p := range allSimPolicies {
+		if p.name == s {
+			return []simPolicy{p}, nil
+		}
+	}
+	return nil, fmt.Errorf("--policy %q: want fifo, fair, fair-halt, sjf-oracle, las or all: %w", s, errUsage)
+}
+
+// dropped counts the jobs too large for one slave.
+func dropped(jobs []sim.TraceJob, perSlave int) int {
+	n := 0
+	for _, j := range jobs {
+		if j.GPUs > perSlave {
+			n++
+		}
+	}
+	return n
 }
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.0f s", d.Seconds()) }

@@ -11,9 +11,13 @@ import (
 type Metrics struct {
 	// Jobs is how many jobs completed.
 	Jobs int
-	// JCT (job completion time) is end − submit; Wait is start − submit.
-	AvgJCT, P50JCT, P99JCT    time.Duration
-	AvgWait, P50Wait, P99Wait time.Duration
+	// JCT (job completion time) is end − submit; Wait is JCT − run time: the time the result
+	// came later than the job's own run, which is start − submit for a job never halted, and
+	// also counts requeueing and lost work for one that was.
+	AvgJCT, P50JCT, P95JCT, P99JCT     time.Duration
+	AvgWait, P50Wait, P95Wait, P99Wait time.Duration
+	// AvgSlowdown is the mean bounded slowdown (see Slowdown).
+	AvgSlowdown float64
 	// Utilisation is busy GPU-time over (total GPUs × Makespan).
 	Utilisation float64
 	// Makespan is the last end minus the first submission.
@@ -21,6 +25,14 @@ type Metrics struct {
 	// Jain is Jain's fairness index over users of their mean bounded slowdown (see Slowdown):
 	// 1 when every user's jobs are slowed alike, 1/n when one user bears it all.
 	Jain float64
+	// HaltsPerJob is halts over jobs replayed (Run fills it: Summarize sees only completions).
+	HaltsPerJob float64
+	// Estimates is how many completed jobs had a start estimate at their first planning pass;
+	// EstMedianErr and EstP90Err are the absolute errors |estimate − first start| of those,
+	// EstMedianRel the median of that error over the job's wait (jobs that waited at all).
+	Estimates               int
+	EstMedianErr, EstP90Err time.Duration
+	EstMedianRel            float64
 }
 
 // SlowdownFloor bounds slowdown for very short jobs: a 1-second job waiting a minute is not
@@ -72,10 +84,15 @@ func Summarize(out []Outcome, totalGPUs int) Metrics {
 	per := map[string][2]float64{} // user: sum of slowdowns, count
 	for i, o := range out {
 		jct[i] = o.End.Sub(o.Job.Submit)
-		wait[i] = o.Start.Sub(o.Job.Submit)
 		sumJ += jct[i]
+		wait[i] = max(0, jct[i]-o.Job.Duration)
 		sumW += wait[i]
-		busy += float64(o.Job.GPUs) * o.Job.Duration.Seconds()
+		held := o.Held
+		if held == 0 { // an outcome built by hand
+			held = time.Duration(o.Job.GPUs) * o.Job.Duration
+		}
+		busy += held.Seconds()
+		m.AvgSlowdown += Slowdown(o)
 		if o.Job.Submit.Before(first) {
 			first = o.Job.Submit
 		}
@@ -89,8 +106,10 @@ func Summarize(out []Outcome, totalGPUs int) Metrics {
 	m.AvgJCT, m.AvgWait = sumJ/n, sumW/n
 	slices.Sort(jct)
 	slices.Sort(wait)
-	m.P50JCT, m.P99JCT = percentile(jct, 50), percentile(jct, 99)
-	m.P50Wait, m.P99Wait = percentile(wait, 50), percentile(wait, 99)
+	m.P50JCT, m.P95JCT, m.P99JCT = percentile(jct, 50), percentile(jct, 95), percentile(jct, 99)
+	m.P50Wait, m.P95Wait, m.P99Wait = percentile(wait, 50), percentile(wait, 95), percentile(wait, 99)
+	m.AvgSlowdown /= float64(len(out))
+	estimates(&m, out)
 	m.Makespan = lastEnd.Sub(first)
 	if totalGPUs > 0 && m.Makespan > 0 {
 		m.Utilisation = busy / (float64(totalGPUs) * m.Makespan.Seconds())
@@ -106,4 +125,27 @@ func Summarize(out []Outcome, totalGPUs int) Metrics {
 	}
 	m.Jain = Jain(xs)
 	return m
+}
+
+// estimates fills the estimate-accuracy metrics from the outcomes that carry one.
+func estimates(m *Metrics, out []Outcome) {
+	var errs []time.Duration
+	var rel []float64
+	for _, o := range out {
+		if o.Estimate.IsZero() {
+			continue
+		}
+		e := o.Estimate.Sub(o.Start).Abs()
+		errs = append(errs, e)
+		if w := o.Start.Sub(o.Job.Submit); w > 0 {
+			rel = append(rel, e.Seconds()/w.Seconds())
+		}
+	}
+	m.Estimates = len(errs)
+	slices.Sort(errs)
+	m.EstMedianErr, m.EstP90Err = percentile(errs, 50), percentile(errs, 90)
+	if len(rel) > 0 {
+		slices.Sort(rel)
+		m.EstMedianRel = rel[(len(rel)-1)/2]
+	}
 }

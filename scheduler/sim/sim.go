@@ -19,6 +19,17 @@ import (
 type Config struct {
 	// Policy orders the queue, exactly as in the master.
 	Policy scheduler.Policy
+	// Halting lets Plan halt running jobs (SPEC 7.4) under the policies that halt (fair, las);
+	// off, the snapshot says NoHalts, so the fair order can be measured with and without.
+	Halting bool
+	// HaltFactor and HaltRestartableOnly restrain halting (scheduler.Snapshot's fields of the
+	// same names).
+	HaltFactor          float64
+	HaltRestartableOnly bool
+	// HaltGrace is how long a halted job takes to stop (the slave's SIGUSR1 grace); 0 means
+	// DefaultHaltGrace. A restartable victim's checkpoint is taken at the halt, so the grace
+	// is lost GPU time, as is everything a non-restartable victim ran.
+	HaltGrace time.Duration
 	// Slaves and GPUsPerSlave size the cluster; all slaves are in one public cluster (id 1),
 	// online and accepting throughout.
 	Slaves, GPUsPerSlave int
@@ -38,14 +49,36 @@ type Config struct {
 // DefaultHalfLife is GPULab's tally half-life (SPEC 7.2).
 const DefaultHalfLife = 7 * 24 * time.Hour
 
+// DefaultHaltFactor is the simulate command's --halt-factor (see Config.HaltFactor).
+const DefaultHaltFactor = 2
+
+// DefaultHaltGrace is the slave's default halt grace (slave/container.DefaultHaltGrace).
+const DefaultHaltGrace = 15 * time.Second
+
+// haltAge is the least run time before any halt (the planner's antiStorm): a job that crosses
+// max(minDuration, haltAge) becomes a possible victim, so the simulator plans again then.
+const haltAge = time.Minute
+
+// haltReach is how many jobs beyond those that fill the free GPUs are given to Plan when it may
+// halt: the ones that could make room by halting. The rest of a long queue would only get
+// explanations, or halt for jobs that the next pass (a grace later) reconsiders anyway.
+const haltReach = 8
+
 // Outcome is what happened to one trace job, kept so that tests and further analysis can look
 // past the averages.
 type Outcome struct {
-	Job   TraceJob
+	Job TraceJob
+	// Start is the first start, End the end of the run that completed the job.
 	Start time.Time
 	End   time.Time
-	// Slave is where the job ran.
+	// Slave is where the job ran last.
 	Slave string
+	// Halts is how often the job was halted (and restarted).
+	Halts int
+	// Held is the GPU time the job held, lost work and halt graces included.
+	Held time.Duration
+	// Estimate is the start Plan estimated at the job's first pass (zero: none).
+	Estimate time.Time
 }
 
 // Result is one simulated run: per-job outcomes and the summary metrics (see Summarize).
@@ -56,10 +89,20 @@ type Result struct {
 	// Dropped counts jobs needing more GPUs than one slave has: SPEC 7.1 places a job on one
 	// slave, so they could never run and would otherwise fail at once.
 	Dropped int
-	// Failed counts jobs Plan failed (none are expected: the model gives it no reason to).
+	// Failed counts non-interactive jobs Plan failed (none are expected).
 	Failed int
+	// InteractiveFailed counts interactive jobs Plan failed because they could not start.
+	InteractiveFailed int
 	// Stuck counts jobs still queued when no event was left (none are expected).
 	Stuck int
+	// Halts counts halts carried out; HaltedEarly those of a job before its minDuration
+	// (a broken promise: must be 0).
+	Halts, HaltedEarly int
+	// Lost counts jobs that a halt ended for good: not restartable, or with less than
+	// job.MinRestartDuration of maxDuration left. LostGPUTime is what they had run;
+	// GraceGPUTime the halt graces of restartable victims (their only loss).
+	Lost                      int
+	LostGPUTime, GraceGPUTime time.Duration
 	// PlanCalls is how many times Plan ran: the simulator's cost driver.
 	PlanCalls int
 	// Metrics summarise Outcomes.
@@ -68,24 +111,34 @@ type Result struct {
 	Wall time.Duration
 }
 
-// endEvent is a running job's completion.
-type endEvent struct {
+// Event kinds, in the order they are handled at one instant.
+const (
+	evEnd  = iota // a running job completes
+	evStop        // a halted job has stopped (the grace is over)
+	evWake        // a running job may now be halted: plan again
+)
+
+type event struct {
 	at   time.Time
+	kind int
 	uuid string
 }
 
-type endHeap []endEvent
+type eventHeap []event
 
-func (h endHeap) Len() int { return len(h) }
-func (h endHeap) Less(i, j int) bool {
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
 	if c := h[i].at.Compare(h[j].at); c != 0 {
 		return c < 0
 	}
+	if h[i].kind != h[j].kind {
+		return h[i].kind < h[j].kind
+	}
 	return h[i].uuid < h[j].uuid
 }
-func (h endHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *endHeap) Push(x any)   { *h = append(*h, x.(endEvent)) }
-func (h *endHeap) Pop() any {
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
@@ -97,20 +150,41 @@ type running struct {
 	idx    int // trace index
 	placed scheduler.Placed
 	slave  int
+	haltAt time.Time // when Plan halted it; zero while not halting
 }
 
-// Run replays jobs (sorted by Submit, as ReadTrace returns them) on the configured cluster,
-// calling scheduler.Snapshot.Plan at every instant where a job arrives or ends and a GPU is
-// free, and starting the assigned jobs at once for their real run time. Explanations are
-// ignored; failures are counted. Run is deterministic apart from Result.Wall.
+// simJob is a trace job's state across its restarts.
+type simJob struct {
+	seg      int           // restart count: the current job uuid's suffix
+	left     time.Duration // work still to do
+	maxDur   time.Duration // maxDuration of the current job (reduced by each restart)
+	minDur   time.Duration
+	attained time.Duration // GPU time received in earlier runs
+	first    time.Time     // first start
+	held     time.Duration // GPU time held in all runs
+	halts    int
+	estimate time.Time
+	planned  bool // has been through one pass (its estimate, if any, is recorded)
+}
+
+// Run replays jobs (sorted by Submit, as ReadTrace returns them; settings as Assign fills them)
+// on the configured cluster, calling scheduler.Snapshot.Plan at every instant where something
+// changed, and carrying out its whole decision in simulated time: assigned jobs run for their
+// remaining work; failed ones are counted; halted ones stop after the halt grace and, if
+// restartable, are queued again as the master does (job.RestartOf: the remaining work, the
+// maxDuration reduced by the time run, a new uuid). Run is deterministic apart from Result.Wall.
 func Run(cfg Config, jobs []TraceJob) Result {
 	began := time.Now()
 	if cfg.HalfLife <= 0 {
 		cfg.HalfLife = DefaultHalfLife
 	}
+	if cfg.HaltGrace <= 0 {
+		cfg.HaltGrace = DefaultHaltGrace
+	}
 	if cfg.Policy == "" {
 		cfg.Policy = scheduler.PolicyFair
 	}
+	halting := cfg.Halting && (cfg.Policy == scheduler.PolicyFair || cfg.Policy == scheduler.PolicyLAS)
 	res := Result{Config: cfg}
 	uid, _ := users(jobs)
 
@@ -130,15 +204,21 @@ func Run(cfg Config, jobs []TraceJob) Result {
 	}
 	clusters := map[int]scheduler.Cluster{1: {ID: 1}}
 
-	uuidOf := func(i int) string { return fmt.Sprintf("job-%06d", i) }
+	uuidOf := func(i, seg int) string {
+		if seg == 0 {
+			return fmt.Sprintf("job-%06d", i)
+		}
+		return fmt.Sprintf("job-%06d-r%d", i, seg)
+	}
 	byUUID := map[string]int{}
+	state := make([]simJob, len(jobs))
 	outcomes := make([]Outcome, len(jobs))
 	done := make([]bool, len(jobs))
 
 	var queued []*scheduler.Job // in submission order
 	run := map[string]*running{}
 	var runList []*running // in start order, for a deterministic Running slice
-	var ends endHeap
+	var events eventHeap
 	tallies := map[int64]float64{}
 	userGPUs := map[int64]int{} // GPUs each user holds now
 	var last time.Time          // when tallies were last brought up to date
@@ -162,17 +242,40 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		}
 		last = t
 	}
+	enqueue := func(i int, at time.Time) {
+		j, st := jobs[i], &state[i]
+		u := uuidOf(i, st.seg)
+		byUUID[u] = i
+		queued = append(queued, &scheduler.Job{
+			UUID: u, Submitted: at, UserID: uid[j.User], OracleDuration: st.left, Attained: st.attained,
+			Request: job.Request{
+				Resources: job.Resources{GPUs: j.GPUs, CPUs: 4 * j.GPUs, CPUMemoryGb: 16 * j.GPUs},
+				Scheduling: job.Scheduling{MaxDuration: job.Duration(st.maxDur), MinDuration: job.Duration(st.minDur),
+					Restartable: j.Restartable, Interactive: j.Interactive},
+			},
+		})
+	}
+	// release frees what a running job holds and returns the GPU time of its run.
+	release := func(r *running, at time.Time) time.Duration {
+		delete(run, r.placed.JobUUID)
+		g := len(r.placed.GPUIndices)
+		free[r.slave] += g
+		userGPUs[r.placed.UserID] -= g
+		held := time.Duration(g) * at.Sub(r.placed.Started)
+		state[r.idx].held += held
+		return held
+	}
 
 	var cand []*scheduler.Job
 	next := 0
 	for {
-		// The next instant: the earlier of the next arrival and the next completion.
+		// The next instant: the earlier of the next arrival and the next event.
 		var now time.Time
 		switch {
-		case next < len(jobs) && (len(ends) == 0 || !ends[0].at.Before(jobs[next].Submit)):
+		case next < len(jobs) && (len(events) == 0 || !events[0].at.Before(jobs[next].Submit)):
 			now = jobs[next].Submit
-		case len(ends) > 0:
-			now = ends[0].at
+		case len(events) > 0:
+			now = events[0].at
 		default:
 			now = time.Time{}
 		}
@@ -180,17 +283,48 @@ func Run(cfg Config, jobs []TraceJob) Result {
 			break
 		}
 		advance(now)
-		changed := false
-		for len(ends) > 0 && !ends[0].at.After(now) {
-			e := heap.Pop(&ends).(endEvent)
+		changed, left := false, false
+		for len(events) > 0 && !events[0].at.After(now) {
+			e := heap.Pop(&events).(event)
 			r := run[e.uuid]
-			delete(run, e.uuid)
-			free[r.slave] += len(r.placed.GPUIndices)
-			userGPUs[uid[jobs[r.idx].User]] -= len(r.placed.GPUIndices)
-			done[r.idx] = true
-			changed = true
+			if r == nil { // ended before its stop or wake came
+				continue
+			}
+			st := &state[r.idx]
+			switch e.kind {
+			case evEnd:
+				held := release(r, now)
+				st.attained += held
+				done[r.idx] = true
+				outcomes[r.idx] = Outcome{Job: jobs[r.idx], Start: st.first, End: now, Slave: r.placed.SlaveName,
+					Halts: st.halts, Held: st.held, Estimate: st.estimate}
+				changed, left = true, true
+			case evStop:
+				if r.haltAt.IsZero() {
+					continue
+				}
+				held := release(r, now)
+				st.attained += held
+				changed, left = true, true
+				ran := now.Sub(r.placed.Started)
+				// As job.RestartOf: maxDuration less the time run, minDuration at most that; a
+				// job with too little left is not restarted.
+				if jobs[r.idx].Restartable && st.maxDur-ran >= job.MinRestartDuration {
+					st.left -= r.haltAt.Sub(r.placed.Started)
+					st.maxDur = (st.maxDur - ran).Truncate(time.Second)
+					st.minDur = min(st.minDur, st.maxDur)
+					st.seg++
+					res.GraceGPUTime += time.Duration(len(r.placed.GPUIndices)) * now.Sub(r.haltAt)
+					enqueue(r.idx, now)
+				} else {
+					res.Lost++
+					res.LostGPUTime += held
+				}
+			case evWake:
+				changed = true
+			}
 		}
-		if changed {
+		if left {
 			k := 0
 			for _, r := range runList {
 				if _, ok := run[r.placed.JobUUID]; ok {
@@ -208,15 +342,12 @@ func Run(cfg Config, jobs []TraceJob) Result {
 				next++
 				continue
 			}
-			u := uuidOf(next)
-			byUUID[u] = next
-			queued = append(queued, &scheduler.Job{
-				UUID: u, Submitted: j.Submit, UserID: uid[j.User], OracleDuration: j.Duration,
-				Request: job.Request{
-					Resources:  job.Resources{GPUs: j.GPUs, CPUs: 4 * j.GPUs, CPUMemoryGb: 16 * j.GPUs},
-					Scheduling: job.Scheduling{MaxDuration: job.Duration(Estimate(j.Duration))},
-				},
-			})
+			maxDur := j.MaxDuration
+			if maxDur == 0 {
+				maxDur = Estimate(j.Duration)
+			}
+			state[next] = simJob{left: j.Duration, maxDur: maxDur, minDur: min(j.MinDuration, maxDur)}
+			enqueue(next, j.Submit)
 			next++
 			changed = true
 		}
@@ -224,60 +355,97 @@ func Run(cfg Config, jobs []TraceJob) Result {
 			continue
 		}
 		// Only jobs that fit on the emptiest slave now can be assigned, and a job that cannot
-		// be assigned changes nothing for the others, so leaving the rest out of the snapshot
-		// gives the same assignments at a fraction of the cost.
-		maxFree := 0
+		// be assigned changes nothing for the others (unless it may halt, or is interactive and
+		// must fail), so leaving the rest out of the snapshot gives the same decisions at a
+		// fraction of the cost.
+		maxFree, anyInteractive := 0, false
 		for _, f := range free {
 			maxFree = max(maxFree, f)
 		}
-		if maxFree == 0 {
-			continue
-		}
 		cand = cand[:0]
 		for _, q := range queued {
-			if q.Request.Resources.GPUs <= maxFree {
+			inter := q.Request.Scheduling.Interactive
+			anyInteractive = anyInteractive || inter
+			if halting || inter || q.Request.Resources.GPUs <= maxFree {
 				cand = append(cand, q)
 			}
 		}
-		if len(cand) == 0 {
+		if len(cand) == 0 || (maxFree == 0 && !halting && !anyInteractive) {
 			continue
 		}
 		if !cfg.noTrim && cfg.Limits == (scheduler.Limits{}) {
-			cand = trim(cand, cfg.Policy, tallies, free)
+			reach := 2 * cfg.GPUsPerSlave
+			if halting {
+				reach += haltReach
+			}
+			cand = trim(cand, cfg.Policy, tallies, free, reach)
 		}
 		given := make([]scheduler.Job, len(cand))
 		for i, q := range cand {
 			given[i] = *q
 		}
 		snap := scheduler.Snapshot{Now: now, Policy: cfg.Policy, Tallies: tallies, Limits: cfg.Limits, Clusters: clusters, Slaves: slaves,
-			Queued: given, Running: make([]scheduler.Placed, len(runList))}
+			NoHalts: !halting, HaltFactor: cfg.HaltFactor, HaltRestartableOnly: cfg.HaltRestartableOnly, Queued: given, Running: make([]scheduler.Placed, len(runList))}
 		for i, r := range runList {
 			snap.Running[i] = r.placed
 		}
 		plan := snap.Plan()
 		res.PlanCalls++
+		for _, q := range given {
+			if st := &state[byUUID[q.UUID]]; !st.planned {
+				st.planned = true
+				st.estimate = plan.Estimates[q.UUID]
+			}
+		}
 		gone := map[string]bool{}
 		for _, a := range plan.Assignments {
 			i := byUUID[a.JobUUID]
-			j := jobs[i]
+			j, st := jobs[i], &state[i]
 			si := slaveIdx[a.SlaveName]
 			gi := make([]int, len(a.GPUs))
 			for k, g := range a.GPUs {
 				gi[k] = g.Index
 			}
 			r := &running{idx: i, slave: si, placed: scheduler.Placed{JobUUID: a.JobUUID, SlaveName: a.SlaveName, UserID: uid[j.User],
-				GPUIndices: gi, CPUIDs: a.CPUIDs, MemoryGb: a.MemoryGb}}
+				GPUIndices: gi, CPUIDs: a.CPUIDs, MemoryGb: a.MemoryGb, Ends: now.Add(st.maxDur), Started: now,
+				MinDuration: st.minDur, Restartable: j.Restartable, Interactive: j.Interactive, Attained: st.attained}}
 			run[a.JobUUID] = r
 			runList = append(runList, r)
 			free[si] -= len(gi)
 			userGPUs[uid[j.User]] += len(gi)
-			outcomes[i] = Outcome{Job: j, Start: now, End: now.Add(j.Duration), Slave: a.SlaveName}
-			heap.Push(&ends, endEvent{at: now.Add(j.Duration), uuid: a.JobUUID})
+			if st.first.IsZero() {
+				st.first = now
+			}
+			heap.Push(&events, event{at: now.Add(st.left), kind: evEnd, uuid: a.JobUUID})
+			if halting && !j.Interactive {
+				// Rounded up to a whole minute, so that the wakes of jobs started at nearby
+				// instants make one pass (the master plans every few seconds; a halt at most a
+				// minute late changes little, and fewer passes keep a replay fast).
+				at := now.Add(max(st.minDur, haltAge) + time.Minute - 1).Truncate(time.Minute)
+				heap.Push(&events, event{at: at, kind: evWake, uuid: a.JobUUID})
+			}
 			gone[a.JobUUID] = true
 		}
 		for _, f := range plan.Failures {
-			res.Failed++
+			if jobs[byUUID[f.JobUUID]].Interactive {
+				res.InteractiveFailed++
+			} else {
+				res.Failed++
+			}
 			gone[f.JobUUID] = true
+		}
+		for _, hl := range plan.Halts {
+			r := run[hl.JobUUID]
+			if r == nil || !r.haltAt.IsZero() {
+				continue
+			}
+			res.Halts++
+			state[r.idx].halts++
+			if now.Sub(r.placed.Started) < r.placed.MinDuration {
+				res.HaltedEarly++
+			}
+			r.haltAt, r.placed.Halting = now, true
+			heap.Push(&events, event{at: now.Add(cfg.HaltGrace), kind: evStop, uuid: hl.JobUUID})
 		}
 		if len(gone) > 0 {
 			k := 0
@@ -297,6 +465,9 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		}
 	}
 	res.Metrics = Summarize(res.Outcomes, cfg.Slaves*cfg.GPUsPerSlave)
+	if n := len(jobs) - res.Dropped; n > 0 {
+		res.Metrics.HaltsPerJob = float64(res.Halts) / float64(n)
+	}
 	res.Wall = time.Since(began)
 	return res
 }
@@ -305,11 +476,15 @@ func Run(cfg Config, jobs []TraceJob) Result {
 // cost thousands of placement checks and explanations at every event. Planning goes through
 // the queue in policy order and a one-GPU job is assigned whenever any GPU is free; so once
 // as many one-GPU jobs as there are free GPUs have had their turn, every GPU is taken and the
-// rest of the queue only gets explanations, which the simulator ignores. That holds only without
-// running-job caps (a capped user's one-GPU job waits with GPUs free), so Run trims only then. trim sorts by a copy
-// of the policy's order (scheduler.queueOrder: the jobs here are never interactive) and cuts
-// there. TestTrimExact checks that trimmed and untrimmed runs are identical.
-func trim(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64, free []int) []*scheduler.Job {
+// rest of the queue only gets explanations, which the simulator ignores, or fails if
+// interactive, so interactive jobs are always kept. That holds only without running-job caps
+// (a capped user's one-GPU job waits with GPUs free), so Run trims only then. It is not exact:
+// backfill keeps the first blocked job's planned room (Placed.Ends are known), so a one-GPU job
+// may be held back with GPUs free; reach more jobs are kept after the cut for that, and for
+// halting (the first of those that could make room; see haltReach). trim sorts by a copy of
+// the policy's order (scheduler.queueOrder). TestTrimClose checks that trimmed and untrimmed
+// runs come out alike.
+func trim(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64, free []int, reach int) []*scheduler.Job {
 	total := 0
 	for _, f := range free {
 		total += f
@@ -320,7 +495,7 @@ func trim(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64, 
 			ones++
 		}
 	}
-	if ones <= total {
+	if ones <= total+reach {
 		return cand
 	}
 	older := func(a, b *scheduler.Job) int {
@@ -328,6 +503,16 @@ func trim(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64, 
 			return c
 		}
 		return cmp.Compare(a.UUID, b.UUID)
+	}
+	interactive := func(a, b *scheduler.Job) int {
+		ai, bi := a.Request.Scheduling.Interactive, b.Request.Scheduling.Interactive
+		switch {
+		case ai == bi:
+			return 0
+		case ai:
+			return -1
+		}
+		return 1
 	}
 	var key func(a, b *scheduler.Job) int
 	switch p {
@@ -340,8 +525,21 @@ func trim(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64, 
 			}
 			return older(a, b)
 		}
+	case scheduler.PolicyLAS:
+		key = func(a, b *scheduler.Job) int {
+			if c := interactive(a, b); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(scheduler.LASLevel(a.Attained), scheduler.LASLevel(b.Attained)); c != 0 {
+				return c
+			}
+			return older(a, b)
+		}
 	default:
 		key = func(a, b *scheduler.Job) int {
+			if c := interactive(a, b); c != 0 {
+				return c
+			}
 			if c := cmp.Compare(tallies[a.UserID], tallies[b.UserID]); c != 0 {
 				return c
 			}
@@ -354,13 +552,26 @@ func trim(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64, 
 	if p != scheduler.PolicyFIFO { // the queue is kept in submission order already
 		slices.SortFunc(cand, key)
 	}
-	seen := 0
-	for i, j := range cand {
-		if j.Request.Resources.GPUs == 1 {
-			if seen++; seen == total {
-				return cand[:i+1]
+	cut := len(cand)
+	if total == 0 {
+		cut = 0
+	} else {
+		seen := 0
+		for i, j := range cand {
+			if j.Request.Resources.GPUs == 1 {
+				if seen++; seen == total {
+					cut = i + 1
+					break
+				}
 			}
 		}
 	}
-	return cand
+	cut = min(len(cand), cut+reach)
+	out := cand[:cut]
+	for _, j := range cand[cut:] {
+		if j.Request.Scheduling.Interactive {
+			out = append(out, j)
+		}
+	}
+	return out
 }

@@ -29,6 +29,11 @@ type TraceJob struct {
 	// User is who the job belongs to for fairness; for the Philly trace the virtual cluster id,
 	// the closest thing to a tenant the trace has.
 	User string
+
+	// The job's scheduling settings. Traces do not record them, so Assign fills them by seeded
+	// rules (assign.go); Run takes a zero MaxDuration as Estimate(Duration).
+	MaxDuration, MinDuration time.Duration
+	Restartable, Interactive bool
 }
 
 // TraceOptions narrows a trace, so that a quick run or a test can take part of a long trace.

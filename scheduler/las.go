@@ -1,0 +1,59 @@
+package scheduler
+
+import (
+	"cmp"
+	"time"
+)
+
+// Least attained service (PolicyLAS), after Tiresias (Gu et al., NSDI 2019): without knowing
+// run times, a job that has received little GPU time is likely short, so it goes first and may
+// halt jobs that have received much more. Attained service is counted in coarse levels, as
+// Tiresias' discretised queues do, so that two jobs of similar age never halt each other back
+// and forth: a victim must be at least one level above the starter. Ties within a level go to
+// the older submission, which keeps long jobs from starving behind a stream of new ones.
+
+// lasLevels are the upper bounds of the attained-service levels (GPU time): level 0 below the
+// first, level len(lasLevels) beyond the last. A factor of 10 between levels, as in Tiresias'
+// published configuration.
+var lasLevels = []time.Duration{time.Hour, 10 * time.Hour, 100 * time.Hour}
+
+// lasLevel is the level of an attained GPU time.
+func lasLevel(a time.Duration) int {
+	for i, b := range lasLevels {
+		if a < b {
+			return i
+		}
+	}
+	return len(lasLevels)
+}
+
+// lasOrder orders queued jobs by attained-service level, lowest first; interactive jobs first,
+// as in every GPULab order (someone is waiting at a screen).
+func lasOrder(a, b *Job) int {
+	ai, bi := a.Request.Scheduling.Interactive, b.Request.Scheduling.Interactive
+	if ai != bi {
+		if ai {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Compare(lasLevel(a.Attained), lasLevel(b.Attained))
+}
+
+// attained is a running job's attained GPU time now.
+func (p *planner) attained(pl *Placed) time.Duration {
+	if pl.Started.IsZero() {
+		return pl.Attained
+	}
+	return pl.Attained + time.Duration(len(pl.GPUIndices))*p.now.Sub(pl.Started)
+}
+
+// lasVictim says whether a running job is at a higher attained-service level than the starter's
+// (starterLevel, as a float to share makeRoom's score variable).
+func (p *planner) lasVictim(pl *Placed, starterLevel float64) bool {
+	return float64(lasLevel(p.attained(pl))) > starterLevel
+}
+
+// LASLevel is the attained-service level PolicyLAS orders by, exported so that the simulator
+// can pre-sort a long queue the way Plan will (sim.trim) without a copy of the levels.
+func LASLevel(attained time.Duration) int { return lasLevel(attained) }
