@@ -162,6 +162,16 @@ func TestLostRepliesAtEveryCall(t *testing.T) {
 	s.stop(t)
 	e.startSlave(slaveOpts{name: "lossy", cluster: 1, cpus: runtime.NumCPU(), wrap: wrap})
 	e.waitLog(restart, "restart count 1")
+	// The log line may have been shipped before the stop: cancel only once the new slave has
+	// resumed the job (it asks how much of the log the master has, a reply the lossy master
+	// drops), or the cancel could come first and nothing would be resumed.
+	waitUntil(t, "the restarted slave to resume the restart job", func() bool {
+		n := 0
+		for _, l := range lossy {
+			n += l.dropped()["logstate"]
+		}
+		return n > 0
+	})
 	e.put(restart, "CANCELLED")
 
 	want := map[string][]job.Status{
