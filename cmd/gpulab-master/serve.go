@@ -44,17 +44,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	log := newLogger(stderr, c.LogLevel, c.LogFormat)
 	opts, webLimits, oidcCfg := checked.jobOptions, checked.webLimits, checked.oidc
-	mailCfg, mailOn, err := c.mailConfig()
-	if err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
-	idle, err := c.idle.config()
-	if err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
-	if err := c.retention.check(); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
+	mailCfg, mailOn, idle := checked.mail, checked.mailOn, checked.idle
 	var sessionKeys []web.SessionKey
 	if oidcCfg.Issuer != "" {
 		var created bool

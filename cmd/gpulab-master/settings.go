@@ -15,6 +15,8 @@ import (
 
 	"github.com/opengpulab/gpulab/internal/settings"
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/mail"
+	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/web"
 )
 
@@ -62,6 +64,10 @@ type checkedServe struct {
 	jobOptions job.Options
 	webLimits  web.Limits
 	oidc       web.OIDCConfig
+	// mail is the mail service's configuration; mailOn is false without --smtp-host.
+	mail   mail.Config
+	mailOn bool
+	idle   scheduler.IdleConfig
 }
 
 // check validates the settings serve uses beyond what their flags parse (ranges, formats,
@@ -102,6 +108,17 @@ func (c *config) check() (checkedServe, error) {
 	}
 	if c.MaxNotebooksPerUser < 0 {
 		return out, fmt.Errorf("--max-notebooks-per-user %d: must be 0 (no limit) or more", c.MaxNotebooksPerUser)
+	}
+	// The mail, idle-GPU and retention settings are checked here too, so that `config check`
+	// refuses what serve would refuse.
+	if out.mail, out.mailOn, err = c.mailConfig(); err != nil {
+		return out, err
+	}
+	if out.idle, err = c.idle.config(); err != nil {
+		return out, err
+	}
+	if err := c.retention.check(); err != nil {
+		return out, err
 	}
 	return out, nil
 }

@@ -223,3 +223,19 @@ func TestEveryEnvironmentDefaultIsTheFlagsVariable(t *testing.T) {
 		}
 	}
 }
+
+// `config check` refuses every setting that serve would refuse, the mail, idle-GPU and
+// retention ones included, naming it.
+func TestConfigCheckRefusesWhatServeRefuses(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{"smtp-host = \"mx\"\nsmtp-from = \"g@example.org\"\nsmtp-tls = \"ssl\"\n", "--smtp-tls"},
+		{"smtp-host = \"mx\"\nsmtp-from = \"g@example.org\"\nreminder-at = 1.5\n", "--reminder-at"},
+		{"idle-gpu-action = \"explode\"\n", "idle"},
+		{"retention-logs = \"-1s\"\n", "retention"},
+	} {
+		code, _, errOut := runWith(nil, "config", "check", writeFile(t, tc.file))
+		if code == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("config check of %q: exit %d, %q; want a refusal naming %s", tc.file, code, errOut, tc.want)
+		}
+	}
+}
