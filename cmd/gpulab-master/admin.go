@@ -39,9 +39,7 @@ func userCert(ctx context.Context, args []string, getenv func(string) string, st
 	fs.SetOutput(stderr)
 	user := fs.String("user", "", "user name (required); the URN is urn:publicid:IDN+<authority>+user+<name>")
 	email := fs.String("email", "", "e-mail address, put in the certificate's RFC822 SubjectAltName (required)")
-	out := fs.String("out", "", "write the PEM here (mode 0600) instead of stdout")
-	password := fs.String("password", "", "encrypt the key with this password; prefer --password-file or the env GPULAB_CERT_PASSWORD (flags show in ps)")
-	passwordFile := fs.String("password-file", getenv("GPULAB_CERT_PASSWORD_FILE"), "file (mode 0600) holding the password that encrypts the key (env GPULAB_CERT_PASSWORD_FILE)")
+	pem := addPEMFlags(fs, getenv)
 	days := fs.Int("days", int(pki.DefaultUserValidity/(24*time.Hour)), "validity in days")
 	admin := fs.Bool("admin", false, "make the user an admin")
 	st, err := adminSetup(ctx, fs, &c, args, getenv)
@@ -49,11 +47,9 @@ func userCert(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer func() { _ = st.Close() }()
-	if *password == "" && *passwordFile == "" {
-		*password = getenv("GPULAB_CERT_PASSWORD") // read after parsing: -h never shows it
-	}
-	if *password, err = secretfile.Either("--password", *password, *passwordFile); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+	password, err := pem.password(getenv)
+	if err != nil {
+		return err
 	}
 	if !pki.NamePattern.MatchString(*user) {
 		return fmt.Errorf("--user %q: must be lowercase letters, digits, '.', '_' or '-': %w", *user, errUsage)
@@ -84,19 +80,54 @@ func userCert(ctx context.Context, args []string, getenv func(string) string, st
 	if err := st.RecordCertificate(ctx, cert.SerialNumber.String(), store.CertUser, *user, cert.NotAfter, fp); err != nil {
 		return err
 	}
-	data, err := pki.ClientPEM(cert, key, *password)
+	data, err := pki.ClientPEM(cert, key, password)
 	if err != nil {
 		return err
 	}
-	if *out == "" {
-		_, err = stdout.Write(data)
+	if wrote, err := pem.write(stdout, data); !wrote || err != nil {
 		return err
 	}
-	if err := os.WriteFile(*out, data, 0o600); err != nil {
-		return fmt.Errorf("write certificate: %w", err)
-	}
-	fmt.Fprintf(stderr, "wrote certificate %s of %s (%s), valid until %s, to %s\n", cert.SerialNumber, *user, urn, cert.NotAfter.UTC().Format(time.DateTime), *out)
+	fmt.Fprintf(stderr, "wrote certificate %s of %s (%s), valid until %s, to %s\n", cert.SerialNumber, *user, urn, cert.NotAfter.UTC().Format(time.DateTime), *pem.out)
 	return nil
+}
+
+// pemFlags are the output flags of the commands that issue a certificate with its key.
+type pemFlags struct {
+	out, pass, passFile *string
+}
+
+func addPEMFlags(fs *flag.FlagSet, getenv func(string) string) pemFlags {
+	return pemFlags{
+		out:      fs.String("out", "", "write the PEM here (mode 0600) instead of stdout"),
+		pass:     fs.String("password", "", "encrypt the key with this password; prefer --password-file or the env GPULAB_CERT_PASSWORD (flags show in ps)"),
+		passFile: fs.String("password-file", getenv("GPULAB_CERT_PASSWORD_FILE"), "file (mode 0600) holding the password that encrypts the key (env GPULAB_CERT_PASSWORD_FILE)"),
+	}
+}
+
+// password is the key's password from --password, --password-file or GPULAB_CERT_PASSWORD,
+// the last read only after parsing so that -h never shows it.
+func (p pemFlags) password(getenv func(string) string) (string, error) {
+	pass := *p.pass
+	if pass == "" && *p.passFile == "" {
+		pass = getenv("GPULAB_CERT_PASSWORD")
+	}
+	pass, err := secretfile.Either("--password", pass, *p.passFile)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return pass, nil
+}
+
+// write puts the PEM in --out (mode 0600), or on stdout without it; wrote says which.
+func (p pemFlags) write(stdout io.Writer, data []byte) (wrote bool, err error) {
+	if *p.out == "" {
+		_, err = stdout.Write(data)
+		return false, err
+	}
+	if err := os.WriteFile(*p.out, data, 0o600); err != nil {
+		return false, fmt.Errorf("write certificate: %w", err)
+	}
+	return true, nil
 }
 
 func projectCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

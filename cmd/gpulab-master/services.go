@@ -5,13 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/opengpulab/gpulab/handlers"
-	"github.com/opengpulab/gpulab/internal/secretfile"
 	"github.com/opengpulab/gpulab/pki"
 )
 
@@ -29,20 +27,16 @@ func serviceCert(ctx context.Context, args []string, getenv func(string) string,
 	fs.SetOutput(stderr)
 	name := fs.String("name", "", "service name (required); the URN is urn:publicid:IDN+<authority>+service+<name>")
 	projects := fs.String("projects", "", "comma-separated projects whose members the service may act for (default: any user)")
-	out := fs.String("out", "", "write the PEM here (mode 0600) instead of stdout")
-	password := fs.String("password", "", "encrypt the key with this password; prefer --password-file or the env GPULAB_CERT_PASSWORD (flags show in ps)")
-	passwordFile := fs.String("password-file", getenv("GPULAB_CERT_PASSWORD_FILE"), "file (mode 0600) holding the password that encrypts the key (env GPULAB_CERT_PASSWORD_FILE)")
+	pem := addPEMFlags(fs, getenv)
 	days := fs.Int("days", int(pki.DefaultServiceValidity/(24*time.Hour)), "validity in days")
 	st, err := adminSetup(ctx, fs, &c, args, getenv)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = st.Close() }()
-	if *password == "" && *passwordFile == "" {
-		*password = getenv("GPULAB_CERT_PASSWORD")
-	}
-	if *password, err = secretfile.Either("--password", *password, *passwordFile); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+	password, err := pem.password(getenv)
+	if err != nil {
+		return err
 	}
 	if *name == "" {
 		return fmt.Errorf("--name is required: %w", errUsage)
@@ -55,7 +49,7 @@ func serviceCert(ctx context.Context, args []string, getenv func(string) string,
 		return err
 	}
 	svc, cert, data, err := handlers.IssueServiceCertificate(ctx, st, ca, c.Authority, handlers.ServiceRequest{
-		Name: *name, Projects: handlers.ParseProjectList(*projects), Validity: time.Duration(*days) * 24 * time.Hour, Password: *password})
+		Name: *name, Projects: handlers.ParseProjectList(*projects), Validity: time.Duration(*days) * 24 * time.Hour, Password: password})
 	if err != nil {
 		return err
 	}
@@ -63,15 +57,11 @@ func serviceCert(ctx context.Context, args []string, getenv func(string) string,
 	if len(svc.Projects) > 0 {
 		scope = "members of " + strings.Join(svc.Projects, ", ")
 	}
-	if *out == "" {
-		_, err = stdout.Write(data)
+	if wrote, err := pem.write(stdout, data); !wrote || err != nil {
 		return err
 	}
-	if err := os.WriteFile(*out, data, 0o600); err != nil {
-		return fmt.Errorf("write certificate: %w", err)
-	}
 	fmt.Fprintf(stderr, "wrote certificate %s of service %s (%s, acts for %s), valid until %s, to %s\n", cert.SerialNumber,
-		svc.Name, pki.ServiceURN(c.Authority, svc.Name), scope, cert.NotAfter.UTC().Format(time.DateTime), *out)
+		svc.Name, pki.ServiceURN(c.Authority, svc.Name), scope, cert.NotAfter.UTC().Format(time.DateTime), *pem.out)
 	return nil
 }
 
