@@ -17,23 +17,12 @@ import (
 	"github.com/opengpulab/gpulab/retention"
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
+	"github.com/opengpulab/gpulab/store/storetest"
 )
 
 // The retention sweeps of a leader on a real Postgres.
 
-func newStore(t *testing.T) *store.Store {
-	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, testenv.PostgresURL(t))
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	if _, err := st.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	return st
-}
+func newStore(t *testing.T) *store.Store { return storetest.New(t) }
 
 // world is a user in a project of a fresh database.
 type world struct {

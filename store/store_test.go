@@ -14,21 +14,10 @@ import (
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/store"
+	"github.com/opengpulab/gpulab/store/storetest"
 )
 
-func newStore(t *testing.T) *store.Store {
-	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, testenv.PostgresURL(t))
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	if _, err := st.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	return st
-}
+func newStore(t *testing.T) *store.Store { return storetest.New(t) }
 
 const helloWorld = `{"name": "HelloWorld", "request": {"resources": {"clusterId": 1, "gpus": 1, "cpus": 2, "cpuMemoryGb": 1},
  "docker": {"image": "debian:stable", "command": "echo 'Hello World!'"}, "scheduling": {"interactive": true}}}`

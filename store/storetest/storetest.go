@@ -1,0 +1,28 @@
+// Package storetest gives tests of any package a migrated store on the test Postgres, so that
+// each package does not write its own set-up.
+package storetest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/opengpulab/gpulab/internal/testenv"
+	"github.com/opengpulab/gpulab/store"
+)
+
+// New opens a store on a fresh database of the test Postgres (testenv.PostgresURL: it fails
+// the test, or skips it when services are not required, without one), migrated to the latest
+// schema and closed when the test ends.
+func New(t testing.TB) *store.Store {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return st
+}
