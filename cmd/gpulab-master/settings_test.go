@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/opengpulab/gpulab/internal/settings"
+	"github.com/opengpulab/gpulab/internal/settings/settingstest"
 	"github.com/opengpulab/gpulab/internal/testenv"
 )
 
@@ -169,59 +170,15 @@ oidc-client-secret-file = "`+secretFile+`"
 // uncommented it is a valid file that changes nothing. Regenerate it with
 // `go generate ./cmd/gpulab-master` after adding a flag or changing a default.
 func TestExampleConfigListsEverySetting(t *testing.T) {
-	data, err := os.ReadFile("../../contrib/config/master.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	setting := regexp.MustCompile(`(?m)^# ([a-z0-9-]+ = .*)$`)
-	var uncommented []string
-	listed := map[string]bool{}
-	for _, m := range setting.FindAllStringSubmatch(string(data), -1) {
-		uncommented = append(uncommented, m[1])
-		listed[strings.SplitN(m[1], " ", 2)[0]] = true
-	}
-	fs := serveFlags(&config{}, noEnv)
-	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name != settings.ConfigFlag && !listed[f.Name] {
-			t.Errorf("contrib/config/master.toml lacks %q: run `go generate ./cmd/gpulab-master`", f.Name)
-		}
-	})
-	file := writeFile(t, strings.Join(uncommented, "\n")+"\n")
-	code, out, errOut := runWith(nil, "config", "check", file)
-	if code != 0 {
-		t.Fatalf("config check of the uncommented example: exit %d %s", code, errOut)
-	}
-	values, sources := effective(t, out)
-	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name == settings.ConfigFlag {
-			return
-		}
-		if sources[f.Name] != "file" || values[f.Name] != settings.Redact(f.Name, f.DefValue) {
-			t.Errorf("example's %s = %q (%s), want the default %q", f.Name, values[f.Name], sources[f.Name], f.DefValue)
-		}
-	})
+	settingstest.CheckExample(t, "../../contrib/config/master.toml", serveFlags(&config{}, noEnv),
+		func(name string) bool { return name == settings.ConfigFlag }, "go generate ./cmd/gpulab-master",
+		func(file string) (int, string, string) { return runWith(nil, "config", "check", file) })
 }
 
 // Every environment variable the flags read for their defaults is the one parseFlags sets them
 // from (their usage names it), so none is read for the default and then overridden by the file.
 func TestEveryEnvironmentDefaultIsTheFlagsVariable(t *testing.T) {
-	asked := map[string]bool{}
-	fs := serveFlags(&config{}, func(k string) string { asked[k] = true; return "" })
-	named := map[string]bool{}
-	owner := map[string]string{}
-	fs.VisitAll(func(f *flag.Flag) {
-		env := settings.EnvName(f, envPrefix)
-		if other, dup := owner[env]; dup {
-			t.Errorf("--%s and --%s both take %s: the usage of one names another's variable first", other, f.Name, env)
-		}
-		owner[env] = f.Name
-		named[env] = true
-	})
-	for k := range asked {
-		if !named[k] {
-			t.Errorf("a flag's default reads %s but no flag's usage names it as \"(env %s)\"", k, k)
-		}
-	}
+	settingstest.CheckEnvNames(t, func(getenv func(string) string) *flag.FlagSet { return serveFlags(&config{}, getenv) }, envPrefix)
 }
 
 // `config check` refuses every setting that serve would refuse, the mail, idle-GPU and

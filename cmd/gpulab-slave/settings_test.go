@@ -6,11 +6,10 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
-	"github.com/opengpulab/gpulab/internal/settings"
+	"github.com/opengpulab/gpulab/internal/settings/settingstest"
 )
 
 func slaveRun(env map[string]string, args ...string) (int, string, string) {
@@ -85,52 +84,15 @@ fake-gpus = "2xV100-32GB"
 // it passes config check and changes nothing. Regenerate with
 // `go generate ./cmd/gpulab-slave`.
 func TestSlaveExampleConfigListsEverySetting(t *testing.T) {
-	data, err := os.ReadFile("../../contrib/config/slave.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	listed := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^# ([a-z0-9-]+) = (.*)$`).FindAllStringSubmatch(string(data), -1) {
-		lines = append(lines, m[1]+" = "+m[2])
-		listed[m[1]] = true
-	}
 	fs, _ := allSettings(noEnv)
-	fs.VisitAll(func(f *flag.Flag) {
-		if !listed[f.Name] {
-			t.Errorf("contrib/config/slave.toml lacks %q: run `go generate ./cmd/gpulab-slave`", f.Name)
-		}
-	})
-	code, out, errOut := slaveRun(nil, "config", "check", tomlFile(t, strings.Join(lines, "\n")+"\n"))
-	if code != 0 {
-		t.Fatalf("config check of the uncommented example: %d %s", code, errOut)
-	}
-	fs.VisitAll(func(f *flag.Flag) {
-		want := f.Name + " = \"" + settings.Redact(f.Name, f.DefValue) + "\"  # file"
-		if !strings.Contains(out, want) {
-			t.Errorf("example's %s is not its default: want %q in\n%s", f.Name, want, out)
-		}
-	})
+	settingstest.CheckExample(t, "../../contrib/config/slave.toml", fs, func(string) bool { return false },
+		"go generate ./cmd/gpulab-slave", func(file string) (int, string, string) { return slaveRun(nil, "config", "check", file) })
 }
 
 // Each setting has its own environment variable, and every variable a default is read from is
 // the one its flag is set from again (see internal/settings).
 func TestSlaveEnvironmentVariablesAreTheFlags(t *testing.T) {
-	asked := map[string]bool{}
-	fs, _ := allSettings(func(k string) string { asked[k] = true; return "" })
-	owner := map[string]string{}
-	fs.VisitAll(func(f *flag.Flag) {
-		env := settings.EnvName(f, envPrefix)
-		if other, dup := owner[env]; dup {
-			t.Errorf("--%s and --%s both take %s", other, f.Name, env)
-		}
-		owner[env] = f.Name
-	})
-	for k := range asked {
-		if owner[k] == "" {
-			t.Errorf("a default reads %s but no flag's usage names it as \"(env %s)\"", k, k)
-		}
-	}
+	settingstest.CheckEnvNames(t, func(getenv func(string) string) *flag.FlagSet { fs, _ := allSettings(getenv); return fs }, envPrefix)
 }
 
 // config check refuses what run would refuse: a storage entry without its template.
