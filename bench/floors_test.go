@@ -5,11 +5,21 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/opengpulab/gpulab/internal/testenv"
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/protocol"
+	slavecontainer "github.com/opengpulab/gpulab/slave/container"
 )
 
 // The floors: what the same machine does with the least possible work on the same path, so
@@ -136,13 +146,78 @@ func openDB(t testing.TB, dbURL string, conns int) *sql.DB {
 	return db
 }
 
-// dockerRunCmd is the raw `docker run` of the same image and command as the B3 jobs.
-func dockerRun(image string) error {
-	out, err := exec.Command("docker", "run", "--rm", image, "sh", "-c", b3Script).CombinedOutput()
+// dockerRun is the raw `docker run --rm` of the same image and command as the B3 jobs, with
+// what makes a job's container cost what it costs: the container configuration the slave
+// would create for a B3 job pinned to CPU cpu (slave/container.Spec: CPU quota and cpuset,
+// memory without swap, /dev/shm, pids and ulimits, dropped capabilities, no-new-privileges,
+// bounded log, the jobs' network, the root file system's size where the engine applies it,
+// the GPULAB_* environment). A bare `docker run` would make the floor cheaper than any job.
+func dockerRun(image string, cpu int) error {
+	args, err := jobLikeRunArgs(image, cpu)
 	if err != nil {
-		return fmt.Errorf("docker run: %w: %s", err, out)
+		return err
+	}
+	out, err := exec.Command("docker", args...).CombinedOutput()
+	if err != nil && strings.Contains(string(out), "--storage-opt") {
+		// As the slave's runtime does where the engine cannot limit the size (overlay2 off xfs).
+		args = slices.DeleteFunc(args, func(a string) bool { return a == "--storage-opt" || strings.HasPrefix(a, "size=") })
+		out, err = exec.Command("docker", args...).CombinedOutput()
+	}
+	if err != nil {
+		return fmt.Errorf("docker %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return nil
+}
+
+// jobLikeRunArgs turns the configuration slave/container.Spec makes for a B3 job into `docker
+// run` flags (only the fields Spec sets for such a job: no GPUs, mounts or ports).
+func jobLikeRunArgs(image string, cpu int) ([]string, error) {
+	h := slavecontainer.DefaultHardening()
+	h.Network = testenv.JobNetwork()
+	h.CapUlimits()
+	doc := fmt.Sprintf(`{"name": "b3", "request": {"resources": {"cpus": 1, "gpus": 0, "cpuMemoryGb": 1},
+		"docker": {"image": %q, "command": ["sh", "-c", %q]}, "scheduling": {}}}`, image, b3Script)
+	j, err := job.Parse([]byte(doc), job.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("the B3 job: %w", err)
+	}
+	j.UUID = "b3-floor"
+	a := protocol.Assignment{Job: *j, Attempt: 1, CPUIDs: []int{cpu}, MemoryGb: 1, UserName: "alice", Project: "vision", ClusterID: 1}
+	cc, hc, err := slavecontainer.Spec(a, slavecontainer.Config{SlaveName: "b3-floor", SlaveHost: "127.0.0.1", Version: "bench", Hardening: &h}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("the B3 job's container: %w", err)
+	}
+	r := hc.Resources
+	args := []string{"run", "--rm", "--network", string(hc.NetworkMode),
+		"--cpus", strconv.FormatFloat(float64(r.NanoCPUs)/1e9, 'f', -1, 64), "--cpuset-cpus", r.CpusetCpus,
+		"--memory", strconv.FormatInt(r.Memory, 10), "--memory-swap", strconv.FormatInt(r.MemorySwap, 10),
+		"--shm-size", strconv.FormatInt(hc.ShmSize, 10), "--log-driver", hc.LogConfig.Type,
+		"--stop-signal", cc.StopSignal, "--stop-timeout", strconv.Itoa(*cc.StopTimeout)}
+	if hc.PidsLimit != nil {
+		args = append(args, "--pids-limit", strconv.FormatInt(*hc.PidsLimit, 10))
+	}
+	for _, u := range hc.Ulimits {
+		args = append(args, "--ulimit", fmt.Sprintf("%s=%d:%d", u.Name, u.Soft, u.Hard))
+	}
+	for _, c := range hc.CapDrop {
+		args = append(args, "--cap-drop", c)
+	}
+	for _, c := range hc.CapAdd {
+		args = append(args, "--cap-add", c)
+	}
+	for _, o := range hc.SecurityOpt {
+		args = append(args, "--security-opt", o)
+	}
+	for _, k := range slices.Sorted(maps.Keys(hc.LogConfig.Config)) {
+		args = append(args, "--log-opt", k+"="+hc.LogConfig.Config[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(hc.StorageOpt)) {
+		args = append(args, "--storage-opt", k+"="+hc.StorageOpt[k])
+	}
+	for _, e := range cc.Env {
+		args = append(args, "--env", e)
+	}
+	return append(append(args, cc.Image), cc.Cmd...), nil
 }
 
 // floorDockerRun times n raw `docker run --rm` of image, concurrently when concurrent is set.
@@ -154,7 +229,7 @@ func floorDockerRun(t testing.TB, image string, n int, concurrent bool) []time.D
 	for i := range n {
 		one := func() {
 			start := time.Now()
-			errs[i] = dockerRun(image)
+			errs[i] = dockerRun(image, i%runtime.NumCPU())
 			out[i] = time.Since(start)
 		}
 		if concurrent {
