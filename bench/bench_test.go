@@ -35,6 +35,7 @@ type scenario struct {
 var scenarios = []scenario{
 	{"B1", runB1},
 	{"B2", runB2},
+	{"B2x", runB2x},
 	{"B3", runB3},
 	{"B4", runB4},
 	{"B5", runB5},
@@ -52,6 +53,9 @@ type sizes struct {
 	// B2: slaves, jobs submitted and the submit rate.
 	b2Slaves, b2Jobs int
 	b2Rate           float64
+	// B2x: slaves, jobs submitted, the submit rate and the jobs queued behind them.
+	b2xSlaves, b2xJobs, b2xBacklog int
+	b2xRate                        float64
 	// B3: sequential and concurrent busybox jobs; raw `docker run`s for the floor.
 	b3Seq, b3Conc, b3Raw int
 	// B4: jobs in the database, connections, warm-up and measured time per endpoint.
@@ -73,6 +77,7 @@ func fullSizes() sizes {
 		heartbeat: 5 * time.Second,
 		b1Slaves:  500, b1Jobs: 10000,
 		b2Slaves: 500, b2Jobs: 1500, b2Rate: 50,
+		b2xSlaves: 1000, b2xJobs: 6000, b2xRate: 200, b2xBacklog: 20000,
 		b3Seq: 100, b3Conc: 20, b3Raw: 20,
 		b4Jobs: 100000, b4Conns: 64, b4Warm: 2 * time.Second, b4Measure: 10 * time.Second,
 		b5Warm: 2 * time.Second, b5Measure: 10 * time.Second,
@@ -96,6 +101,7 @@ func smokeSizes() sizes {
 		heartbeat: 300 * time.Millisecond,
 		b1Slaves:  4, b1Jobs: 40,
 		b2Slaves: 4, b2Jobs: 10, b2Rate: 50,
+		b2xSlaves: 4, b2xJobs: 10, b2xRate: 50, b2xBacklog: 20,
 		b3Seq: 1, b3Conc: 1, b3Raw: 1,
 		b4Jobs: 300, b4Conns: 4, b4Warm: 100 * time.Millisecond, b4Measure: 300 * time.Millisecond,
 		b5Warm: 100 * time.Millisecond, b5Measure: 300 * time.Millisecond,
@@ -113,13 +119,13 @@ func selected(spec string) ([]scenario, error) {
 	}
 	var out []scenario
 	for _, id := range strings.Split(spec, ",") {
-		id = strings.ToUpper(strings.TrimSpace(id))
+		id = strings.TrimSpace(id)
 		if id == "" {
 			continue
 		}
-		i := slices.IndexFunc(scenarios, func(s scenario) bool { return s.id == id })
+		i := slices.IndexFunc(scenarios, func(s scenario) bool { return strings.EqualFold(s.id, id) })
 		if i < 0 {
-			return nil, fmt.Errorf("unknown scenario %q (B1, B2, B3, B4, B5, B7, B8 or all)", id)
+			return nil, fmt.Errorf("unknown scenario %q (B1, B2, B2x, B3, B4, B5, B7, B8 or all)", id)
 		}
 		out = append(out, scenarios[i])
 	}

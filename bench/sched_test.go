@@ -180,14 +180,40 @@ func planAlone(f *fleet, jobs []bulkJob, spec fleetSpec) time.Duration {
 // runB2 measures submit → ASSIGNED → RUNNING: jobs submitted through the API at a steady rate
 // onto simulated slaves that start containers instantly.
 func runB2(t *testing.T, rep *report, sz sizes) {
+	submitToRunning(t, rep, sz, "B2", sz.b2Slaves, sz.b2Jobs, sz.b2Rate, 0, "p99 ≤ 500 ms", 500*time.Millisecond)
+}
+
+// runB2x is B2 at the rate of a large site with a long queue: 20,000 jobs queued behind the
+// submitted ones all the time. They wait for a GPU model the fleet lacks (as jobs waiting for a
+// scarce model do), so every pass meets them and none takes the submitted jobs' GPUs.
+func runB2x(t *testing.T, rep *report, sz sizes) {
+	submitToRunning(t, rep, sz, "B2x", sz.b2xSlaves, sz.b2xJobs, sz.b2xRate, sz.b2xBacklog, "p99 ≤ 250 ms", 250*time.Millisecond)
+}
+
+// submitToRunning submits jobs at rate onto slaves simulated slaves, with backlog jobs queued
+// before the first submission that cannot start, and reports the submit → RUNNING latencies
+// against goal.
+func submitToRunning(t *testing.T, rep *report, sz sizes, id string, slaves, jobs int, rate float64, backlog int, goalText string, goal time.Duration) {
 	m := startMaster(t, masterOptions{Loop: loopAuto, HeartbeatInterval: sz.heartbeat})
 	users := make([]*user, 10)
 	for i := range users {
 		users[i] = m.addUser(fmt.Sprintf("u%02d", i), fmt.Sprintf("p%d", i%5))
 	}
 	delivered, running := newTimeMap(), newTimeMap()
-	spec := b1Fleet(sz.b2Slaves)
+	spec := b1Fleet(slaves)
 	f := startFleet(t, m, spec, &fakeHooks{delivered: delivered.set, running: running.set})
+	if backlog > 0 {
+		waiting := parsedRequest(t, 1, 2, 8, 0)
+		waiting.Resources.GPUModel = []string{"H100"} // the fleet's GPUs are V100s
+		queued := make([]bulkJob, backlog)
+		base := time.Now().Add(-time.Hour)
+		for i := range queued {
+			u := users[i%len(users)]
+			queued[i] = bulkJob{UUID: newUUID(), Name: fmt.Sprintf("waiting-%d", i), User: u, Project: u.Projects[0],
+				Status: job.StatusQueued, Request: waiting, Created: base.Add(time.Duration(i) * time.Millisecond)}
+		}
+		bulkInsert(t, m.DBURL, queued)
+	}
 	rtt := floorHTTPS(t, m, users[0], 1, sz.floorWarm, sz.floorDur)
 	commit := floorInsert(t, m.DBURL, 1, sz.floorWarm, sz.floorDur)
 	if !sz.smoke {
@@ -200,10 +226,10 @@ func runB2(t *testing.T, rep *report, sz sizes) {
 	submitted := newTimeMap()
 	var errs counter
 	doc := jobDoc("b2", 1, 2, 8, 0)
-	stopProfile := m.profile("B2", time.Duration(float64(sz.b2Jobs)/sz.b2Rate*float64(time.Second)))
+	stopProfile := m.profile(id, time.Duration(float64(jobs)/rate*float64(time.Second)))
 	cpu := newCPUMeter(t, m.PID, m.DBURL)
 	start := time.Now()
-	openLoop(sz.b2Rate, sz.b2Jobs, func(i int) {
+	openLoop(rate, jobs, func(i int) {
 		t0 := time.Now()
 		id, err := submit(context.Background(), clients[i%len(clients)], m.URL, doc)
 		if err != nil {
@@ -215,7 +241,7 @@ func runB2(t *testing.T, rep *report, sz sizes) {
 		submitted.set(id, t0)
 	})
 	stopProfile()
-	rep.note("B2", "while submitting: %s", cpu)
+	rep.note(id, "while submitting: %s", cpu)
 	deadline := time.Now().Add(2 * time.Minute)
 	for running.len() < submitted.len() && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
@@ -243,13 +269,13 @@ func runB2(t *testing.T, rep *report, sz sizes) {
 	}
 	floor := 3*rtt.P50() + 4*commit.P50()
 	floorText := fmt.Sprintf("3 HTTPS round trips + 4 commits: %s", ms(floor))
-	rep.add(result{Scenario: "B2", Measure: fmt.Sprintf("submit → ASSIGNED committed, p50 / p99 (%d jobs at %.0f/s, %d slaves)", n, sz.b2Rate, spec.Slaves),
+	rep.add(result{Scenario: id, Measure: fmt.Sprintf("submit → ASSIGNED committed, p50 / p99 (%d jobs at %.0f/s, %d slaves, %d queued behind)", n, rate, spec.Slaves, backlog),
 		Value: ms(percentile(toAssigned, 50)) + " / " + ms(percentile(toAssigned, 99))})
-	rep.add(result{Scenario: "B2", Measure: "submit → assignment received by the slave, p50 / p99",
+	rep.add(result{Scenario: id, Measure: "submit → assignment received by the slave, p50 / p99",
 		Value: ms(percentile(toDelivered, 50)) + " / " + ms(percentile(toDelivered, 99))})
 	p99 := percentile(toRunning, 99)
-	rep.add(result{Scenario: "B2", Measure: "submit → RUNNING committed, p50 / p99", Value: ms(percentile(toRunning, 50)) + " / " + ms(p99),
-		Goal: "p99 ≤ 500 ms", Met: met(p99 <= 500*time.Millisecond && len(toRunning) == n),
+	rep.add(result{Scenario: id, Measure: "submit → RUNNING committed, p50 / p99", Value: ms(percentile(toRunning, 50)) + " / " + ms(p99),
+		Goal: goalText, Met: met(p99 <= goal && len(toRunning) == n),
 		Floor: floorText, Ratio: ratio(percentile(toRunning, 50).Seconds(), floor.Seconds())})
 	var busy time.Duration
 	var during []passRecord
@@ -259,7 +285,7 @@ func runB2(t *testing.T, rep *report, sz sizes) {
 			busy += p.Dur
 		}
 	}
-	rep.note("B2", "%d scheduler passes in %s (mean %s, p99 %s, the loop busy %.0f %% of the time); %d submit errors, %d failed protocol calls",
+	rep.note(id, "%d scheduler passes in %s (mean %s, p99 %s, the loop busy %.0f %% of the time); %d submit errors, %d failed protocol calls",
 		len(during), secs(took), ms(busy/time.Duration(max(len(during), 1))), ms(percentile(passDurations(during), 99)),
 		100*busy.Seconds()/took.Seconds(), errs.Load(), f.fails.Load())
 }

@@ -208,8 +208,8 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	woken := l.wake.C()
 	for {
-		woken := l.wake.C()
 		select {
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -218,6 +218,10 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 			time.Sleep(20 * time.Millisecond)
 		case <-timer.C:
 		}
+		// Taken before the pass: a submit during the pass wakes the next one at once. (Taken
+		// after it, such wakes were lost and the job waited a whole Interval: 5 s for the
+		// submissions that came during a pass.)
+		woken = l.wake.C()
 		start := time.Now()
 		err := l.Pass(ctx, lead)
 		if l.cfg.OnPass != nil {
