@@ -103,6 +103,10 @@ run: deps build devidp ## start Postgres, Docker, a dev OpenID provider, a maste
 	@if [ "$(JUPYTERHUB)" != 0 ]; then scripts/notebook-image.sh; fi
 	@JUPYTERHUB=$(JUPYTERHUB) scripts/run.sh "$(DB_URL)" "$(RUN_DIR)" "$(RUN_PORT)" "$(BIN)"
 
+.PHONY: env
+env: ## print the exports of the running `make run` (database, folders, port): eval "$$(make -s env)"
+	@cat $(RUN_DIR)/env.sh 2>/dev/null || { echo "make env: no $(RUN_DIR)/env.sh: start \`make run\` first" >&2; exit 1; }
+
 .PHONY: notebook-image
 notebook-image: ## build the local JupyterHub notebook image gpulab-notebook:latest from Debian's packages
 	@scripts/notebook-image.sh

@@ -112,6 +112,14 @@ if [ "$hub" != 0 ]; then
 fi
 
 api="https://localhost:$port/api/gpulab/v3.1"
+# `make env` prints this file: the database, folders and port this run chose, for admin
+# commands and the CLI in another shell (eval "$(make -s env)"). No secret is in it.
+cat >"$dir/env.sh" <<ENV
+export DATABASE_URL='$db'
+export GPULAB_DATA_DIR='$dir/data' GPULAB_AUTHORITY='$GPULAB_AUTHORITY'
+export GPULAB_CERT='$dir/alice.pem' GPULAB_SERVER_CERT='$dir/ca.pem' GPULAB_API_BASE='https://localhost:$port/api/'
+export PATH='$bin':"\$PATH"
+ENV
 cat <<MSG
 
   GPULab master: https://localhost:$port   (API base $api)
@@ -127,8 +135,8 @@ $hub_msg
   Mail:          every job mail lands as a file in $dir/mail/ (one line each in $dir/mail.log)
   Logs:          $dir/master.log, $dir/slave.log, $dir/devidp.log
 
-  Try it (in another terminal):
-    export GPULAB_CERT=$dir/alice.pem GPULAB_API_BASE=https://localhost:$port/api/ GPULAB_SERVER_CERT=$dir/ca.pem
+  Try it (in another terminal, in this folder):
+    eval "\$(make -s env)"     # DATABASE_URL, GPULAB_DATA_DIR, GPULAB_CERT, GPULAB_API_BASE, ... of this run
     $bin/gpulab-cli submit --project demo --wait-done < examples/helloworld.json
     $bin/gpulab-cli jobs
     $bin/gpulab-cli log <job id>

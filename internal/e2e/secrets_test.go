@@ -168,6 +168,16 @@ func TestNoSecretInArgumentsOrLogs(t *testing.T) {
 		t.Fatalf("job log: %q", jobLog)
 	}
 	interactive(t, bin, dir, master, image, &cliOut)
+
+	// `make env` (the run's env.sh) gives another shell this run's database, folders and port,
+	// which are not the defaults here: the CLI and an admin command work from its exports alone.
+	shell := exec.Command("bash", "-c", `. "$1" && gpulab-cli jobs && gpulab-master project list`, "env", filepath.Join(dir, "env.sh"))
+	shell.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir()}
+	envOut, err := shell.CombinedOutput()
+	_, _ = cliOut.Write(envOut)
+	if err != nil || !strings.Contains(string(envOut), id) || !strings.Contains(string(envOut), "demo") {
+		t.Errorf("the CLI and an admin command from env.sh's exports: %v\n%s", err, envOut)
+	}
 	stopPS()
 
 	// Every log of the run.
