@@ -42,7 +42,7 @@ hub_port=${GPULAB_HUB_PORT:-8000}
 "$bin/gpulab-devidp" --listen "127.0.0.1:$idp_port" --issuer "$issuer" --client-id gpulab-portal \
   --client-secret-file "$dir/oidc-client-secret" --redirect-uri "https://localhost:$port/auth/callback" \
   --redirect-uri "http://localhost:$hub_port/hub/oauth_callback" \
-  --users-file "$dir/devidp-users" >"$dir/devidp.log" 2>&1 &
+  --users-file "$dir/devidp-users" --login-hint "make run printed the user name (alice); her password is in $dir/alice-password" >"$dir/devidp.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
   curl -sf "$issuer/.well-known/openid-configuration" >/dev/null 2>&1 && break

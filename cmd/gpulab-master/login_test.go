@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"os"
@@ -123,7 +124,23 @@ func TestServeWithPortalLogin(t *testing.T) {
 	pool.AppendCertsFromPEM(caPEM)
 	jar, _ := cookiejar.New(nil)
 	browser := &http.Client{Jar: jar, Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
-	status, at, body, err := testmaster.BrowserLogin(browser, base, "carol@example.org", "carol-secret-1")
+	// The provider's page says GPULab and asks for the user name make run prints (Dex's own
+	// page is unbranded and asks for an "Email Address").
+	loginPage, err := browser.Get(base + "/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(loginPage.Body)
+	_ = loginPage.Body.Close()
+	for _, want := range []string{"Log in to GPULab", `<label for="login">User name</label>`, `alt="GPULab"`, `<html lang="en">`} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("the login page lacks %q:\n%.2000s", want, page)
+		}
+	}
+	if strings.Contains(string(page), "Email Address") {
+		t.Errorf("the login page still asks for an Email Address")
+	}
+	status, at, body, err := testmaster.BrowserLogin(browser, base, "carol", "carol-secret-1")
 	if err != nil || at.Host != addr {
 		t.Fatalf("login: %v, ended at %v with %d: %.300s", err, at, status, body)
 	}

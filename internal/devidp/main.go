@@ -12,9 +12,11 @@ package main
 
 import (
 	"context"
+	"embed"
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -28,6 +30,7 @@ import (
 	"github.com/dexidp/dex/server"
 	"github.com/dexidp/dex/storage"
 	"github.com/dexidp/dex/storage/memory"
+	dexweb "github.com/dexidp/dex/web"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -44,6 +47,35 @@ func (s loginByName) GetPassword(ctx context.Context, login string) (storage.Pas
 		login = email
 	}
 	return s.Storage.GetPassword(ctx, login)
+}
+
+// ownWeb is what this provider changes in Dex's web pages: the login form says GPULab and asks
+// for the user name that `make run` prints (Dex's own says "Email Address"), with GPULab's logo.
+//
+//go:embed web
+var ownWeb embed.FS
+
+// overlayFS serves a file from top where top has it and everything else (directories included,
+// so that Dex lists its own templates) from base.
+type overlayFS struct{ top, base fs.FS }
+
+func (o overlayFS) Open(name string) (fs.File, error) {
+	if f, err := o.top.Open(name); err == nil {
+		if st, err := f.Stat(); err == nil && !st.IsDir() {
+			return f, nil
+		}
+		_ = f.Close()
+	}
+	return o.base.Open(name)
+}
+
+// webFS is Dex's web assets with ownWeb's files in their place.
+func webFS() (fs.FS, error) {
+	top, err := fs.Sub(ownWeb, "web")
+	if err != nil {
+		return nil, err
+	}
+	return overlayFS{top: top, base: dexweb.FS()}, nil
 }
 
 // listFlag collects a repeatable flag.
@@ -71,6 +103,7 @@ func run(ctx context.Context, args []string) error {
 	clientSecretFile := fs.String("client-secret-file", "", "file (mode 0600) holding the static client's secret")
 	usersFile := fs.String("users-file", "", "file (mode 0600) of users, NAME:EMAIL:PASSWORD one a line; keeps passwords off the command line")
 	fs.Var(&redirects, "redirect-uri", "an allowed redirect URI of the client (repeatable; default https://localhost:8443/auth/callback)")
+	hint := fs.String("login-hint", "", "a line under the login form, e.g. where make run put the password")
 	fs.Var(&users, "user", "NAME:EMAIL:PASSWORD of a user who logs in with NAME or EMAIL (repeatable; default alice:alice@example.org:alice-password)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -130,7 +163,12 @@ func run(ctx context.Context, args []string) error {
 	if *issuer == "" {
 		*issuer = "http://" + l.Addr().String() + "/dex"
 	}
+	web, err := webFS()
+	if err != nil {
+		return fmt.Errorf("web pages: %w", err)
+	}
 	srv, err := server.NewServer(ctx, server.Config{
+		Web: server.WebConfig{WebFS: web, Issuer: "GPULab", LogoURL: "theme/gpulab-logo.svg", Extra: map[string]string{"hint": *hint}},
 		Issuer:             *issuer,
 		Storage:            st,
 		AllowedGrantTypes:  []string{"authorization_code", "refresh_token", "password"},
