@@ -168,7 +168,7 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("web pages: %w", err)
 	}
 	srv, err := server.NewServer(ctx, server.Config{
-		Web: server.WebConfig{WebFS: web, Issuer: "GPULab", LogoURL: "theme/gpulab-logo.svg", Extra: map[string]string{"hint": *hint}},
+		Web:                server.WebConfig{WebFS: web, Issuer: "GPULab", LogoURL: "theme/gpulab-logo.svg", Extra: map[string]string{"hint": *hint}},
 		Issuer:             *issuer,
 		Storage:            st,
 		AllowedGrantTypes:  []string{"authorization_code", "refresh_token", "password"},
