@@ -1,4 +1,4 @@
-package scheduler
+package leader
 
 import (
 	"context"
@@ -13,11 +13,12 @@ import (
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/metrics"
 	"github.com/opengpulab/gpulab/protocol"
+	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
 )
 
-// LoopConfig tunes the loop.
-type LoopConfig struct {
+// Config tunes the loop.
+type Config struct {
 	// Interval is the longest time between two passes; submits, slaves coming back online and
 	// job ends wake the loop sooner.
 	Interval time.Duration
@@ -38,7 +39,7 @@ type LoopConfig struct {
 	// MemoryReserveGb is kept free on every slave for the system.
 	MemoryReserveGb int
 	// Limits cap running jobs per user and project (nil: DefaultLimits; zero fields: no cap).
-	Limits *Limits
+	Limits *scheduler.Limits
 	// TallyHalfLife is how fast usage is forgiven (default 7 days); TallyWeights what each
 	// resource adds per hour (default store.DefaultTallyWeights).
 	TallyHalfLife time.Duration
@@ -68,17 +69,17 @@ const TallyInterval = 5 * time.Minute
 // proves the lease (store.AsLeader), and every timeout is measured on the database's clock.
 type Loop struct {
 	st   *store.Store
-	cfg  LoopConfig
+	cfg  Config
 	log  *slog.Logger
-	wake *Signal // wakes the loop
-	work *Signal // wakes slaves' long polls after assignments and cancellations
+	wake *scheduler.Signal // wakes the loop
+	work *scheduler.Signal // wakes slaves' long polls after assignments and cancellations
 
 	// lastIdle and lastCompact are when this leader last ran the idle check and the usage
 	// compaction (only the loop's goroutine touches them).
 	lastIdle, lastCompact time.Time
 	// ratios are the learned run-time ratios for start estimates, read at ratiosAt: one
 	// aggregate over a month of jobs, so read every RatioRefresh rather than every pass.
-	ratios   RunRatios
+	ratios   scheduler.RunRatios
 	ratiosAt time.Time
 }
 
@@ -93,7 +94,7 @@ const (
 
 // runRatios returns the cached ratios, read again when older than RatioRefresh. A failed read
 // keeps the old ones: estimates are worth less than the pass.
-func (l *Loop) runRatios(ctx context.Context, now time.Time) RunRatios {
+func (l *Loop) runRatios(ctx context.Context, now time.Time) scheduler.RunRatios {
 	if !l.ratiosAt.IsZero() && now.Sub(l.ratiosAt) < RatioRefresh {
 		return l.ratios
 	}
@@ -108,21 +109,21 @@ func (l *Loop) runRatios(ctx context.Context, now time.Time) RunRatios {
 
 // ratiosOf turns the store's rows into the planner's input; a global row over fewer than
 // minJobs jobs is no knowledge.
-func ratiosOf(rows []store.RunRatio, minJobs int) RunRatios {
-	out := RunRatios{Users: map[int64]RunRatio{}}
+func ratiosOf(rows []store.RunRatio, minJobs int) scheduler.RunRatios {
+	out := scheduler.RunRatios{Users: map[int64]scheduler.RunRatio{}}
 	for _, r := range rows {
 		switch {
 		case r.UserID != 0:
-			out.Users[r.UserID] = RunRatio{Low: r.Low, Mid: r.Mid}
+			out.Users[r.UserID] = scheduler.RunRatio{Low: r.Low, Mid: r.Mid}
 		case r.Jobs >= minJobs:
-			out.Global = RunRatio{Low: r.Low, Mid: r.Mid}
+			out.Global = scheduler.RunRatio{Low: r.Low, Mid: r.Mid}
 		}
 	}
 	return out
 }
 
 // NewLoop makes a loop. wake and work are shared with the handlers.
-func NewLoop(st *store.Store, cfg LoopConfig, log *slog.Logger, wake, work *Signal) *Loop {
+func NewLoop(st *store.Store, cfg Config, log *slog.Logger, wake, work *scheduler.Signal) *Loop {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 5 * time.Second
 	}
@@ -415,13 +416,13 @@ func (l *Loop) housekeeping(ctx context.Context, tx *store.Store, lead store.Lea
 
 // snapshot reads what Plan needs, and the host name users reach each slave at (for the
 // assignments' state.resources.slaveHost).
-func (l *Loop) snapshot(ctx context.Context) (Snapshot, map[string]string, error) {
+func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]string, error) {
 	hosts := map[string]string{}
 	now, err := l.st.Now(ctx)
 	if err != nil {
-		return Snapshot{}, hosts, err
+		return scheduler.Snapshot{}, hosts, err
 	}
-	snap := Snapshot{Now: now, Clusters: map[int]Cluster{}, Policy: PolicyFair, Limits: DefaultLimits}
+	snap := scheduler.Snapshot{Now: now, Clusters: map[int]scheduler.Cluster{}, Policy: scheduler.PolicyFair, Limits: scheduler.DefaultLimits}
 	if l.cfg.Limits != nil {
 		snap.Limits = *l.cfg.Limits
 	}
@@ -436,7 +437,7 @@ func (l *Loop) snapshot(ctx context.Context) (Snapshot, map[string]string, error
 		return snap, hosts, err
 	}
 	for _, r := range reservations {
-		snap.Reservations = append(snap.Reservations, Reservation{ID: r.ID, Name: r.Name, ClusterID: int(r.ClusterID.Int64),
+		snap.Reservations = append(snap.Reservations, scheduler.Reservation{ID: r.ID, Name: r.Name, ClusterID: int(r.ClusterID.Int64),
 			SlaveNames: r.SlaveNames, GPUs: r.GPUs, Start: r.Start, End: r.End, Users: r.UserIDs, Projects: r.ProjectIDs})
 	}
 	clusters, err := l.st.ListClusters(ctx)
@@ -448,7 +449,7 @@ func (l *Loop) snapshot(ctx context.Context) (Snapshot, map[string]string, error
 		return snap, hosts, err
 	}
 	for _, c := range clusters {
-		snap.Clusters[c.ID] = Cluster{ID: c.ID, Private: c.Private, Projects: owners[c.ID], GuestLimit: time.Duration(c.GuestLimitS) * time.Second}
+		snap.Clusters[c.ID] = scheduler.Cluster{ID: c.ID, Private: c.Private, Projects: owners[c.ID], GuestLimit: time.Duration(c.GuestLimitS) * time.Second}
 	}
 	slaves, err := l.st.ListSlaves(ctx)
 	if err != nil {
@@ -471,7 +472,7 @@ func (l *Loop) snapshot(ctx context.Context) (Snapshot, map[string]string, error
 				return snap, hosts, fmt.Errorf("capacity of slave %s: %w", s.Name, err)
 			}
 		}
-		snap.Slaves = append(snap.Slaves, Slave{
+		snap.Slaves = append(snap.Slaves, scheduler.Slave{
 			Name: s.Name, InstanceID: s.InstanceID, ClusterID: s.ClusterID,
 			Online: s.Online, Accepting: s.AcceptingJobs && !s.Disabled,
 			CPUs: inv.CPUs, MemoryGb: max(int(inv.MemoryMiB/1024)-l.cfg.MemoryReserveGb, 0),
@@ -483,7 +484,7 @@ func (l *Loop) snapshot(ctx context.Context) (Snapshot, map[string]string, error
 		return snap, hosts, err
 	}
 	for _, rec := range queued {
-		snap.Queued = append(snap.Queued, Job{UUID: rec.Job.UUID, Request: rec.Job.Request, Submitted: rec.Job.State.Created,
+		snap.Queued = append(snap.Queued, scheduler.Job{UUID: rec.Job.UUID, Request: rec.Job.Request, Submitted: rec.Job.State.Created,
 			UserID: rec.UserID, ProjectID: rec.ProjectID})
 	}
 	held, err := l.st.ListHeld(ctx)
@@ -498,7 +499,7 @@ func (l *Loop) snapshot(ctx context.Context) (Snapshot, map[string]string, error
 
 // apply writes a plan in one transaction that proves the lease first. Each change stays
 // conditional on the state the snapshot saw: a job cancelled since is skipped, not assigned.
-func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap Snapshot, hosts map[string]string, plan Plan) (int, error) {
+func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.Snapshot, hosts map[string]string, plan scheduler.Plan) (int, error) {
 	assigned, halted := 0, 0
 	var haltReasons []string
 	wake := wakeSlaves(snap, plan)
@@ -585,7 +586,7 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap Snapshot, 
 
 // wakeSlaves names the slaves whose long polls have news after a plan: those that got jobs and
 // those with jobs to halt.
-func wakeSlaves(snap Snapshot, plan Plan) []string {
+func wakeSlaves(snap scheduler.Snapshot, plan scheduler.Plan) []string {
 	var names []string
 	for _, a := range plan.Assignments {
 		names = append(names, a.SlaveName)
@@ -615,8 +616,8 @@ func firstNonEmpty(ss ...string) string {
 }
 
 // placedOf is what a running job holds, as Plan sees it.
-func placedOf(h store.Held, now time.Time) Placed {
-	pl := Placed{JobUUID: h.UUID, SlaveName: h.SlaveName, UserID: h.UserID, ProjectID: h.ProjectID, Bucket: h.Bucket,
+func placedOf(h store.Held, now time.Time) scheduler.Placed {
+	pl := scheduler.Placed{JobUUID: h.UUID, SlaveName: h.SlaveName, UserID: h.UserID, ProjectID: h.ProjectID, Bucket: h.Bucket,
 		GPUIndices: ints(h.GPUIDs), CPUIDs: ints(h.CPUIDs), MemoryGb: h.MemoryGb,
 		MinDuration: time.Duration(h.MinDuration) * time.Second, Restartable: h.Restartable, Interactive: h.Interactive,
 		Halting: h.Releasing || h.Status == job.StatusMustHalt || h.Status == job.StatusHalting, Reservations: h.Reservations,
@@ -646,7 +647,7 @@ func ints(a []int64) []int {
 
 // startEstimates is what the store keeps of a plan's estimates: the forecast's likely start and
 // range where there is one, else the planner's own estimate (a reservation's start).
-func startEstimates(p Plan) map[string]job.StartEstimate {
+func startEstimates(p scheduler.Plan) map[string]job.StartEstimate {
 	out := make(map[string]job.StartEstimate, len(p.Ranges)+len(p.Estimates))
 	for id, t := range p.Estimates {
 		out[id] = job.StartEstimate{Start: t}
