@@ -81,6 +81,8 @@ type Loop struct {
 	// aggregate over a month of jobs, so read every RatioRefresh rather than every pass.
 	ratios   scheduler.RunRatios
 	ratiosAt time.Time
+	// phases are the last pass's (LastPass).
+	phases Phases
 }
 
 // The learned run-time ratios (forecast.go): jobs created within RatioWindow count, a user
@@ -267,9 +269,30 @@ func (l *Loop) renew(ctx context.Context, lead store.Leadership, cancel context.
 	}
 }
 
+// Phases says where one pass's time went: the housekeeping transaction, the usage
+// compaction, the snapshot's reads, Plan, and the transaction that applies the plan; Steps are
+// the reads and writes one by one. Benchmarks and the profile of a slow pass read it; so would an operator, in the debug log.
+type Phases struct {
+	Housekeeping, Compact, Read, Plan, Apply time.Duration
+	Steps                                    []Timed
+	Slaves, Queued, Running, Assigned        int
+}
+
+// Timed is one step of a pass and how long it took.
+type Timed struct {
+	Step string
+	Took time.Duration
+}
+
+// LastPass is where the time of the last pass went. Only the goroutine that runs the passes
+// may call it (tests and benchmarks that call Pass themselves).
+func (l *Loop) LastPass() Phases { return l.phases }
+
 // Pass does one housekeeping and scheduling pass as the holder of lead.
 func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 	start := time.Now()
+	l.phases = Phases{}
+	ph := &l.phases
 	var stops []string
 	err := l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
 		var err error
@@ -287,25 +310,42 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 	if err != nil {
 		return err
 	}
+	ph.Housekeeping = time.Since(start)
 	l.work.WakeKeys(stops...)
 	if time.Since(l.lastCompact) >= l.cfg.UsageCompactEvery {
 		// Outside the leader's transaction: merging old samples is safe on any master and must
 		// not hold the pass's locks.
+		t := time.Now()
 		if _, err := l.st.CompactUsage(ctx); err != nil {
 			l.log.Warn("compacting the usage series failed", "err", err)
 		}
 		l.lastCompact = time.Now()
+		ph.Compact = time.Since(t)
 	}
+	t := time.Now()
 	snap, hosts, err := l.snapshot(ctx)
 	if err != nil {
 		return err
 	}
+	ph.Read = time.Since(t)
+	ph.Slaves, ph.Queued, ph.Running = len(snap.Slaves), len(snap.Queued), len(snap.Running)
+	t = time.Now()
 	plan := snap.Plan()
+	ph.Plan = time.Since(t)
+	t = time.Now()
 	placed, err := l.apply(ctx, lead, snap, hosts, plan)
+	ph.Apply, ph.Assigned = time.Since(t), placed
 	if err == nil {
 		l.cfg.Metrics.ObservePass(time.Since(start), placed)
+		l.log.Debug("scheduler pass phases", "housekeeping", ph.Housekeeping, "read", ph.Read, "plan", ph.Plan, "apply", ph.Apply,
+			"slaves", ph.Slaves, "queued", ph.Queued, "running", ph.Running, "assigned", placed)
 	}
 	return err
+}
+
+// timed records how long a step of the pass (a read of the snapshot, a write of the plan) took.
+func (l *Loop) timed(step string, since time.Time) {
+	l.phases.Steps = append(l.phases.Steps, Timed{Step: step, Took: time.Since(since)})
 }
 
 // housekeeping gives their outcome to the jobs the scheduler must act on by time (all measured
@@ -418,6 +458,7 @@ func (l *Loop) housekeeping(ctx context.Context, tx *store.Store, lead store.Lea
 // assignments' state.resources.slaveHost).
 func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]string, error) {
 	hosts := map[string]string{}
+	t := time.Now()
 	now, err := l.st.Now(ctx)
 	if err != nil {
 		return scheduler.Snapshot{}, hosts, err
@@ -426,12 +467,18 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	if l.cfg.Limits != nil {
 		snap.Limits = *l.cfg.Limits
 	}
+	l.timed("clock", t)
+	t = time.Now()
 	tallies, err := l.st.Tallies(ctx, l.cfg.TallyHalfLife)
 	if err != nil {
 		return snap, hosts, err
 	}
 	snap.Tallies = tallies
+	l.timed("tallies", t)
+	t = time.Now()
 	snap.Ratios = l.runRatios(ctx, now)
+	l.timed("run ratios", t)
+	t = time.Now()
 	reservations, err := l.st.ListReservations(ctx, now)
 	if err != nil {
 		return snap, hosts, err
@@ -440,6 +487,8 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 		snap.Reservations = append(snap.Reservations, scheduler.Reservation{ID: r.ID, Name: r.Name, ClusterID: int(r.ClusterID.Int64),
 			SlaveNames: r.SlaveNames, GPUs: r.GPUs, Start: r.Start, End: r.End, Users: r.UserIDs, Projects: r.ProjectIDs})
 	}
+	l.timed("reservations", t)
+	t = time.Now()
 	clusters, err := l.st.ListClusters(ctx)
 	if err != nil {
 		return snap, hosts, err
@@ -451,6 +500,8 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	for _, c := range clusters {
 		snap.Clusters[c.ID] = scheduler.Cluster{ID: c.ID, Private: c.Private, Projects: owners[c.ID], GuestLimit: time.Duration(c.GuestLimitS) * time.Second}
 	}
+	l.timed("clusters", t)
+	t = time.Now()
 	slaves, err := l.st.ListSlaves(ctx)
 	if err != nil {
 		return snap, hosts, err
@@ -479,6 +530,8 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 			CudaMajor: inv.CudaMajor(), GPUs: inv.GPUs, CapacityGPUs: capacity,
 		})
 	}
+	l.timed("slaves", t)
+	t = time.Now()
 	queued, err := l.st.ListJobs(ctx, store.JobFilter{Statuses: []job.Status{job.StatusQueued}, Sort: "created"})
 	if err != nil {
 		return snap, hosts, err
@@ -487,6 +540,8 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 		snap.Queued = append(snap.Queued, scheduler.Job{UUID: rec.Job.UUID, Request: rec.Job.Request, Submitted: rec.Job.State.Created,
 			UserID: rec.UserID, ProjectID: rec.ProjectID})
 	}
+	l.timed("queued jobs", t)
+	t = time.Now()
 	held, err := l.st.ListHeld(ctx)
 	if err != nil {
 		return snap, hosts, err
@@ -494,6 +549,7 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	for _, h := range held {
 		snap.Running = append(snap.Running, placedOf(h, now))
 	}
+	l.timed("held", t)
 	return snap, hosts, nil
 }
 
@@ -523,10 +579,12 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 				Message:   fmt.Sprintf("assigned to slave %s (GPUs %v, CPUs %v, %d GB)", a.SlaveName, gpuIDs, a.CPUIDs, a.MemoryGb)})
 		}
 		// One statement for the whole pass; jobs cancelled since the snapshot are skipped.
+		t := time.Now()
 		done, err := tx.AssignJobs(ctx, batch)
 		if err != nil {
 			return err
 		}
+		l.timed("assign", t)
 		assigned = len(done)
 		for _, f := range plan.Failures {
 			_, err := tx.TransitionJob(ctx, f.JobUUID, []job.Status{job.StatusQueued}, job.StatusFailed,
@@ -557,12 +615,16 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 			halted++
 			haltReasons = append(haltReasons, h.Reason)
 		}
+		t = time.Now()
 		if err := tx.SetQueuedExplanations(ctx, plan.Explanations); err != nil {
 			return err
 		}
+		l.timed("explanations", t)
+		t = time.Now()
 		if err := tx.SetStartEstimates(ctx, startEstimates(plan)); err != nil {
 			return err
 		}
+		l.timed("estimates", t)
 		if assigned > 0 || halted > 0 {
 			// Delivered at commit, to the long polls of these slaves on every master.
 			return tx.NotifySlaves(ctx, wake...)
