@@ -46,6 +46,10 @@ type Config struct {
 	TallyWeights  *store.TallyWeights
 	// Idle is the idle-GPU check; a zero Idle.After turns it off.
 	Idle IdleConfig
+	// FullReadEvery is how often the leader reads again in full what it otherwise keeps in
+	// memory between passes (the queued jobs' requests), as a check: differences are logged
+	// and counted as drift (default 5 min).
+	FullReadEvery time.Duration
 	// UsageCompactEvery is how often the leader downsamples the usage series (default 1 min).
 	UsageCompactEvery time.Duration
 	// OnPass, when set, is called after every pass of Run with when it started, how long it
@@ -83,6 +87,8 @@ type Loop struct {
 	ratiosAt time.Time
 	// phases are the last pass's (LastPass).
 	phases Phases
+	// queue remembers the queued jobs' requests between passes.
+	queue *queue
 }
 
 // The learned run-time ratios (forecast.go): jobs created within RatioWindow count, a user
@@ -158,7 +164,10 @@ func NewLoop(st *store.Store, cfg Config, log *slog.Logger, wake, work *schedule
 		w := store.DefaultTallyWeights
 		cfg.TallyWeights = &w
 	}
-	return &Loop{st: st, cfg: cfg, log: log, wake: wake, work: work}
+	if cfg.FullReadEvery <= 0 {
+		cfg.FullReadEvery = 5 * time.Minute
+	}
+	return &Loop{st: st, cfg: cfg, log: log, wake: wake, work: work, queue: newQueue(cfg.FullReadEvery, log, cfg.Metrics.ObserveDrift)}
 }
 
 // Run schedules until ctx ends. Only one master at a time holds the lease; the others try
@@ -191,6 +200,8 @@ func (l *Loop) Run(ctx context.Context) error {
 // Lead runs passes under a held lease, renewing it in the background, until ctx ends or the
 // lease is lost (its error).
 func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
+	// What a previous term remembered may have changed under another leader.
+	l.queue.reset()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	renewed := make(chan struct{})
@@ -532,13 +543,9 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	}
 	l.timed("slaves", t)
 	t = time.Now()
-	queued, err := l.st.ListJobs(ctx, store.JobFilter{Statuses: []job.Status{job.StatusQueued}, Sort: "created"})
+	snap.Queued, err = l.queue.read(ctx, l.st)
 	if err != nil {
 		return snap, hosts, err
-	}
-	for _, rec := range queued {
-		snap.Queued = append(snap.Queued, scheduler.Job{UUID: rec.Job.UUID, Request: rec.Job.Request, Submitted: rec.Job.State.Created,
-			UserID: rec.UserID, ProjectID: rec.ProjectID})
 	}
 	l.timed("queued jobs", t)
 	t = time.Now()

@@ -1,0 +1,61 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/lib/pq"
+
+	"github.com/opengpulab/gpulab/job"
+)
+
+// QueuedKey is what the scheduler must read of every queued job at every pass: which jobs are
+// queued, in what order, and whose. The request, the bulk of a row, never changes after
+// submit (nor do the owner and the creation time), so the leader keeps requests in memory and
+// reads only those of jobs it has not seen queued before (QueuedRequests).
+type QueuedKey struct {
+	UUID      string    `db:"uuid"`
+	UserID    int64     `db:"user_id"`
+	ProjectID int64     `db:"project_id"`
+	Created   time.Time `db:"created_at"`
+}
+
+// ListQueuedKeys returns every queued job's key, oldest first (jobs_queued_idx).
+func (s *Store) ListQueuedKeys(ctx context.Context) ([]QueuedKey, error) {
+	var out []QueuedKey
+	err := s.q.SelectContext(ctx, &out, `SELECT uuid, user_id, project_id, created_at FROM jobs WHERE status = 'QUEUED' ORDER BY created_at, uuid`)
+	return out, mapErr(err, "list queued jobs")
+}
+
+// QueuedRequest is a queued job's key with its decoded request.
+type QueuedRequest struct {
+	QueuedKey
+	Request job.Request
+}
+
+// QueuedRequests returns the keys and requests of those of the named jobs that are still
+// queued (a job that left the queue since it was listed is left out).
+func (s *Store) QueuedRequests(ctx context.Context, uuids []string) ([]QueuedRequest, error) {
+	if len(uuids) == 0 {
+		return nil, nil
+	}
+	var rows []struct {
+		QueuedKey
+		Request []byte `db:"request"`
+	}
+	err := s.q.SelectContext(ctx, &rows, `SELECT uuid, user_id, project_id, created_at, request FROM jobs
+WHERE uuid = ANY($1::uuid[]) AND status = 'QUEUED'`, pq.Array(uuids))
+	if err != nil {
+		return nil, mapErr(err, "read queued requests")
+	}
+	out := make([]QueuedRequest, len(rows))
+	for i, r := range rows {
+		out[i].QueuedKey = r.QueuedKey
+		if err := json.Unmarshal(r.Request, &out[i].Request); err != nil {
+			return nil, fmt.Errorf("decode request of job %s: %w", r.UUID, err)
+		}
+	}
+	return out, nil
+}
