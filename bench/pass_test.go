@@ -132,7 +132,9 @@ func parsePassSize(s string) (int, int, error) {
 
 // describePhases is one pass's line: the total, the phases, and each step.
 func describePhases(took time.Duration, p leader.Phases) string {
-	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64) + " ms" }
+	ms := func(d time.Duration) string {
+		return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64) + " ms"
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s total (%d slaves, %d queued, %d held, %d assigned): housekeeping %s, compaction %s, read %s, Plan %s, apply %s;",
 		ms(took), p.Slaves, p.Queued, p.Running, p.Assigned, ms(p.Housekeeping), ms(p.Compact), ms(p.Read), ms(p.Plan), ms(p.Apply))
