@@ -50,6 +50,11 @@ type Config struct {
 	// memory between passes (the queued jobs' requests), as a check: differences are logged
 	// and counted as drift (default 5 min).
 	FullReadEvery time.Duration
+	// Sweep is how many of the waiting jobs that cannot start now a pass between two full ones
+	// plans anyway, first in queue order (default DefaultSweep; negative: every pass is full).
+	// A full pass, which plans every queued job, comes at the start of a term and every
+	// FullReadEvery; see narrow.
+	Sweep int
 	// UsageCompactEvery is how often the leader downsamples the usage series (default 1 min).
 	UsageCompactEvery time.Duration
 	// OnPass, when set, is called after every pass of Run with when it started, how long it
@@ -89,6 +94,19 @@ type Loop struct {
 	phases Phases
 	// queue remembers the queued jobs' requests between passes.
 	queue *queue
+	// planned are the queued jobs a pass of this term has planned (nil: none yet), and fullAt
+	// when the last full pass began (see narrow).
+	planned map[string]bool
+	fullAt  time.Time
+}
+
+// forgetPlanned drops the jobs that left the queue from planned.
+func (l *Loop) forgetPlanned() {
+	for id := range l.planned {
+		if _, ok := l.queue.jobs[id]; !ok {
+			delete(l.planned, id)
+		}
+	}
 }
 
 // The learned run-time ratios (forecast.go): jobs created within RatioWindow count, a user
@@ -164,6 +182,9 @@ func NewLoop(st *store.Store, cfg Config, log *slog.Logger, wake, work *schedule
 		w := store.DefaultTallyWeights
 		cfg.TallyWeights = &w
 	}
+	if cfg.Sweep == 0 {
+		cfg.Sweep = DefaultSweep
+	}
 	if cfg.FullReadEvery <= 0 {
 		cfg.FullReadEvery = 5 * time.Minute
 	}
@@ -200,8 +221,10 @@ func (l *Loop) Run(ctx context.Context) error {
 // Lead runs passes under a held lease, renewing it in the background, until ctx ends or the
 // lease is lost (its error).
 func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
-	// What a previous term remembered may have changed under another leader.
+	// What a previous term remembered may have changed under another leader: its first pass
+	// reads and plans everything.
 	l.queue.reset()
+	l.planned = nil
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	renewed := make(chan struct{})
@@ -285,8 +308,11 @@ func (l *Loop) renew(ctx context.Context, lead store.Leadership, cancel context.
 // the reads and writes one by one. Benchmarks and the profile of a slow pass read it; so would an operator, in the debug log.
 type Phases struct {
 	Housekeeping, Compact, Read, Plan, Apply time.Duration
-	Steps                                    []Timed
-	Slaves, Queued, Running, Assigned        int
+	// Planned is how many queued jobs Plan was given (all of them in a full pass); Plan
+	// includes choosing them (narrow).
+	Planned                           int
+	Steps                             []Timed
+	Slaves, Queued, Running, Assigned int
 }
 
 // Timed is one step of a pass and how long it took.
@@ -341,15 +367,30 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 	ph.Read = time.Since(t)
 	ph.Slaves, ph.Queued, ph.Running = len(snap.Slaves), len(snap.Queued), len(snap.Running)
 	t = time.Now()
-	plan := snap.Plan()
-	ph.Plan = time.Since(t)
+	var plan scheduler.Plan
+	narrowed := false
+	if l.planned == nil || l.cfg.Sweep < 0 || time.Since(l.fullAt) >= l.cfg.FullReadEvery {
+		l.planned, l.fullAt = map[string]bool{}, time.Now()
+		plan = snap.Plan()
+	} else {
+		plan, snap.Queued, narrowed = planNarrowed(snap, l.planned, l.cfg.Sweep)
+	}
+	ph.Planned, ph.Plan = len(snap.Queued), time.Since(t)
 	t = time.Now()
-	placed, err := l.apply(ctx, lead, snap, hosts, plan)
+	placed, err := l.apply(ctx, lead, snap, hosts, plan, narrowed)
 	ph.Apply, ph.Assigned = time.Since(t), placed
+	if err == nil {
+		for _, j := range snap.Queued {
+			l.planned[j.UUID] = true
+		}
+		if len(l.planned) > 2*len(l.queue.jobs)+1000 {
+			l.forgetPlanned()
+		}
+	}
 	if err == nil {
 		l.cfg.Metrics.ObservePass(time.Since(start), placed)
 		l.log.Debug("scheduler pass phases", "housekeeping", ph.Housekeeping, "read", ph.Read, "plan", ph.Plan, "apply", ph.Apply,
-			"slaves", ph.Slaves, "queued", ph.Queued, "running", ph.Running, "assigned", placed)
+			"slaves", ph.Slaves, "queued", ph.Queued, "planned", ph.Planned, "running", ph.Running, "assigned", placed)
 	}
 	return err
 }
@@ -562,7 +603,9 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 
 // apply writes a plan in one transaction that proves the lease first. Each change stays
 // conditional on the state the snapshot saw: a job cancelled since is skipped, not assigned.
-func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.Snapshot, hosts map[string]string, plan scheduler.Plan) (int, error) {
+//
+// A narrowed plan (see narrow) sets the estimates of the jobs it planned only.
+func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.Snapshot, hosts map[string]string, plan scheduler.Plan, narrowed bool) (int, error) {
 	assigned, halted := 0, 0
 	var haltReasons []string
 	wake := wakeSlaves(snap, plan)
@@ -628,7 +671,14 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 		}
 		l.timed("explanations", t)
 		t = time.Now()
-		if err := tx.SetStartEstimates(ctx, startEstimates(plan)); err != nil {
+		var among []string
+		if narrowed {
+			among = make([]string, len(snap.Queued))
+			for i, j := range snap.Queued {
+				among[i] = j.UUID
+			}
+		}
+		if err := tx.SetStartEstimatesAmong(ctx, startEstimates(plan), among); err != nil {
 			return err
 		}
 		l.timed("estimates", t)
@@ -648,7 +698,7 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 		l.work.WakeKeys(wake...)
 	}
 	if assigned > 0 || halted > 0 || len(plan.Failures) > 0 {
-		l.log.Info("scheduler pass", "queued", len(snap.Queued), "assigned", assigned, "halted", halted, "failed", len(plan.Failures))
+		l.log.Info("scheduler pass", "planned", len(snap.Queued), "assigned", assigned, "halted", halted, "failed", len(plan.Failures))
 	}
 	return assigned, nil
 }

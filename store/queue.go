@@ -59,3 +59,21 @@ WHERE uuid = ANY($1::uuid[]) AND status = 'QUEUED'`, pq.Array(uuids))
 	}
 	return out, nil
 }
+
+// SetStartEstimatesAmong is SetStartEstimates for a pass that planned only some of the queue
+// (the leader's narrowed passes): only the named jobs' estimates are set or cleared, the
+// others keep theirs until a pass plans them again; nil names every queued job.
+func (s *Store) SetStartEstimatesAmong(ctx context.Context, est map[string]job.StartEstimate, among []string) error {
+	data, err := json.Marshal(est)
+	if err != nil {
+		return fmt.Errorf("encode estimated starts: %w", err)
+	}
+	_, err = s.q.ExecContext(ctx, `UPDATE jobs j SET scheduling = (j.scheduling - 'estimatedStart' - 'estimatedStartEarliest' - 'estimatedStartLatest')
+    || COALESCE(e.value, '{}'::jsonb)
+FROM jobs j2 LEFT JOIN jsonb_each($1::jsonb) e ON e.key = j2.uuid::text
+WHERE j.uuid = j2.uuid AND j2.status = 'QUEUED' AND ($2::uuid[] IS NULL OR j2.uuid = ANY($2::uuid[]))
+  AND jsonb_strip_nulls(jsonb_build_object('estimatedStart', j.scheduling->'estimatedStart',
+        'estimatedStartEarliest', j.scheduling->'estimatedStartEarliest', 'estimatedStartLatest', j.scheduling->'estimatedStartLatest'))
+      IS DISTINCT FROM COALESCE(e.value, '{}'::jsonb)`, data, pq.Array(among))
+	return mapErr(err, "set estimated starts")
+}
