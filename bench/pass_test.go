@@ -37,6 +37,7 @@ const passEnv = "GPULAB_BENCH_PASS"
 // written beside the other benchmark outputs.
 //
 // Run alone: GPULAB_BENCH_PASS=5000x100000 go test ./bench -run TestPassCost -v
+// (GPULAB_BENCH_PASS_FULL=1: every pass reads and plans everything, the way passes were before).
 func TestPassCost(t *testing.T) {
 	spec := os.Getenv(passEnv)
 	if spec == "" {
@@ -100,7 +101,12 @@ func TestPassCost(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("leadership: %v %v", ok, err)
 	}
-	loop := leader.NewLoop(st, leader.Config{HeartbeatGrace: 24 * time.Hour, Limits: &scheduler.Limits{}, FullReadEvery: time.Hour},
+	cfg := leader.Config{HeartbeatGrace: 24 * time.Hour, Limits: &scheduler.Limits{}, FullReadEvery: time.Hour}
+	if os.Getenv(passEnv+"_FULL") == "1" {
+		// Every pass reads and plans everything, as before issue 16: the baseline.
+		cfg.FullReadEvery, cfg.Sweep = time.Nanosecond, -1
+	}
+	loop := leader.NewLoop(st, cfg,
 		slog.New(slog.NewTextHandler(io.Discard, nil)), scheduler.NewSignal(), scheduler.NewSignal())
 	prof, err := os.Create(filepath.Join(outDir(t), "pass-cost.cpu.pprof"))
 	if err != nil {
