@@ -37,7 +37,7 @@ const passEnv = "GPULAB_BENCH_PASS"
 // written beside the other benchmark outputs.
 //
 // Run alone: GPULAB_BENCH_PASS=5000x100000 go test ./bench -run TestPassCost -v
-// (GPULAB_BENCH_PASS_FULL=1: every pass reads and plans everything, the way passes were before).
+// (GPULAB_BENCH_PASS_FULL=1: every pass plans every queued job, the way passes were before).
 func TestPassCost(t *testing.T) {
 	spec := os.Getenv(passEnv)
 	if spec == "" {
@@ -103,8 +103,8 @@ func TestPassCost(t *testing.T) {
 	}
 	cfg := leader.Config{HeartbeatGrace: 24 * time.Hour, Limits: &scheduler.Limits{}, FullReadEvery: time.Hour}
 	if os.Getenv(passEnv+"_FULL") == "1" {
-		// Every pass reads and plans everything, as before issue 16: the baseline.
-		cfg.FullReadEvery, cfg.Sweep = time.Nanosecond, -1
+		// Every pass plans every queued job, as before issue 16 (the requests stay in memory).
+		cfg.Sweep = -1
 	}
 	loop := leader.NewLoop(st, cfg,
 		slog.New(slog.NewTextHandler(io.Discard, nil)), scheduler.NewSignal(), scheduler.NewSignal())
