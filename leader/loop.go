@@ -103,12 +103,23 @@ type Loop struct {
 	slaveDocs map[string]*slaveDocs
 }
 
-// forgetPlanned drops the jobs that left the queue from planned.
-func (l *Loop) forgetPlanned() {
+// remember records the jobs a committed pass planned. Jobs that left the queue are forgotten,
+// those the plan assigned or failed at once: one that comes back to the queue (an assignment
+// not taken, a slave lost before the job ran) is new again, planned at the next pass.
+func (l *Loop) remember(planned []scheduler.Job, plan scheduler.Plan) {
 	for id := range l.planned {
 		if _, ok := l.queue.jobs[id]; !ok {
 			delete(l.planned, id)
 		}
+	}
+	for _, j := range planned {
+		l.planned[j.UUID] = true
+	}
+	for _, a := range plan.Assignments {
+		delete(l.planned, a.JobUUID)
+	}
+	for _, f := range plan.Failures {
+		delete(l.planned, f.JobUUID)
 	}
 }
 
@@ -383,12 +394,7 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 	placed, err := l.apply(ctx, lead, snap, hosts, plan, narrowed)
 	ph.Apply, ph.Assigned = time.Since(t), placed
 	if err == nil {
-		for _, j := range snap.Queued {
-			l.planned[j.UUID] = true
-		}
-		if len(l.planned) > 2*len(l.queue.jobs)+1000 {
-			l.forgetPlanned()
-		}
+		l.remember(snap.Queued, plan)
 	}
 	if err == nil {
 		l.cfg.Metrics.ObservePass(time.Since(start), placed)

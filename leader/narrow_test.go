@@ -130,3 +130,16 @@ func TestNarrowedPlanPlacesWhatTheFullPlanPlaces(t *testing.T) {
 		t.Errorf("only %d of %d passes were narrowed: the test does not exercise narrowing", smaller, rounds)
 	}
 }
+
+// TestRememberPlanned: a pass remembers the jobs it planned and left waiting; it forgets jobs
+// that left the queue and those it assigned or failed, so that one coming back is new again.
+func TestRememberPlanned(t *testing.T) {
+	job := func(id string) scheduler.Job { return scheduler.Job{UUID: id} }
+	l := &Loop{queue: &queue{jobs: map[string]scheduler.Job{"a": job("a"), "b": job("b"), "c": job("c"), "d": job("d")}},
+		planned: map[string]bool{"a": true, "gone": true}}
+	l.remember([]scheduler.Job{job("b"), job("c"), job("d")},
+		scheduler.Plan{Assignments: []scheduler.Assignment{{JobUUID: "c"}}, Failures: []scheduler.Failure{{JobUUID: "d"}}})
+	if want := map[string]bool{"a": true, "b": true}; !reflect.DeepEqual(l.planned, want) {
+		t.Errorf("planned %v, want %v", l.planned, want)
+	}
+}
