@@ -395,8 +395,6 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 	ph.Apply, ph.Assigned = time.Since(t), placed
 	if err == nil {
 		l.remember(snap.Queued, plan)
-	}
-	if err == nil {
 		l.cfg.Metrics.ObservePass(time.Since(start), placed)
 		l.log.Debug("scheduler pass phases", "housekeeping", ph.Housekeeping, "read", ph.Read, "plan", ph.Plan, "apply", ph.Apply,
 			"slaves", ph.Slaves, "queued", ph.Queued, "planned", ph.Planned, "running", ph.Running, "assigned", placed)
