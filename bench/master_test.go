@@ -28,6 +28,7 @@ import (
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/leader"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
@@ -147,7 +148,7 @@ func runMaster() error {
 		limits = nil // scheduler.DefaultLimits, as serve's flag defaults
 	}
 	d := &driver{assigned: &assigned, log: log}
-	d.loop = scheduler.NewLoop(st, scheduler.LoopConfig{Interval: cfg.Interval, HeartbeatGrace: cfg.HeartbeatGrace,
+	d.loop = leader.NewLoop(st, leader.Config{Interval: cfg.Interval, HeartbeatGrace: cfg.HeartbeatGrace,
 		JobGrace: cfg.JobGrace, Limits: limits, TallyHalfLife: halfLife, OnPass: d.onPass}, log, wake, work)
 
 	listen := func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
@@ -223,10 +224,10 @@ func (h passCounter) WithGroup(name string) slog.Handler {
 	return passCounter{Handler: h.Handler.WithGroup(name), assigned: h.assigned}
 }
 
-// driver runs the real scheduler loop (scheduler.Loop.Run) once started, and records every
+// driver runs the real scheduler loop (leader.Loop.Run) once started, and records every
 // pass through the loop's OnPass hook: when it started, how long it took, what it assigned.
 type driver struct {
-	loop     *scheduler.Loop
+	loop     *leader.Loop
 	assigned *atomic.Int64
 	log      *slog.Logger
 

@@ -44,6 +44,7 @@ type Master struct {
 	halts        *prometheus.CounterVec
 	queueWait    *prometheus.HistogramVec
 	requests     *prometheus.HistogramVec
+	drift        prometheus.Counter
 }
 
 // NewMaster registers the master's metrics, the database gauges of st, its connection pool's
@@ -68,8 +69,10 @@ func NewMaster(st *store.Store, opts MasterOptions) *Master {
 			Help:    "Latency of the master's HTTP requests by route pattern (not the path), method and status code.",
 			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}},
 			[]string{"route", "method", "code"}),
+		drift: prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "scheduler_memory_drift_total",
+			Help: "Jobs the scheduler leader remembered differently from what its periodic full read found (a bug when above zero)."}),
 	}
-	reg.MustRegister(m.passDuration, m.placements, m.halts, m.queueWait, m.requests,
+	reg.MustRegister(m.passDuration, m.placements, m.halts, m.queueWait, m.requests, m.drift,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if st != nil {
 		reg.MustRegister(collectors.NewDBStatsCollector(st.DB(), "gpulab"), newGaugeCollector(st, opts))
@@ -92,6 +95,15 @@ func (m *Master) ObservePass(d time.Duration, placed int) {
 	}
 	m.passDuration.Observe(d.Seconds())
 	m.placements.Observe(float64(placed))
+}
+
+// ObserveDrift counts jobs the leader's memory had wrong, found by a full read (see
+// leader.queue): it should stay zero.
+func (m *Master) ObserveDrift(n int) {
+	if m == nil {
+		return
+	}
+	m.drift.Add(float64(n))
 }
 
 // ObserveHalt counts a halt asked for, by its reason.

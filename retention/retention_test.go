@@ -14,6 +14,7 @@ import (
 
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/leader"
 	"github.com/opengpulab/gpulab/retention"
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
@@ -209,7 +210,7 @@ FROM jobs j, generate_series(1, $1) g WHERE j.status = 'FINISHED'`, perJob)
 		w.job(job.StatusQueued, 0)
 	}
 	lead := w.lead()
-	loop := scheduler.NewLoop(w.st, scheduler.LoopConfig{Interval: time.Second}, quiet(), scheduler.NewSignal(), scheduler.NewSignal())
+	loop := leader.NewLoop(w.st, leader.Config{Interval: time.Second}, quiet(), scheduler.NewSignal(), scheduler.NewSignal())
 
 	sw := retention.New(w.st, retention.Policy{Events: 365 * day, Batch: 10000, Pause: 10 * time.Millisecond}, quiet())
 	var (

@@ -20,7 +20,7 @@ type RunRatio struct {
 // (finished, failed, cancelled or halted: all free their resources early), per user and, with
 // UserID 0, over everyone; users with fewer than minJobs such jobs are left out (the global row
 // never is, when there are any jobs). One aggregate over the jobs of the window, meant to be
-// cached for minutes: see scheduler.Loop.
+// cached for minutes: see leader.Loop.
 func (s *Store) RunRatios(ctx context.Context, since time.Time, minJobs int) ([]RunRatio, error) {
 	var rows []struct {
 		UserID sql.NullInt64 `db:"user_id"`

@@ -346,18 +346,7 @@ func (s *Store) SetEstimatedStarts(ctx context.Context, starts map[string]time.T
 // estimate of queued jobs that have none now, in one statement per pass; only rows whose
 // estimate changed are written.
 func (s *Store) SetStartEstimates(ctx context.Context, est map[string]job.StartEstimate) error {
-	data, err := json.Marshal(est)
-	if err != nil {
-		return fmt.Errorf("encode estimated starts: %w", err)
-	}
-	_, err = s.q.ExecContext(ctx, `UPDATE jobs j SET scheduling = (j.scheduling - 'estimatedStart' - 'estimatedStartEarliest' - 'estimatedStartLatest')
-    || COALESCE(e.value, '{}'::jsonb)
-FROM jobs j2 LEFT JOIN jsonb_each($1::jsonb) e ON e.key = j2.uuid::text
-WHERE j.uuid = j2.uuid AND j2.status = 'QUEUED'
-  AND jsonb_strip_nulls(jsonb_build_object('estimatedStart', j.scheduling->'estimatedStart',
-        'estimatedStartEarliest', j.scheduling->'estimatedStartEarliest', 'estimatedStartLatest', j.scheduling->'estimatedStartLatest'))
-      IS DISTINCT FROM COALESCE(e.value, '{}'::jsonb)`, data)
-	return mapErr(err, "set estimated starts")
+	return s.SetStartEstimatesAmong(ctx, est, nil)
 }
 
 // JobLogState returns the next log chunk number and the log size of a job.

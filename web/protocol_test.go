@@ -11,8 +11,8 @@ import (
 
 	"github.com/opengpulab/gpulab/internal/testmaster"
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/leader"
 	"github.com/opengpulab/gpulab/protocol"
-	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
 )
 
@@ -384,7 +384,7 @@ func TestStartLeaseRenewedByHeartbeat(t *testing.T) {
 // on the other (its timer would not for an hour), and the leader's assignment wakes the
 // slave's long poll waiting on the first (its own look for work would not for an hour either).
 func TestNotificationsWakeOtherMasters(t *testing.T) {
-	leader := testmaster.Start(t, testmaster.Options{Scheduler: true, Loop: scheduler.LoopConfig{Interval: time.Hour}})
+	leader := testmaster.Start(t, testmaster.Options{Scheduler: true, Loop: leader.Config{Interval: time.Hour}})
 	front := testmaster.Start(t, testmaster.Options{DatabaseURL: leader.DatabaseURL, MaxLongPoll: time.Minute, WorkRecheck: time.Hour})
 	alice := front.AddUser("alice", false, "", "vision")
 	cert := front.SlaveCert("n1", 1)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opengpulab/gpulab/handlers"
+	"github.com/opengpulab/gpulab/leader"
 	"github.com/opengpulab/gpulab/mail"
 	"github.com/opengpulab/gpulab/metrics"
 	"github.com/opengpulab/gpulab/retention"
@@ -107,7 +108,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		MemoryReserveGb: c.MemoryReserveGb, UserCertValidity: c.UserCertValidity, SlaveCertValidity: c.SlaveCertValidity,
 		SSHJump: jump, MaxNotebooksPerUser: c.MaxNotebooksPerUser, IdleThreshold: idle.Threshold, MaxJobLog: c.retention.maxJobLog}, log, wake, work)
 	srv := web.New(wcfg, st, h, log)
-	loop := scheduler.NewLoop(st, scheduler.LoopConfig{Interval: c.SchedulerInterval, HeartbeatGrace: c.HeartbeatGrace,
+	loop := leader.NewLoop(st, leader.Config{Interval: c.SchedulerInterval, HeartbeatGrace: c.HeartbeatGrace,
 		JobGrace: c.JobGrace, FenceMargin: c.FenceMargin, MemoryReserveGb: c.MemoryReserveGb,
 		Limits: &scheduler.Limits{PerUser: c.MaxRunningUser, PerProject: c.MaxRunningProject}, TallyHalfLife: c.TallyHalfLife, Metrics: mets, Idle: idle,
 		WhileLeading: retention.New(st, c.retention.policy(), log).Run}, log, wake, work)

@@ -15,7 +15,7 @@ import (
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/internal/testmaster"
 	"github.com/opengpulab/gpulab/job"
-	"github.com/opengpulab/gpulab/scheduler"
+	"github.com/opengpulab/gpulab/leader"
 )
 
 // jobEvent is an event of GET jobs/{id}/debug as the tests read it.
@@ -76,8 +76,8 @@ func (e *env) usage(id string) jobUsage {
 // busy one none. When its GPU gets busy the flag clears, when idle again a second event comes;
 // once idle for the action time (back-dated: an hour is too long for a test), it is cancelled.
 func TestIdleGPUJobIsFlaggedChartedAndCancelled(t *testing.T) {
-	idle := scheduler.IdleConfig{Threshold: 5, After: 3 * time.Second, Action: scheduler.IdleActionCancel, ActionAfter: time.Hour}
-	e := newEnvWith(t, testmaster.Options{Loop: scheduler.LoopConfig{Idle: idle},
+	idle := leader.IdleConfig{Threshold: 5, After: 3 * time.Second, Action: leader.IdleActionCancel, ActionAfter: time.Hour}
+	e := newEnvWith(t, testmaster.Options{Loop: leader.Config{Idle: idle},
 		DevIdP: []testmaster.IdPUser{{Name: "alice", Email: "alice@example.org", Password: alicePassword}}})
 	s := e.startSlave(slaveOpts{name: "usage", cluster: 1, fakeGPUs: "2xV100-32GB", fakeGPUUtil: []float64{0, 85}, cpus: 2})
 	oneGPU := func(r map[string]any) { r["resources"].(map[string]any)["gpus"] = 1 }
@@ -91,17 +91,17 @@ func TestIdleGPUJobIsFlaggedChartedAndCancelled(t *testing.T) {
 		t.Fatalf("neither job holds GPU 0: %v %v", ja.State.Resources.GPUIDs, jb.State.Resources.GPUIDs)
 	}
 
-	waitUntil(t, "the idle-gpu event of the job on the idle GPU", func() bool { return countKind(e.eventList(idleJob), scheduler.EventIdleGPU) > 0 })
+	waitUntil(t, "the idle-gpu event of the job on the idle GPU", func() bool { return countKind(e.eventList(idleJob), leader.EventIdleGPU) > 0 })
 	// The busy job has had more than twice the idle time of samples, and the checks since: no flag.
 	waitUntil(t, "two idle windows of samples of the busy job", func() bool { return e.usage(busyJob).Averages.Seconds >= 2*idle.After.Seconds() })
 	time.Sleep(2 * time.Second) // a few more checks (every 750 ms), to see that none adds a second event
 	evs := e.eventList(idleJob)
-	if n := countKind(evs, scheduler.EventIdleGPU); n != 1 {
+	if n := countKind(evs, leader.EventIdleGPU); n != 1 {
 		t.Errorf("%d idle-gpu events, want one per idle episode: %+v", n, evs)
 	}
 	var msg string
 	for _, ev := range evs {
-		if ev.Type == scheduler.EventIdleGPU {
+		if ev.Type == leader.EventIdleGPU {
 			msg = ev.Message
 		}
 	}
@@ -111,7 +111,7 @@ func TestIdleGPUJobIsFlaggedChartedAndCancelled(t *testing.T) {
 	if j := e.job(idleJob); !slices.Equal(j.State.IdleGPUs, []int{0}) || j.State.IdleSince == nil {
 		t.Errorf("idle job's flag: %v since %v", j.State.IdleGPUs, j.State.IdleSince)
 	}
-	if j := e.job(busyJob); len(j.State.IdleGPUs) > 0 || countKind(e.eventList(busyJob), scheduler.EventIdleGPU) > 0 {
+	if j := e.job(busyJob); len(j.State.IdleGPUs) > 0 || countKind(e.eventList(busyJob), leader.EventIdleGPU) > 0 {
 		t.Errorf("the busy job was flagged idle: %v\n%s", j.State.IdleGPUs, e.events(busyJob))
 	}
 
@@ -189,7 +189,7 @@ func TestIdleGPUJobIsFlaggedChartedAndCancelled(t *testing.T) {
 	s.gpus.SetFakeUtil([]float64{60, 85})
 	waitUntil(t, "the idle flag to clear", func() bool { return len(e.job(idleJob).State.IdleGPUs) == 0 })
 	s.gpus.SetFakeUtil([]float64{0, 85})
-	waitUntil(t, "a second idle-gpu event", func() bool { return countKind(e.eventList(idleJob), scheduler.EventIdleGPU) == 2 })
+	waitUntil(t, "a second idle-gpu event", func() bool { return countKind(e.eventList(idleJob), leader.EventIdleGPU) == 2 })
 
 	// Idle for the action time (an hour): back-dated, and the busy minute left out of its series.
 	if _, err := e.m.Store.DB().ExecContext(context.Background(),
@@ -218,8 +218,8 @@ func TestIdleGPUJobIsFlaggedChartedAndCancelled(t *testing.T) {
 // is halted (its event says why) and its restart job queued; a job that is not restartable is
 // only flagged.
 func TestIdleGPUHaltsRestartableJob(t *testing.T) {
-	idle := scheduler.IdleConfig{Threshold: 5, After: 2 * time.Second, Action: scheduler.IdleActionHalt, ActionAfter: 4 * time.Second}
-	e := newEnvWith(t, testmaster.Options{Loop: scheduler.LoopConfig{Idle: idle}})
+	idle := leader.IdleConfig{Threshold: 5, After: 2 * time.Second, Action: leader.IdleActionHalt, ActionAfter: 4 * time.Second}
+	e := newEnvWith(t, testmaster.Options{Loop: leader.Config{Idle: idle}})
 	e.startSlave(slaveOpts{name: "idlehalt", cluster: 1, fakeGPUs: "2xV100-32GB", cpus: 2}) // both GPUs at 0 %
 	restartable := e.submit(e.jobFile("restartable", haltScript, func(r map[string]any) {
 		r["resources"].(map[string]any)["gpus"] = 1
@@ -234,7 +234,7 @@ func TestIdleGPUHaltsRestartableJob(t *testing.T) {
 			halt = ev.Message
 		}
 	}
-	if !strings.Contains(halt, "idle") || countKind(e.eventList(restartable), scheduler.EventIdleGPU) != 1 {
+	if !strings.Contains(halt, "idle") || countKind(e.eventList(restartable), leader.EventIdleGPU) != 1 {
 		t.Errorf("halt event %q, want the idle GPUs as the reason after one idle-gpu event:\n%s", halt, e.events(restartable))
 	}
 	e.waitRestartOf(restartable)

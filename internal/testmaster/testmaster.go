@@ -21,6 +21,7 @@ import (
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/leader"
 	"github.com/opengpulab/gpulab/metrics"
 
 	"github.com/opengpulab/gpulab/mail"
@@ -60,7 +61,7 @@ type Options struct {
 	// without a heartbeat, its jobs given up 10 s (its slave's fence time) plus a 1 s margin
 	// later). Heartbeats come every 500 ms whatever the engine does; the graces are generous
 	// for two test suites sharing the machine's two cores.
-	Loop scheduler.LoopConfig
+	Loop leader.Config
 	// Leases overrides the store's leases (default store.DefaultLeases).
 	Leases *store.Leases
 	// MissingGrace is how long a heartbeat may leave out a job before it is taken as gone
@@ -212,7 +213,7 @@ func Start(t testing.TB, opts Options) *Master {
 		t.Fatalf("the master did not listen to database notifications within a minute")
 	}
 	if opts.Scheduler {
-		loop := scheduler.NewLoop(st, lc, log, wake, work)
+		loop := leader.NewLoop(st, lc, log, wake, work)
 		go func() { defer close(loopDone); _ = loop.Run(ctx) }()
 	} else {
 		close(loopDone)

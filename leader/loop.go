@@ -1,6 +1,7 @@
-package scheduler
+package leader
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,11 +14,12 @@ import (
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/metrics"
 	"github.com/opengpulab/gpulab/protocol"
+	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
 )
 
-// LoopConfig tunes the loop.
-type LoopConfig struct {
+// Config tunes the loop.
+type Config struct {
 	// Interval is the longest time between two passes; submits, slaves coming back online and
 	// job ends wake the loop sooner.
 	Interval time.Duration
@@ -38,13 +40,22 @@ type LoopConfig struct {
 	// MemoryReserveGb is kept free on every slave for the system.
 	MemoryReserveGb int
 	// Limits cap running jobs per user and project (nil: DefaultLimits; zero fields: no cap).
-	Limits *Limits
+	Limits *scheduler.Limits
 	// TallyHalfLife is how fast usage is forgiven (default 7 days); TallyWeights what each
 	// resource adds per hour (default store.DefaultTallyWeights).
 	TallyHalfLife time.Duration
 	TallyWeights  *store.TallyWeights
 	// Idle is the idle-GPU check; a zero Idle.After turns it off.
 	Idle IdleConfig
+	// FullReadEvery is how often the leader reads again in full what it otherwise keeps in
+	// memory between passes (the queued jobs' requests), as a check: differences are logged
+	// and counted as drift (default 5 min).
+	FullReadEvery time.Duration
+	// Sweep is how many of the waiting jobs that cannot start now a pass between two full ones
+	// plans anyway, first in queue order (default DefaultSweep; negative: every pass is full).
+	// A full pass, which plans every queued job, comes at the start of a term and every
+	// FullReadEvery; see narrow.
+	Sweep int
 	// UsageCompactEvery is how often the leader downsamples the usage series (default 1 min).
 	UsageCompactEvery time.Duration
 	// OnPass, when set, is called after every pass of Run with when it started, how long it
@@ -68,18 +79,48 @@ const TallyInterval = 5 * time.Minute
 // proves the lease (store.AsLeader), and every timeout is measured on the database's clock.
 type Loop struct {
 	st   *store.Store
-	cfg  LoopConfig
+	cfg  Config
 	log  *slog.Logger
-	wake *Signal // wakes the loop
-	work *Signal // wakes slaves' long polls after assignments and cancellations
+	wake *scheduler.Signal // wakes the loop
+	work *scheduler.Signal // wakes slaves' long polls after assignments and cancellations
 
 	// lastIdle and lastCompact are when this leader last ran the idle check and the usage
 	// compaction (only the loop's goroutine touches them).
 	lastIdle, lastCompact time.Time
 	// ratios are the learned run-time ratios for start estimates, read at ratiosAt: one
 	// aggregate over a month of jobs, so read every RatioRefresh rather than every pass.
-	ratios   RunRatios
+	ratios   scheduler.RunRatios
 	ratiosAt time.Time
+	// phases are the last pass's (LastPass).
+	phases Phases
+	// queue remembers the queued jobs' requests between passes.
+	queue *queue
+	// planned are the queued jobs a pass of this term has planned (nil: none yet), and fullAt
+	// when the last full pass began (see narrow).
+	planned map[string]bool
+	fullAt  time.Time
+	// slaveDocs are the slaves' decoded inventories, by name.
+	slaveDocs map[string]*slaveDocs
+}
+
+// remember records the jobs a committed pass planned. Jobs that left the queue are forgotten,
+// those the plan assigned or failed at once: one that comes back to the queue (an assignment
+// not taken, a slave lost before the job ran) is new again, planned at the next pass.
+func (l *Loop) remember(planned []scheduler.Job, plan scheduler.Plan) {
+	for id := range l.planned {
+		if _, ok := l.queue.jobs[id]; !ok {
+			delete(l.planned, id)
+		}
+	}
+	for _, j := range planned {
+		l.planned[j.UUID] = true
+	}
+	for _, a := range plan.Assignments {
+		delete(l.planned, a.JobUUID)
+	}
+	for _, f := range plan.Failures {
+		delete(l.planned, f.JobUUID)
+	}
 }
 
 // The learned run-time ratios (forecast.go): jobs created within RatioWindow count, a user
@@ -93,7 +134,7 @@ const (
 
 // runRatios returns the cached ratios, read again when older than RatioRefresh. A failed read
 // keeps the old ones: estimates are worth less than the pass.
-func (l *Loop) runRatios(ctx context.Context, now time.Time) RunRatios {
+func (l *Loop) runRatios(ctx context.Context, now time.Time) scheduler.RunRatios {
 	if !l.ratiosAt.IsZero() && now.Sub(l.ratiosAt) < RatioRefresh {
 		return l.ratios
 	}
@@ -108,21 +149,21 @@ func (l *Loop) runRatios(ctx context.Context, now time.Time) RunRatios {
 
 // ratiosOf turns the store's rows into the planner's input; a global row over fewer than
 // minJobs jobs is no knowledge.
-func ratiosOf(rows []store.RunRatio, minJobs int) RunRatios {
-	out := RunRatios{Users: map[int64]RunRatio{}}
+func ratiosOf(rows []store.RunRatio, minJobs int) scheduler.RunRatios {
+	out := scheduler.RunRatios{Users: map[int64]scheduler.RunRatio{}}
 	for _, r := range rows {
 		switch {
 		case r.UserID != 0:
-			out.Users[r.UserID] = RunRatio{Low: r.Low, Mid: r.Mid}
+			out.Users[r.UserID] = scheduler.RunRatio{Low: r.Low, Mid: r.Mid}
 		case r.Jobs >= minJobs:
-			out.Global = RunRatio{Low: r.Low, Mid: r.Mid}
+			out.Global = scheduler.RunRatio{Low: r.Low, Mid: r.Mid}
 		}
 	}
 	return out
 }
 
 // NewLoop makes a loop. wake and work are shared with the handlers.
-func NewLoop(st *store.Store, cfg LoopConfig, log *slog.Logger, wake, work *Signal) *Loop {
+func NewLoop(st *store.Store, cfg Config, log *slog.Logger, wake, work *scheduler.Signal) *Loop {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 5 * time.Second
 	}
@@ -155,7 +196,13 @@ func NewLoop(st *store.Store, cfg LoopConfig, log *slog.Logger, wake, work *Sign
 		w := store.DefaultTallyWeights
 		cfg.TallyWeights = &w
 	}
-	return &Loop{st: st, cfg: cfg, log: log, wake: wake, work: work}
+	if cfg.Sweep == 0 {
+		cfg.Sweep = DefaultSweep
+	}
+	if cfg.FullReadEvery <= 0 {
+		cfg.FullReadEvery = 5 * time.Minute
+	}
+	return &Loop{st: st, cfg: cfg, log: log, wake: wake, work: work, queue: newQueue(cfg.FullReadEvery, log, cfg.Metrics.ObserveDrift)}
 }
 
 // Run schedules until ctx ends. Only one master at a time holds the lease; the others try
@@ -188,6 +235,10 @@ func (l *Loop) Run(ctx context.Context) error {
 // Lead runs passes under a held lease, renewing it in the background, until ctx ends or the
 // lease is lost (its error).
 func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
+	// What a previous term remembered may have changed under another leader: its first pass
+	// reads and plans everything.
+	l.queue.reset()
+	l.planned = nil
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	renewed := make(chan struct{})
@@ -270,9 +321,33 @@ func (l *Loop) renew(ctx context.Context, lead store.Leadership, cancel context.
 	}
 }
 
+// Phases says where one pass's time went: the housekeeping transaction, the usage
+// compaction, the snapshot's reads, Plan, and the transaction that applies the plan; Steps are
+// the reads and writes one by one. Benchmarks and the profile of a slow pass read it; so would an operator, in the debug log.
+type Phases struct {
+	Housekeeping, Compact, Read, Plan, Apply time.Duration
+	// Planned is how many queued jobs Plan was given (all of them in a full pass); Plan
+	// includes choosing them (narrow).
+	Planned                           int
+	Steps                             []Timed
+	Slaves, Queued, Running, Assigned int
+}
+
+// Timed is one step of a pass and how long it took.
+type Timed struct {
+	Step string
+	Took time.Duration
+}
+
+// LastPass is where the time of the last pass went. Only the goroutine that runs the passes
+// may call it (tests and benchmarks that call Pass themselves).
+func (l *Loop) LastPass() Phases { return l.phases }
+
 // Pass does one housekeeping and scheduling pass as the holder of lead.
 func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 	start := time.Now()
+	l.phases = Phases{}
+	ph := &l.phases
 	var stops []string
 	err := l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
 		var err error
@@ -290,25 +365,50 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 	if err != nil {
 		return err
 	}
+	ph.Housekeeping = time.Since(start)
 	l.work.WakeKeys(stops...)
 	if time.Since(l.lastCompact) >= l.cfg.UsageCompactEvery {
 		// Outside the leader's transaction: merging old samples is safe on any master and must
 		// not hold the pass's locks.
+		t := time.Now()
 		if _, err := l.st.CompactUsage(ctx); err != nil {
 			l.log.Warn("compacting the usage series failed", "err", err)
 		}
 		l.lastCompact = time.Now()
+		ph.Compact = time.Since(t)
 	}
+	t := time.Now()
 	snap, hosts, err := l.snapshot(ctx)
 	if err != nil {
 		return err
 	}
-	plan := snap.Plan()
-	placed, err := l.apply(ctx, lead, snap, hosts, plan)
+	ph.Read = time.Since(t)
+	ph.Slaves, ph.Queued, ph.Running = len(snap.Slaves), len(snap.Queued), len(snap.Running)
+	t = time.Now()
+	var plan scheduler.Plan
+	narrowed := false
+	if l.planned == nil || l.cfg.Sweep < 0 || time.Since(l.fullAt) >= l.cfg.FullReadEvery {
+		l.planned, l.fullAt = map[string]bool{}, time.Now()
+		plan = snap.Plan()
+	} else {
+		plan, snap.Queued, narrowed = planNarrowed(snap, l.planned, l.cfg.Sweep)
+	}
+	ph.Planned, ph.Plan = len(snap.Queued), time.Since(t)
+	t = time.Now()
+	placed, err := l.apply(ctx, lead, snap, hosts, plan, narrowed)
+	ph.Apply, ph.Assigned = time.Since(t), placed
 	if err == nil {
+		l.remember(snap.Queued, plan)
 		l.cfg.Metrics.ObservePass(time.Since(start), placed)
+		l.log.Debug("scheduler pass phases", "housekeeping", ph.Housekeeping, "read", ph.Read, "plan", ph.Plan, "apply", ph.Apply,
+			"slaves", ph.Slaves, "queued", ph.Queued, "planned", ph.Planned, "running", ph.Running, "assigned", placed)
 	}
 	return err
+}
+
+// timed records how long a step of the pass (a read of the snapshot, a write of the plan) took.
+func (l *Loop) timed(step string, since time.Time) {
+	l.phases.Steps = append(l.phases.Steps, Timed{Step: step, Took: time.Since(since)})
 }
 
 // housekeeping gives their outcome to the jobs the scheduler must act on by time (all measured
@@ -419,30 +519,39 @@ func (l *Loop) housekeeping(ctx context.Context, tx *store.Store, lead store.Lea
 
 // snapshot reads what Plan needs, and the host name users reach each slave at (for the
 // assignments' state.resources.slaveHost).
-func (l *Loop) snapshot(ctx context.Context) (Snapshot, map[string]string, error) {
+func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]string, error) {
 	hosts := map[string]string{}
+	t := time.Now()
 	now, err := l.st.Now(ctx)
 	if err != nil {
-		return Snapshot{}, hosts, err
+		return scheduler.Snapshot{}, hosts, err
 	}
-	snap := Snapshot{Now: now, Clusters: map[int]Cluster{}, Policy: PolicyFair, Limits: DefaultLimits}
+	snap := scheduler.Snapshot{Now: now, Clusters: map[int]scheduler.Cluster{}, Policy: scheduler.PolicyFair, Limits: scheduler.DefaultLimits}
 	if l.cfg.Limits != nil {
 		snap.Limits = *l.cfg.Limits
 	}
+	l.timed("clock", t)
+	t = time.Now()
 	tallies, err := l.st.Tallies(ctx, l.cfg.TallyHalfLife)
 	if err != nil {
 		return snap, hosts, err
 	}
 	snap.Tallies = tallies
+	l.timed("tallies", t)
+	t = time.Now()
 	snap.Ratios = l.runRatios(ctx, now)
+	l.timed("run ratios", t)
+	t = time.Now()
 	reservations, err := l.st.ListReservations(ctx, now)
 	if err != nil {
 		return snap, hosts, err
 	}
 	for _, r := range reservations {
-		snap.Reservations = append(snap.Reservations, Reservation{ID: r.ID, Name: r.Name, ClusterID: int(r.ClusterID.Int64),
+		snap.Reservations = append(snap.Reservations, scheduler.Reservation{ID: r.ID, Name: r.Name, ClusterID: int(r.ClusterID.Int64),
 			SlaveNames: r.SlaveNames, GPUs: r.GPUs, Start: r.Start, End: r.End, Users: r.UserIDs, Projects: r.ProjectIDs})
 	}
+	l.timed("reservations", t)
+	t = time.Now()
 	clusters, err := l.st.ListClusters(ctx)
 	if err != nil {
 		return snap, hosts, err
@@ -452,44 +561,42 @@ func (l *Loop) snapshot(ctx context.Context) (Snapshot, map[string]string, error
 		return snap, hosts, err
 	}
 	for _, c := range clusters {
-		snap.Clusters[c.ID] = Cluster{ID: c.ID, Private: c.Private, Projects: owners[c.ID], GuestLimit: time.Duration(c.GuestLimitS) * time.Second}
+		snap.Clusters[c.ID] = scheduler.Cluster{ID: c.ID, Private: c.Private, Projects: owners[c.ID], GuestLimit: time.Duration(c.GuestLimitS) * time.Second}
 	}
+	l.timed("clusters", t)
+	t = time.Now()
 	slaves, err := l.st.ListSlaves(ctx)
 	if err != nil {
 		return snap, hosts, err
 	}
+	decoded := make(map[string]*slaveDocs, len(slaves))
 	for _, s := range slaves {
 		if s.InstanceID == "" {
 			continue // joined but never registered: nothing is known of what it has
 		}
 		hosts[s.Name] = firstNonEmpty(s.DNSName, s.Host, s.Name)
-		var inv protocol.Inventory
-		if len(s.Inventory) > 0 {
-			if err := json.Unmarshal(s.Inventory, &inv); err != nil {
-				return snap, hosts, fmt.Errorf("inventory of slave %s: %w", s.Name, err)
-			}
+		d, err := l.slaveDocs[s.Name].decode(s.Name, s.Inventory, s.CapacityGPUs)
+		if err != nil {
+			return snap, hosts, err
 		}
-		var capacity []protocol.GPU
-		if len(s.CapacityGPUs) > 0 {
-			if err := json.Unmarshal(s.CapacityGPUs, &capacity); err != nil {
-				return snap, hosts, fmt.Errorf("capacity of slave %s: %w", s.Name, err)
-			}
-		}
-		snap.Slaves = append(snap.Slaves, Slave{
+		decoded[s.Name] = d
+		inv := d.inventory
+		snap.Slaves = append(snap.Slaves, scheduler.Slave{
 			Name: s.Name, InstanceID: s.InstanceID, ClusterID: s.ClusterID,
 			Online: s.Online, Accepting: s.AcceptingJobs && !s.Disabled,
 			CPUs: inv.CPUs, MemoryGb: max(int(inv.MemoryMiB/1024)-l.cfg.MemoryReserveGb, 0),
-			CudaMajor: inv.CudaMajor(), GPUs: inv.GPUs, CapacityGPUs: capacity,
+			CudaMajor: inv.CudaMajor(), GPUs: inv.GPUs, CapacityGPUs: d.capacity,
 		})
 	}
-	queued, err := l.st.ListJobs(ctx, store.JobFilter{Statuses: []job.Status{job.StatusQueued}, Sort: "created"})
+	l.slaveDocs = decoded
+	l.timed("slaves", t)
+	t = time.Now()
+	snap.Queued, err = l.queue.read(ctx, l.st)
 	if err != nil {
 		return snap, hosts, err
 	}
-	for _, rec := range queued {
-		snap.Queued = append(snap.Queued, Job{UUID: rec.Job.UUID, Request: rec.Job.Request, Submitted: rec.Job.State.Created,
-			UserID: rec.UserID, ProjectID: rec.ProjectID})
-	}
+	l.timed("queued jobs", t)
+	t = time.Now()
 	held, err := l.st.ListHeld(ctx)
 	if err != nil {
 		return snap, hosts, err
@@ -497,12 +604,15 @@ func (l *Loop) snapshot(ctx context.Context) (Snapshot, map[string]string, error
 	for _, h := range held {
 		snap.Running = append(snap.Running, placedOf(h, now))
 	}
+	l.timed("held", t)
 	return snap, hosts, nil
 }
 
 // apply writes a plan in one transaction that proves the lease first. Each change stays
 // conditional on the state the snapshot saw: a job cancelled since is skipped, not assigned.
-func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap Snapshot, hosts map[string]string, plan Plan) (int, error) {
+//
+// A narrowed plan (see narrow) sets the estimates of the jobs it planned only.
+func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.Snapshot, hosts map[string]string, plan scheduler.Plan, narrowed bool) (int, error) {
 	assigned, halted := 0, 0
 	var haltReasons []string
 	wake := wakeSlaves(snap, plan)
@@ -526,10 +636,12 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap Snapshot, 
 				Message:   fmt.Sprintf("assigned to slave %s (GPUs %v, CPUs %v, %d GB)", a.SlaveName, gpuIDs, a.CPUIDs, a.MemoryGb)})
 		}
 		// One statement for the whole pass; jobs cancelled since the snapshot are skipped.
+		t := time.Now()
 		done, err := tx.AssignJobs(ctx, batch)
 		if err != nil {
 			return err
 		}
+		l.timed("assign", t)
 		assigned = len(done)
 		for _, f := range plan.Failures {
 			_, err := tx.TransitionJob(ctx, f.JobUUID, []job.Status{job.StatusQueued}, job.StatusFailed,
@@ -560,12 +672,23 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap Snapshot, 
 			halted++
 			haltReasons = append(haltReasons, h.Reason)
 		}
+		t = time.Now()
 		if err := tx.SetQueuedExplanations(ctx, plan.Explanations); err != nil {
 			return err
 		}
-		if err := tx.SetStartEstimates(ctx, startEstimates(plan)); err != nil {
+		l.timed("explanations", t)
+		t = time.Now()
+		var among []string
+		if narrowed {
+			among = make([]string, len(snap.Queued))
+			for i, j := range snap.Queued {
+				among[i] = j.UUID
+			}
+		}
+		if err := tx.SetStartEstimatesAmong(ctx, startEstimates(plan), among); err != nil {
 			return err
 		}
+		l.timed("estimates", t)
 		if assigned > 0 || halted > 0 {
 			// Delivered at commit, to the long polls of these slaves on every master.
 			return tx.NotifySlaves(ctx, wake...)
@@ -582,14 +705,43 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap Snapshot, 
 		l.work.WakeKeys(wake...)
 	}
 	if assigned > 0 || halted > 0 || len(plan.Failures) > 0 {
-		l.log.Info("scheduler pass", "queued", len(snap.Queued), "assigned", assigned, "halted", halted, "failed", len(plan.Failures))
+		l.log.Info("scheduler pass", "planned", len(snap.Queued), "assigned", assigned, "halted", halted, "failed", len(plan.Failures))
 	}
 	return assigned, nil
 }
 
+// slaveDocs are a slave's inventory and GPU capacity decoded, with the bytes they were decoded
+// from: 5,000 slaves' inventories decoded at every pass cost a second, and they change only
+// when a slave registers again.
+type slaveDocs struct {
+	inventoryRaw, capacityRaw []byte
+	inventory                 protocol.Inventory
+	capacity                  []protocol.GPU
+}
+
+// decode returns d when it was decoded from these very bytes, else decodes them. Plan never
+// changes its snapshot, so passes may share what was decoded.
+func (d *slaveDocs) decode(name string, inventory, capacity []byte) (*slaveDocs, error) {
+	if d != nil && bytes.Equal(d.inventoryRaw, inventory) && bytes.Equal(d.capacityRaw, capacity) {
+		return d, nil
+	}
+	out := &slaveDocs{inventoryRaw: bytes.Clone(inventory), capacityRaw: bytes.Clone(capacity)}
+	if len(inventory) > 0 {
+		if err := json.Unmarshal(inventory, &out.inventory); err != nil {
+			return nil, fmt.Errorf("inventory of slave %s: %w", name, err)
+		}
+	}
+	if len(capacity) > 0 {
+		if err := json.Unmarshal(capacity, &out.capacity); err != nil {
+			return nil, fmt.Errorf("capacity of slave %s: %w", name, err)
+		}
+	}
+	return out, nil
+}
+
 // wakeSlaves names the slaves whose long polls have news after a plan: those that got jobs and
 // those with jobs to halt.
-func wakeSlaves(snap Snapshot, plan Plan) []string {
+func wakeSlaves(snap scheduler.Snapshot, plan scheduler.Plan) []string {
 	var names []string
 	for _, a := range plan.Assignments {
 		names = append(names, a.SlaveName)
@@ -619,8 +771,8 @@ func firstNonEmpty(ss ...string) string {
 }
 
 // placedOf is what a running job holds, as Plan sees it.
-func placedOf(h store.Held, now time.Time) Placed {
-	pl := Placed{JobUUID: h.UUID, SlaveName: h.SlaveName, UserID: h.UserID, ProjectID: h.ProjectID, Bucket: h.Bucket,
+func placedOf(h store.Held, now time.Time) scheduler.Placed {
+	pl := scheduler.Placed{JobUUID: h.UUID, SlaveName: h.SlaveName, UserID: h.UserID, ProjectID: h.ProjectID, Bucket: h.Bucket,
 		GPUIndices: ints(h.GPUIDs), CPUIDs: ints(h.CPUIDs), MemoryGb: h.MemoryGb,
 		MinDuration: time.Duration(h.MinDuration) * time.Second, Restartable: h.Restartable, Interactive: h.Interactive,
 		Halting: h.Releasing || h.Status == job.StatusMustHalt || h.Status == job.StatusHalting, Reservations: h.Reservations,
@@ -650,7 +802,7 @@ func ints(a []int64) []int {
 
 // startEstimates is what the store keeps of a plan's estimates: the forecast's likely start and
 // range where there is one, else the planner's own estimate (a reservation's start).
-func startEstimates(p Plan) map[string]job.StartEstimate {
+func startEstimates(p scheduler.Plan) map[string]job.StartEstimate {
 	out := make(map[string]job.StartEstimate, len(p.Ranges)+len(p.Estimates))
 	for id, t := range p.Estimates {
 		out[id] = job.StartEstimate{Start: t}

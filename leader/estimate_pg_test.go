@@ -1,4 +1,4 @@
-package scheduler_test
+package leader_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/leader"
 	"github.com/opengpulab/gpulab/protocol"
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
@@ -93,7 +94,7 @@ func TestLoopStoresEveryEstimate(t *testing.T) {
 	for range 4 {
 		ids = append(ids, w.submit(time.Hour))
 	}
-	loop := scheduler.NewLoop(w.st, scheduler.LoopConfig{}, slog.New(slog.NewTextHandler(io.Discard, nil)), scheduler.NewSignal(), scheduler.NewSignal())
+	loop := leader.NewLoop(w.st, leader.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)), scheduler.NewSignal(), scheduler.NewSignal())
 	if err := loop.Pass(ctx, w.lead); err != nil {
 		t.Fatalf("pass: %v", err)
 	}
@@ -127,14 +128,14 @@ func TestLoopStoresEveryEstimate(t *testing.T) {
 	}
 
 	// Twenty ended jobs that ran a quarter of their 4-hour maxDuration give the ratios.
-	for range scheduler.RatioMinJobs {
+	for range leader.RatioMinJobs {
 		id := w.submit(4 * time.Hour)
 		if _, err := w.st.DB().ExecContext(ctx, `UPDATE jobs SET status = 'FINISHED',
     event_times = jsonb_build_object('RUNNING', now() - interval '2 hours', 'FINISHED', now() - interval '1 hour') WHERE uuid = $1`, id); err != nil {
 			t.Fatal(err)
 		}
 	}
-	rows, err := w.st.RunRatios(ctx, time.Now().Add(-time.Hour), scheduler.RatioMinJobs)
+	rows, err := w.st.RunRatios(ctx, time.Now().Add(-time.Hour), leader.RatioMinJobs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,13 +143,13 @@ func TestLoopStoresEveryEstimate(t *testing.T) {
 		t.Fatalf("ratios %+v: want alice's and the global one", rows)
 	}
 	for _, r := range rows {
-		if r.Jobs != scheduler.RatioMinJobs || r.Mid < 0.24 || r.Mid > 0.26 {
+		if r.Jobs != leader.RatioMinJobs || r.Mid < 0.24 || r.Mid > 0.26 {
 			t.Errorf("ratio %+v: want 20 jobs at 0.25", r)
 		}
 	}
 	// The loop read the ratios (none) at its first pass and keeps them for RatioRefresh; a new
 	// loop, as after a change of leader, reads them now.
-	loop = scheduler.NewLoop(w.st, scheduler.LoopConfig{}, slog.New(slog.NewTextHandler(io.Discard, nil)), scheduler.NewSignal(), scheduler.NewSignal())
+	loop = leader.NewLoop(w.st, leader.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)), scheduler.NewSignal(), scheduler.NewSignal())
 	if err := loop.Pass(ctx, w.lead); err != nil {
 		t.Fatalf("pass: %v", err)
 	}

@@ -1,0 +1,160 @@
+package leader
+
+import (
+	"github.com/opengpulab/gpulab/scheduler"
+)
+
+// DefaultSweep is how many of the waiting jobs that cannot start now a narrowed pass plans
+// anyway, first in queue order: as many as the forecast covers (scheduler.ForecastCap), so
+// that estimates are those of a full pass.
+const DefaultSweep = scheduler.ForecastCap
+
+// narrow returns the queued jobs a pass plans when it need not plan them all (issue 16). With
+// a long queue on a full cluster most jobs cannot start, and planning each of them again at
+// every pass (its explanation against every slave) was most of the pass. A narrowed pass
+// plans:
+//   - every job no earlier pass of this term planned (a new one is judged at once: impossible
+//     requests fail, every job gets its first explanation);
+//   - every job that could start now by counts alone: some online, accepting slave of its
+//     cluster (any, when it names none) has as many free GPUs, CPUs and GB of memory as it
+//     asks for (a superset of what Plan places: models, pins, caps and reservations are Plan's
+//     to judge);
+//   - every job whose notAfter has passed (Plan fails it), and every interactive job (one that
+//     cannot start fails unless a halt makes room for it);
+//   - the first sweep of the other jobs in queue order: the head that backfill reserves room
+//     for, the starters that halts make room for and the jobs the forecast covers are among
+//     them.
+//
+// early are the jobs whose turn comes before that of any job left out: Plan decides for them
+// exactly what it decides in a full pass (it gives turns in queue order, and only what comes
+// before a job's turn bears on it). A job left out could not start, so it takes nothing and
+// counts against no cap: every plan of the narrowed queue places what the full plan would,
+// unless a later job took a halt the full plan would give a job left out (planNarrowed falls
+// back to a full plan then), or the backfill head lies beyond the sweep (more than sweep jobs
+// ahead of it wait for something other than room). What a narrowed pass leaves alone is the
+// explanation and estimate of the jobs beyond the sweep, halts for them, and failing those
+// that became impossible (their cluster or the only slaves able to take them removed): all
+// done by the next full pass (Config.FullReadEvery).
+func narrow(snap scheduler.Snapshot, planned map[string]bool, sweep int) (jobs []scheduler.Job, early map[string]bool) {
+	fits := fitsByCounts(snap)
+	order := snap.Order()
+	keep := make(map[string]bool, len(order))
+	early = map[string]bool{}
+	rest, cut := 0, false
+	for _, j := range order {
+		switch {
+		case !planned[j.UUID], fits(j), j.Request.Scheduling.Interactive,
+			j.Request.Scheduling.NotAfter != nil && !j.Request.Scheduling.NotAfter.After(snap.Now):
+			keep[j.UUID] = true
+		case rest < sweep:
+			keep[j.UUID] = true
+			rest++
+		default:
+			cut = true
+		}
+		if !cut {
+			early[j.UUID] = true
+		}
+	}
+	jobs = make([]scheduler.Job, 0, len(keep))
+	for _, j := range snap.Queued { // the snapshot's own order, as a full pass has it
+		if keep[j.UUID] {
+			jobs = append(jobs, j)
+		}
+	}
+	return jobs, early
+}
+
+// planNarrowed plans the narrowed queue (narrow) and returns the plan and the jobs it planned.
+// When the plan halts a running job for a job beyond the early ones, which the full plan might
+// have given to a job left out, it plans the whole queue instead (narrowed false).
+func planNarrowed(snap scheduler.Snapshot, planned map[string]bool, sweep int) (plan scheduler.Plan, jobs []scheduler.Job, narrowed bool) {
+	jobs, early := narrow(snap, planned, sweep)
+	if len(jobs) == len(snap.Queued) {
+		return snap.Plan(), snap.Queued, false
+	}
+	sub := snap
+	sub.Queued = jobs
+	plan = sub.Plan()
+	for _, h := range plan.Halts {
+		if !early[h.ForJobUUID] {
+			return snap.Plan(), snap.Queued, false
+		}
+	}
+	return plan, jobs, true
+}
+
+// room is what a slave has free, by counts.
+type room struct{ gpus, cpus, memGb int }
+
+// fitsByCounts returns whether a job could start now by counts alone on some online,
+// accepting slave of its cluster (see narrow). Answers are kept per shape (GPUs, CPUs,
+// memory, cluster): a long queue has few shapes.
+func fitsByCounts(snap scheduler.Snapshot) func(scheduler.Job) bool {
+	// What is held, by slave: only GPUs the slave reports and CPU ids it has count, as Plan
+	// counts them (a GPU that dropped out may still be held).
+	type held struct {
+		gpus, cpus map[int]bool
+		memGb      int
+	}
+	holds := map[string]*held{}
+	for _, pl := range snap.Running {
+		h := holds[pl.SlaveName]
+		if h == nil {
+			h = &held{gpus: map[int]bool{}, cpus: map[int]bool{}}
+			holds[pl.SlaveName] = h
+		}
+		for _, g := range pl.GPUIndices {
+			h.gpus[g] = true
+		}
+		for _, c := range pl.CPUIDs {
+			h.cpus[c] = true
+		}
+		h.memGb += pl.MemoryGb
+	}
+	byCluster := map[int][]room{}
+	var all []room
+	for _, s := range snap.Slaves {
+		if !s.Online || !s.Accepting {
+			continue
+		}
+		r := room{gpus: len(s.GPUs), cpus: s.CPUs, memGb: s.MemoryGb}
+		if h := holds[s.Name]; h != nil {
+			for _, g := range s.GPUs {
+				if h.gpus[g.Index] {
+					r.gpus--
+				}
+			}
+			for c := range h.cpus {
+				if c >= 0 && c < s.CPUs {
+					r.cpus--
+				}
+			}
+			r.memGb -= h.memGb
+		}
+		byCluster[s.ClusterID] = append(byCluster[s.ClusterID], r)
+		all = append(all, r)
+	}
+	type shape struct{ gpus, cpus, memGb, cluster int }
+	known := map[shape]bool{}
+	return func(j scheduler.Job) bool {
+		res := j.Request.Resources
+		k := shape{res.GPUs, res.CPUs, res.CPUMemoryGb, res.ClusterID}
+		if v, ok := known[k]; ok {
+			return v
+		}
+		rooms := all
+		if k.cluster > 0 {
+			rooms = byCluster[k.cluster]
+		}
+		v := false
+		for _, r := range rooms {
+			if r.gpus >= k.gpus && r.cpus >= k.cpus && r.memGb >= k.memGb {
+				v = true
+				break
+			}
+		}
+		known[k] = v
+		return v
+	}
+}

@@ -1,0 +1,88 @@
+package leader_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/leader"
+	"github.com/opengpulab/gpulab/protocol"
+	"github.com/opengpulab/gpulab/scheduler"
+	"github.com/opengpulab/gpulab/store"
+)
+
+// TestNarrowedPassOnPostgres: on a full one-GPU slave with three jobs waiting, a pass after the
+// first plans only the sweep (1 here) and the jobs never planned; it rewrites the estimates of
+// the jobs it planned and leaves the others' alone (a full pass clears or rewrites every
+// queued job's).
+func TestNarrowedPassOnPostgres(t *testing.T) {
+	w := newEstimateWorld(t)
+	ctx := context.Background()
+	inv, _ := json.Marshal(protocol.Inventory{Name: "node1", CPUs: 8, MemoryMiB: 32768, CudaVersion: "12.4", GPUStatus: "fake",
+		GPUs: []protocol.GPU{{Index: 0, UUID: "GPU-0", Model: "V100-32GB", MemoryMiB: 32768, Fake: true}}})
+	c, err := w.st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node1", InstanceID: "i1", Host: "node1", ClusterID: c.ID, Inventory: inv}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 4 {
+		ids = append(ids, w.submit(time.Hour))
+	}
+	loop := leader.NewLoop(w.st, leader.Config{Sweep: 1, FullReadEvery: time.Hour}, slog.New(slog.NewTextHandler(io.Discard, nil)),
+		scheduler.NewSignal(), scheduler.NewSignal())
+	pass := func(wantPlanned int) {
+		t.Helper()
+		if err := loop.Pass(ctx, w.lead); err != nil {
+			t.Fatalf("pass: %v", err)
+		}
+		if p := loop.LastPass(); p.Planned != wantPlanned {
+			t.Fatalf("pass planned %d of %d queued jobs, want %d", p.Planned, p.Queued, wantPlanned)
+		}
+	}
+	estimate := func(id string) time.Time {
+		t.Helper()
+		rec, err := w.st.GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := rec.Job.State.Scheduling.EstimatedStart; e != nil {
+			return *e
+		}
+		return time.Time{}
+	}
+	pass(4) // the first pass of a term plans everything
+	if rec, err := w.st.GetJob(ctx, ids[0]); err != nil || rec.Job.State.Status != job.StatusAssigned {
+		t.Fatalf("first job: %v, want ASSIGNED", err)
+	}
+	first := estimate(ids[1])
+	if first.IsZero() || estimate(ids[3]).IsZero() {
+		t.Fatalf("estimates after the full pass: %v, %v", first, estimate(ids[3]))
+	}
+	far := "2030-01-01T00:00:00Z"
+	for _, id := range []string{ids[1], ids[3]} {
+		if _, err := w.st.DB().ExecContext(ctx, `UPDATE jobs SET scheduling = scheduling || jsonb_build_object('estimatedStart', $2::text) WHERE uuid = $1`, id, far); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	pass(1) // the sweep: the first waiting job
+	if got := estimate(ids[1]); got.Sub(first).Abs() > time.Minute {
+		t.Errorf("the swept job's estimate is %v, want it rewritten to about %v", got, first)
+	}
+	if got := estimate(ids[3]); got.Format(time.RFC3339) != far {
+		t.Errorf("the estimate of a job beyond the sweep became %v: a narrowed pass must leave it alone", got)
+	}
+
+	fresh := w.submit(time.Hour)
+	pass(2) // the sweep and the new job
+	if estimate(fresh).IsZero() {
+		t.Errorf("the new job got no estimate")
+	}
+}

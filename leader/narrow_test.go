@@ -1,0 +1,145 @@
+package leader
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/protocol"
+	"github.com/opengpulab/gpulab/scheduler"
+)
+
+// randomCluster is a busy cluster with a long queue: slaves of two GPU models over three
+// clusters, some offline or draining, running jobs filling most of them, and queued jobs of
+// many shapes (some pinned to a cluster or a model, some interactive, some past their
+// notAfter), owned by users of different tallies. A running job stops filling a slave with a
+// chance of 1 in fill.
+func randomCluster(rng *rand.Rand, slaves, queued, fill int) scheduler.Snapshot {
+	now := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	snap := scheduler.Snapshot{Now: now, Policy: scheduler.PolicyFair, Clusters: map[int]scheduler.Cluster{}, Tallies: map[int64]float64{}}
+	for c := 1; c <= 3; c++ {
+		snap.Clusters[c] = scheduler.Cluster{ID: c}
+	}
+	for u := int64(1); u <= 8; u++ {
+		snap.Tallies[u] = rng.Float64() * 100
+	}
+	models := []string{"V100-32GB", "A100-80GB"}
+	n := 0
+	for i := range slaves {
+		name := fmt.Sprintf("s%03d", i)
+		model := models[i%2]
+		gpus := make([]protocol.GPU, 8)
+		for k := range gpus {
+			gpus[k] = protocol.GPU{Index: k, UUID: fmt.Sprintf("GPU-%s-%d", name, k), Model: model, MemoryMiB: 32 << 10}
+		}
+		s := scheduler.Slave{Name: name, InstanceID: "i-" + name, ClusterID: 1 + i%3, Online: rng.IntN(10) > 0, Accepting: rng.IntN(10) > 0,
+			CPUs: 32, MemoryGb: 256, CudaMajor: 12, GPUs: gpus}
+		snap.Slaves = append(snap.Slaves, s)
+		// Running jobs take a random part of the slave, GPUs and CPUs from the bottom.
+		g, c := 0, 0
+		for g < 8 && rng.IntN(fill) > 0 {
+			take := min(1+rng.IntN(4), 8-g)
+			pl := scheduler.Placed{JobUUID: fmt.Sprintf("run-%04d", n), SlaveName: name, UserID: 1 + rng.Int64N(8), ProjectID: 1,
+				MemoryGb: 8 * take, Started: now.Add(-time.Duration(1+rng.IntN(48)) * time.Hour), Restartable: rng.IntN(2) == 0,
+				Ends: now.Add(time.Duration(1+rng.IntN(48)) * time.Hour)}
+			for k := range take {
+				pl.GPUIndices = append(pl.GPUIndices, g+k)
+				pl.CPUIDs = append(pl.CPUIDs, c+2*k, c+2*k+1)
+			}
+			g, c = g+take, c+2*take
+			snap.Running = append(snap.Running, pl)
+			n++
+		}
+	}
+	for i := range queued {
+		gpus := []int{1, 1, 1, 2, 4, 8}[rng.IntN(6)]
+		req := job.Request{Resources: job.Resources{GPUs: gpus, CPUs: 2 * gpus, CPUMemoryGb: 8 * gpus},
+			Scheduling: job.Scheduling{MaxDuration: job.Duration(time.Duration(1+rng.IntN(24)) * time.Hour)}}
+		switch rng.IntN(10) {
+		case 0:
+			req.Resources.ClusterID = 1 + rng.IntN(3)
+		case 1:
+			req.Resources.GPUModel = []string{"A100"}
+		case 2:
+			req.Scheduling.Interactive = true
+		case 3:
+			past := now.Add(-time.Minute)
+			req.Scheduling.NotAfter = &past
+		}
+		snap.Queued = append(snap.Queued, scheduler.Job{UUID: fmt.Sprintf("q-%05d", i), Request: req,
+			Submitted: now.Add(-time.Duration(queued-i) * time.Second), UserID: 1 + rng.Int64N(8), ProjectID: 1})
+	}
+	return snap
+}
+
+// TestNarrowedPlanPlacesWhatTheFullPlanPlaces: on random busy clusters with long queues, the
+// plan of the narrowed queue (every job already planned once but one, a sweep of 3) assigns the
+// same jobs to the same slaves and devices, fails the same jobs, asks only halts the full plan
+// asks, and explains the early jobs (those ahead of any job left out) as the full plan does,
+// while planning fewer jobs; the job never planned before is always in.
+func TestNarrowedPlanPlacesWhatTheFullPlanPlaces(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 16))
+	smaller, fallbacks, halts, assigned := 0, 0, 0, 0
+	const rounds = 60
+	for round := range rounds {
+		snap := randomCluster(rng, 30, 400, []int{3, 30}[round%2])
+		planned := map[string]bool{}
+		for _, j := range snap.Queued {
+			planned[j.UUID] = true
+		}
+		fresh := snap.Queued[rng.IntN(len(snap.Queued))].UUID
+		delete(planned, fresh)
+		full := snap.Plan()
+		halts += len(full.Halts)
+		assigned += len(full.Assignments)
+		got, jobs, narrowed := planNarrowed(snap, planned, 3)
+		if !slices.ContainsFunc(jobs, func(j scheduler.Job) bool { return j.UUID == fresh }) {
+			t.Fatalf("round %d: job %s, never planned, was left out", round, fresh)
+		}
+		_, early := narrow(snap, planned, 3)
+		if narrowed {
+			smaller++
+		} else if len(early) < len(snap.Queued) {
+			fallbacks++
+		}
+		if !reflect.DeepEqual(got.Assignments, full.Assignments) {
+			t.Fatalf("round %d: narrowed plan (%d of %d jobs) assigns\n%v\nthe full plan\n%v", round, len(jobs), len(snap.Queued), got.Assignments, full.Assignments)
+		}
+		if !reflect.DeepEqual(got.Failures, full.Failures) {
+			t.Fatalf("round %d: narrowed plan fails %v, the full plan %v", round, got.Failures, full.Failures)
+		}
+		for _, h := range got.Halts {
+			if !slices.Contains(full.Halts, h) {
+				t.Errorf("round %d: narrowed plan halts %+v, the full plan does not", round, h)
+			}
+		}
+		for id := range early {
+			if a, b := got.Explanations[id], full.Explanations[id]; !slices.Equal(a, b) {
+				t.Errorf("round %d: early job %s explained %q by the narrowed plan, %q by the full one", round, id, a, b)
+			}
+		}
+	}
+	t.Logf("%d of %d passes narrowed, %d fell back to a full plan; %d assignments and %d halts in the full plans", smaller, rounds, fallbacks, assigned, halts)
+	if smaller < rounds/4 {
+		t.Errorf("only %d of %d passes were narrowed: the test does not exercise narrowing", smaller, rounds)
+	}
+}
+
+// TestRememberPlanned: a pass remembers the jobs it planned and left waiting; it forgets jobs
+// that left the queue and those it assigned or failed, so that one coming back is new again.
+func TestRememberPlanned(t *testing.T) {
+	job := func(id string) scheduler.Job { return scheduler.Job{UUID: id} }
+	l := &Loop{queue: &queue{jobs: map[string]scheduler.Job{"a": job("a"), "b": job("b"), "c": job("c"), "d": job("d")}},
+		planned: map[string]bool{"a": true, "gone": true}}
+	l.remember([]scheduler.Job{job("b"), job("c"), job("d")},
+		scheduler.Plan{Assignments: []scheduler.Assignment{{JobUUID: "c"}}, Failures: []scheduler.Failure{{JobUUID: "d"}}})
+	if want := map[string]bool{"a": true, "b": true}; !reflect.DeepEqual(l.planned, want) {
+		t.Errorf("planned %v, want %v", l.planned, want)
+	}
+}

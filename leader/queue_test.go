@@ -1,0 +1,94 @@
+package leader_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opengpulab/gpulab/leader"
+	"github.com/opengpulab/gpulab/metrics"
+	"github.com/opengpulab/gpulab/scheduler"
+)
+
+// TestQueueMemory: the leader keeps the queued jobs' requests between passes and reads only
+// the new ones (a request changed behind its back, which never happens, stays as remembered),
+// forgets jobs that left the queue, keeps queue order, and its periodic full read finds the
+// changed request: logged as drift, counted, and replaced by what the database holds.
+func TestQueueMemory(t *testing.T) {
+	w := newEstimateWorld(t)
+	ctx := context.Background()
+	var logs bytes.Buffer
+	mets := metrics.NewMaster(nil, metrics.MasterOptions{})
+	loop := leader.NewLoop(w.st, leader.Config{FullReadEvery: time.Hour, Metrics: mets},
+		slog.New(slog.NewTextHandler(&logs, nil)), scheduler.NewSignal(), scheduler.NewSignal())
+	a, b, c := w.submit(time.Hour), w.submit(time.Hour), w.submit(time.Hour)
+	read := func() []scheduler.Job {
+		t.Helper()
+		jobs, err := loop.ReadQueue(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return jobs
+	}
+	ids := func(jobs []scheduler.Job) []string {
+		var out []string
+		for _, j := range jobs {
+			out = append(out, j.UUID)
+		}
+		return out
+	}
+	first := read()
+	if got := ids(first); !slices.Equal(got, []string{a, b, c}) {
+		t.Fatalf("first read %v, want %v", got, []string{a, b, c})
+	}
+	if first[0].Request.Resources.GPUs != 1 || first[0].UserID != w.u.ID || first[0].ProjectID != w.p.ID || first[0].Submitted.IsZero() {
+		t.Fatalf("first job %+v: want its request, owner and submit time", first[0])
+	}
+
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := w.st.DB().ExecContext(ctx, q, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`UPDATE jobs SET status = 'CANCELLED' WHERE uuid = $1`, b)
+	// What never happens: a queued job's request changed in place.
+	exec(`UPDATE jobs SET request = jsonb_set(request, '{resources,gpus}', '7') WHERE uuid = $1`, c)
+	d := w.submit(time.Hour)
+	second := read()
+	if got := ids(second); !slices.Equal(got, []string{a, c, d}) {
+		t.Fatalf("after a cancel and a submit: %v, want %v", got, []string{a, c, d})
+	}
+	if second[1].Request.Resources.GPUs != 1 {
+		t.Fatalf("job c read again (%d GPUs): only new jobs' requests are read between checks", second[1].Request.Resources.GPUs)
+	}
+	if strings.Contains(logs.String(), "drift") {
+		t.Fatalf("drift logged before any check:\n%s", logs.String())
+	}
+
+	loop.CheckQueueNow()
+	third := read()
+	if got := ids(third); !slices.Equal(got, []string{a, c, d}) || third[1].Request.Resources.GPUs != 7 {
+		t.Fatalf("after the check: %v with job c at %d GPUs, want %v and the database's 7", got, third[1].Request.Resources.GPUs, []string{a, c, d})
+	}
+	if !strings.Contains(logs.String(), "scheduler memory drift") || !strings.Contains(logs.String(), c) {
+		t.Errorf("the check did not log the drift of job %s:\n%s", c, logs.String())
+	}
+	families, err := mets.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drift float64 = -1
+	for _, f := range families {
+		if f.GetName() == "gpulab_scheduler_memory_drift_total" {
+			drift = f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if drift != 1 {
+		t.Errorf("gpulab_scheduler_memory_drift_total = %v, want 1", drift)
+	}
+}
