@@ -17,6 +17,7 @@ import (
 	"github.com/opengpulab/gpulab/protocol"
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
+	"github.com/opengpulab/gpulab/store/storetest"
 )
 
 // estimateWorld is a fresh database with one user and project, and a leader's lease.
@@ -31,14 +32,7 @@ type estimateWorld struct {
 func newEstimateWorld(t *testing.T) *estimateWorld {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, testenv.PostgresURL(t))
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	if _, err := st.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
+	st := storetest.New(t)
 	u, err := st.UpsertUser(ctx, "urn:publicid:IDN+test+user+alice", "alice", "alice@example.org", false)
 	if err != nil {
 		t.Fatal(err)

@@ -15,8 +15,8 @@ import (
 
 	"github.com/opengpulab/gpulab/internal/settings"
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/leader"
 	"github.com/opengpulab/gpulab/mail"
-	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/web"
 )
 
@@ -67,7 +67,7 @@ type checkedServe struct {
 	// mail is the mail service's configuration; mailOn is false without --smtp-host.
 	mail   mail.Config
 	mailOn bool
-	idle   scheduler.IdleConfig
+	idle   leader.IdleConfig
 }
 
 // check validates the settings serve uses beyond what their flags parse (ranges, formats,

@@ -1,4 +1,4 @@
-package scheduler_test
+package leader_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opengpulab/gpulab/leader"
 	"github.com/opengpulab/gpulab/scheduler"
 )
 
@@ -18,7 +19,7 @@ func TestWakeDuringAPassStartsTheNextPass(t *testing.T) {
 	wake := scheduler.NewSignal()
 	var passes atomic.Int32
 	second := make(chan struct{})
-	cfg := scheduler.LoopConfig{Interval: time.Hour, OnPass: func(time.Time, time.Duration, error) {
+	cfg := leader.Config{Interval: time.Hour, OnPass: func(time.Time, time.Duration, error) {
 		switch passes.Add(1) {
 		case 1:
 			wake.Wake() // as a submit during the first pass would
@@ -26,7 +27,7 @@ func TestWakeDuringAPassStartsTheNextPass(t *testing.T) {
 			close(second)
 		}
 	}}
-	l := scheduler.NewLoop(w.st, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), wake, scheduler.NewSignal())
+	l := leader.NewLoop(w.st, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), wake, scheduler.NewSignal())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- l.Lead(ctx, w.lead) }()
