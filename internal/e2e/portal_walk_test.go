@@ -84,6 +84,12 @@ func (s *walkSite) addLines(n int) {
 	}
 }
 
+func (s *walkSite) lines() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tail
+}
+
 func (s *walkSite) chrome(active string) views.Chrome {
 	return views.Chrome{UserName: "alice", Admin: true, CSRFToken: "tok", Active: active, Now: s.now}
 }
@@ -262,5 +268,69 @@ func run(t *testing.T, ctx context.Context, steps ...chromedp.Action[chromedp.Vo
 	defer cancel()
 	if err := chromedp.Do(c, steps...); err != nil {
 		t.Fatalf("browser: %v", err)
+	}
+}
+
+// evalBool evaluates a JavaScript expression that yields a boolean.
+func evalBool(t *testing.T, ctx context.Context, js string) bool {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, testenv.WaitTimeout)
+	defer cancel()
+	ok, err := chromedp.Run(c, chromedp.Evaluate[bool](js))
+	if err != nil {
+		t.Fatalf("eval %s: %v", js, err)
+	}
+	return ok
+}
+
+// waitTrue waits until a JavaScript expression is true.
+func waitTrue(t *testing.T, ctx context.Context, what, js string) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for time.Now().Before(deadline) {
+		if evalBool(t, ctx, js) {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	testenv.Screenshot(t, ctx, "failure")
+	t.Fatalf("%s: not within %s (%s)", what, waitLimit, js)
+}
+
+// TestPortalLogFollowsTail: a running job's log opens at its last line and stays there as
+// lines arrive, until the reader scrolls up; then it stays where he is.
+func TestPortalLogFollowsTail(t *testing.T) {
+	site := newWalkSite(time.Now())
+	srv := httptest.NewServer(site.handler())
+	t.Cleanup(srv.Close)
+	ctx := testenv.Browser(t)
+	run(t, ctx, viewport(1280), testenv.Navigate(srv.URL+"/jobs/"+walkRunning), chromedp.WaitVisible(chromedp.ID("job-log")))
+	const box = `document.getElementById("job-log-box")`
+	const bottom = `(b => b.scrollHeight - b.scrollTop - b.clientHeight <= 30)(` + box + `)`
+	if !evalBool(t, ctx, box+`.scrollHeight > `+box+`.clientHeight + 100`) {
+		t.Fatal("the log does not overflow its box: the test shows nothing")
+	}
+	waitTrue(t, ctx, "log opens at its tail", bottom)
+	waitTrue(t, ctx, "new lines arrive", `document.getElementById("job-log").textContent.includes("epoch 130:")`)
+	waitTrue(t, ctx, "the log follows the new lines", bottom)
+	if !evalBool(t, ctx, `document.getElementById("job-log").textContent.trimEnd().split("\n").pop().startsWith("epoch ")`) {
+		t.Error("log's last line is not a log line")
+	}
+
+	// The reader scrolls up: new lines arrive, the view stays where he put it.
+	evalBool(t, ctx, `(b => { b.scrollTop = 0; b.dispatchEvent(new Event("scroll")); return true })(`+box+`)`)
+	waitTrue(t, ctx, "scrolled up", box+`.dataset.following === "false"`)
+	waitTrue(t, ctx, "more lines arrive", `document.getElementById("job-log").textContent.includes("epoch 145:")`)
+	if !evalBool(t, ctx, box+`.scrollTop < 5`) {
+		t.Error("the log jumped to its tail although the reader had scrolled up")
+	}
+	// Back at the bottom, it follows again.
+	evalBool(t, ctx, `(b => { b.scrollTop = b.scrollHeight; b.dispatchEvent(new Event("scroll")); return true })(`+box+`)`)
+	waitTrue(t, ctx, "following again", box+`.dataset.following === "true"`)
+	n := site.lines()
+	waitTrue(t, ctx, "lines after the return", fmt.Sprintf(`document.getElementById("job-log").textContent.includes("epoch %d:")`, n+5))
+	waitTrue(t, ctx, "the log follows again", bottom)
+	if got := evalBool(t, ctx, `document.querySelector('[data-testid="job-running-for"]') !== null && document.querySelector('[data-testid="job-time-left"]') !== null`); !got {
+		t.Error("the running job shows no running-for or time-left")
 	}
 }
