@@ -109,12 +109,13 @@ func num(f float64) string {
 // freeTotal is "free / total".
 func freeTotal(ft FreeTotal) string { return num(ft.Free) + " / " + num(ft.Total) }
 
-// percentUsed is how full a free/total pair is, for meters (0–100).
-func percentUsed(ft FreeTotal) int {
+// percentFree is how much of a free/total pair is free, for meters (0–100): the quantity
+// their labels say.
+func percentFree(ft FreeTotal) int {
 	if ft.Total <= 0 {
 		return 0
 	}
-	return int(math.Round(100 * (ft.Total - ft.Free) / ft.Total))
+	return int(math.Round(100 * ft.Free / ft.Total))
 }
 
 // gib shows MiB as GiB.

@@ -111,3 +111,24 @@ func TestJobPageExpectedStartOnce(t *testing.T) {
 		t.Errorf("job links %v", links)
 	}
 }
+
+// The memory bar measures what its label says (free), and Job slots are explained.
+func TestMetersShowFree(t *testing.T) {
+	p := render(t, SlavesPage(SlavesView{Chrome: chrome(false, NavSlaves), Slaves: []SlaveView{{
+		Name: "gpu1", Online: true, Accepting: true, MemoryGb: FreeTotal{Free: 21.5, Total: 23.5},
+		CPUs: FreeTotal{Free: 4, Total: 16}, GPUsFree: FreeTotal{Free: 0, Total: 2}}}}))
+	for id, want := range map[string]string{"slave-memory": "91", "slave-cpus": "25", "slave-gpus": "0"} {
+		dd := p.testID(nil, id)
+		m := all(dd, byTag("meter"))[0]
+		if attrOf(m, "value") != want || !strings.Contains(text(dd), "free") || attrOf(m, "aria-label") != want+"% free" {
+			t.Errorf("%s: meter %v with label %q, want %s%% free", id, m.Attr, text(dd), want)
+		}
+	}
+	c := render(t, ClustersPage(ClustersView{Chrome: chrome(false, NavClusters), Clusters: []ClusterView{{ID: 1, Workers: FreeTotal{Free: 6, Total: 8}}}}))
+	if !strings.Contains(text(c.testID(nil, "job-slots-legend")), "one job per CPU") {
+		t.Errorf("job slots legend %q", text(c.testID(nil, "job-slots-legend")))
+	}
+	if abbr := all(c.root, byTag("abbr")); len(abbr) != 1 || !strings.Contains(attrOf(abbr[0], "title"), "one job per CPU") {
+		t.Errorf("Job slots heading not explained")
+	}
+}
