@@ -1,5 +1,6 @@
 // gpulab.js: the little the portal does in the browser besides htmx. Every page works without
-// it; it only makes the live log follow its tail.
+// it: it makes the live log follow its tail, and lays out a job pasted into the JSON editor
+// on one line (the server does the same when the form comes back).
 (function () {
   "use strict";
 
@@ -36,6 +37,25 @@
     b.dataset.following = "true";
     toBottom();
   }
+
+  // A whole job pasted on one line into the JSON editor is laid out one field a line.
+  document.addEventListener("paste", function (e) {
+    var ed = e.target;
+    if (!ed || ed.id !== "field-json") {
+      return;
+    }
+    setTimeout(function () {
+      var text = ed.value.trim();
+      if (text.indexOf("\n") >= 0 || text.charAt(0) !== "{") {
+        return;
+      }
+      try {
+        ed.value = JSON.stringify(JSON.parse(text), null, 2);
+      } catch (err) {
+        // not (yet) a document: leave it as typed
+      }
+    }, 0);
+  });
 
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", init);

@@ -132,3 +132,19 @@ func TestMetersShowFree(t *testing.T) {
 		t.Errorf("Job slots heading not explained")
 	}
 }
+
+// The booking form starts from sensible values: one GPU (0, whole slaves, explained), from the
+// next full hour for a day.
+func TestBookingFormDefaults(t *testing.T) {
+	c := chrome(true, NavReservations)
+	c.Now = time.Date(2025, 3, 4, 12, 34, 0, 0, time.UTC)
+	p := render(t, ReservationsPage(ReservationsView{Chrome: c, CanCreate: true, Clusters: []int{1}}))
+	for id, want := range map[string]string{"res-gpus": "1", "res-start": "2025-03-04T13:00", "res-end": "2025-03-05T13:00"} {
+		if got := attrOf(p.testID(nil, id), "value"); got != want {
+			t.Errorf("%s defaults to %q, want %q", id, got, want)
+		}
+	}
+	if hint := p.testID(nil, "res-gpus-hint"); !strings.Contains(text(hint), "whole slaves") || attrOf(p.testID(nil, "res-gpus"), "aria-describedby") != attrOf(hint, "id") {
+		t.Errorf("GPUs hint %q not tied to its input", text(hint))
+	}
+}
