@@ -362,3 +362,14 @@ type ReservationRow struct {
 	Active     bool // its window has started
 	CanDelete  bool
 }
+
+// SlaveTokenView is the answer to an admin's new join token: the token, shown this once, and
+// the command that joins the slave with it.
+type SlaveTokenView struct {
+	Chrome
+	Name      string
+	ClusterID int
+	Valid     string
+	Token     string
+	Command   string
+}

@@ -1,9 +1,14 @@
 package web_test
 
 import (
+	"context"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/opengpulab/gpulab/handlers"
+	"github.com/opengpulab/gpulab/store"
 )
 
 // The Create Job defects of a new user's walk (issue 17): a GPU by default, an example image,
@@ -24,5 +29,48 @@ func TestCreateJobFormWalk(t *testing.T) {
 	ed := r.fieldValue("field-json")
 	if n := strings.Count(ed, "\n"); n < 5 || !strings.Contains(ed, `"resourcs"`) {
 		t.Errorf("pasted one-line job shown back with %d line breaks:\n%s", n, ed)
+	}
+}
+
+// An admin makes a slave join token in the portal: shown once with the join command, stored
+// as its hash only, usable once by the slave. Others get 403; bad input a 400 naming its field.
+func TestAdminSlaveToken(t *testing.T) {
+	p := newPortal(t)
+	admin := p.m.AddUser("root", true, "", "admins")
+	alice := p.m.AddUser("alice", false, "", "demo")
+	ctx := context.Background()
+	if _, err := p.m.Store.CreateCluster(ctx, store.Cluster{ID: 7, Name: "lab"}); err != nil {
+		t.Fatal(err)
+	}
+	page := p.get(admin, "/admin").expect(http.StatusOK)
+	page.one("data-testid", "slave-token-form")
+	form := url.Values{"name": {"gpu9"}, "clusterId": {"7"}, "valid": {"2h"}}
+	r := p.post(admin, "/admin/slave-token", form).expect(http.StatusOK)
+	if cc := r.header().Get("Cache-Control"); cc != "no-store" {
+		t.Errorf("token page Cache-Control %q", cc)
+	}
+	token := strings.TrimSpace(textOf(r.one("data-testid", "slave-token-value")))
+	cmd := textOf(r.one("data-testid", "slave-token-command"))
+	if len(token) < 30 || !strings.Contains(cmd, "gpulab-slave join --master ") || !strings.Contains(cmd, "--token "+token) {
+		t.Fatalf("token %q, command %q", token, cmd)
+	}
+	name, cluster, err := p.m.Store.UseSlaveToken(ctx, handlers.HashToken(token))
+	if err != nil || name != "gpu9" || cluster != 7 {
+		t.Fatalf("the token joins %q in cluster %d (%v), want gpu9 in 7", name, cluster, err)
+	}
+	if _, _, err := p.m.Store.UseSlaveToken(ctx, handlers.HashToken(token)); err == nil {
+		t.Error("the token worked twice")
+	}
+
+	p.post(alice, "/admin/slave-token", form).expect(http.StatusForbidden)
+	for field, bad := range map[string]url.Values{
+		"name":      {"name": {"GPU 9"}, "clusterId": {"7"}},
+		"clusterId": {"name": {"gpu9"}, "clusterId": {"99"}},
+		"valid":     {"name": {"gpu9"}, "clusterId": {"7"}, "valid": {"forever"}},
+	} {
+		r := p.post(admin, "/admin/slave-token", bad).expect(http.StatusBadRequest)
+		if !strings.Contains(r.body(), field) {
+			t.Errorf("bad %s: the answer does not name it: %.300s", field, r.body())
+		}
 	}
 }
