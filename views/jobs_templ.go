@@ -380,7 +380,7 @@ func JobList(p JobsView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		} else {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 37, "<div class=\"table-wrap\"><table class=\"jobs\"><caption class=\"sr-only\">Jobs, newest first</caption> <thead><tr><th scope=\"col\">Job</th><th scope=\"col\">State</th><th scope=\"col\">User</th><th scope=\"col\">Project</th><th scope=\"col\">Resources</th><th scope=\"col\">Slave</th><th scope=\"col\">Created</th><th scope=\"col\"><span class=\"sr-only\">Actions</span></th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 37, "<div class=\"table-wrap\"><table class=\"stacked jobs\"><caption class=\"sr-only\">Jobs, newest first</caption> <thead><tr><th scope=\"col\">Job</th><th scope=\"col\">State</th><th scope=\"col\">User</th><th scope=\"col\">Project</th><th scope=\"col\">Resources</th><th scope=\"col\">Slave</th><th scope=\"col\">Created</th><th scope=\"col\"><span class=\"sr-only\">Actions</span></th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -334,3 +334,38 @@ func TestPortalLogFollowsTail(t *testing.T) {
 		t.Error("the running job shows no running-for or time-left")
 	}
 }
+
+// TestPortalPhoneNoSidewaysScroll: at 390 px no page is wider than the screen, and no table
+// is cut off at the right edge of its wrapper (they stack; the calendar keeps its names in view).
+func TestPortalPhoneNoSidewaysScroll(t *testing.T) {
+	srv := httptest.NewServer(newWalkSite(time.Now()).handler())
+	t.Cleanup(srv.Close)
+	ctx := testenv.Browser(t)
+	for _, pg := range walkPages {
+		run(t, ctx, viewport(390), testenv.Navigate(srv.URL+pg.path), chromedp.WaitVisible(chromedp.CSS("main")))
+		c, cancel := context.WithTimeout(ctx, testenv.WaitTimeout)
+		wide, err := chromedp.Run(c, chromedp.Evaluate[string](`(() => {
+			const w = document.documentElement.clientWidth;
+			const cut = [];
+			for (const wrap of document.querySelectorAll(".table-wrap")) {
+				if (wrap.querySelector("table.calendar")) continue; // scrolls its days, its first column sticky
+				if (wrap.scrollWidth > wrap.clientWidth + 1) cut.push((wrap.querySelector("table").dataset.testid || wrap.querySelector("table").className) + " " + wrap.scrollWidth + ">" + wrap.clientWidth);
+			}
+			if (cut.length) return "tables cut off (scroll inside): " + cut.join("; ");
+			if (document.documentElement.scrollWidth <= w) return "";
+			const out = [];
+			for (const el of document.querySelectorAll("body *")) {
+				const r = el.getBoundingClientRect();
+				if (r.right > w + 1 && !el.closest(".table-wrap, .log-box, pre")) out.push(el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") + "." + el.className + " right=" + Math.round(r.right));
+			}
+			return "page " + document.documentElement.scrollWidth + " px wide: " + out.slice(0, 8).join("; ");
+		})()`))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wide != "" {
+			t.Errorf("%s at 390 px: %s", pg.name, wide)
+		}
+	}
+}
