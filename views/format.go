@@ -195,6 +195,9 @@ func jobsURL(q JobsQuery) string {
 	if q.Cluster != "" {
 		v.Set("cluster", q.Cluster)
 	}
+	if q.Page > 1 {
+		v.Set("page", strconv.Itoa(q.Page))
+	}
 	if len(v) == 0 {
 		return "/jobs"
 	}
@@ -202,7 +205,13 @@ func jobsURL(q JobsQuery) string {
 }
 
 // withScope is q with another scope.
-func withScope(q JobsQuery, scope string) JobsQuery { q.Scope = scope; return q }
+func withScope(q JobsQuery, scope string) JobsQuery { q.Scope, q.Page = scope, 0; return q }
+
+// pageOf is q's page number (1 when none is given).
+func pageOf(q JobsQuery) int { return max(q.Page, 1) }
+
+// withPage is q showing another page.
+func withPage(q JobsQuery, page int) JobsQuery { q.Page = page; return q }
 
 // scopeOf is the effective scope ("mine" when none is given).
 func scopeOf(q JobsQuery) string {

@@ -148,3 +148,31 @@ func TestBookingFormDefaults(t *testing.T) {
 		t.Errorf("GPUs hint %q not tied to its input", text(hint))
 	}
 }
+
+// The job list pages: plain links to the newer and older pages that keep the filter, the live
+// refresh keeps the page, and the scope tabs start again at the first page.
+func TestJobsPager(t *testing.T) {
+	v := JobsView{Chrome: chrome(false, NavJobs), Query: JobsQuery{State: "running", Page: 2}, More: true,
+		Rows: []JobRow{{Job: testJob(uuidRunning, "train", job.StatusRunning), Full: true}}}
+	p := render(t, JobsPage(v))
+	if got := attrOf(p.testID(nil, "jobs-newer"), "href"); got != "/jobs?state=running" {
+		t.Errorf("newer page link %q", got)
+	}
+	if got := attrOf(p.testID(nil, "jobs-older"), "href"); got != "/jobs?page=3&state=running" {
+		t.Errorf("older page link %q", got)
+	}
+	if got := attrOf(p.id("job-list"), "hx-get"); got != "/jobs?page=2&state=running" {
+		t.Errorf("the live refresh asks %q, not this page", got)
+	}
+	if got := attrOf(p.testID(nil, "scope-projects"), "href"); strings.Contains(got, "page=") {
+		t.Errorf("scope tab keeps the page: %q", got)
+	}
+	// The first page, not full: no pager.
+	v.Query.Page, v.More = 0, false
+	render(t, JobsPage(v)).none(nil, "data-testid", "jobs-pager")
+	// Past the end.
+	v.Query.Page, v.Rows = 4, nil
+	if got := text(render(t, JobsPage(v)).testID(nil, "jobs-empty")); !strings.Contains(got, "No older jobs") {
+		t.Errorf("an empty later page says %q", got)
+	}
+}

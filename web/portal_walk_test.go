@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -72,5 +73,42 @@ func TestAdminSlaveToken(t *testing.T) {
 		if !strings.Contains(r.body(), field) {
 			t.Errorf("bad %s: the answer does not name it: %.300s", field, r.body())
 		}
+	}
+}
+
+// The Jobs list pages, 25 a page, through plain links (no JavaScript needed); a bad page
+// number is a 400 naming the field.
+func TestJobsListPages(t *testing.T) {
+	p := newPortal(t)
+	alice := p.m.AddUser("alice", false, "", "demo")
+	for i := range 30 {
+		p.submit(alice, jobDoc(fmt.Sprintf("job-%02d", i), projectURN("demo")))
+	}
+	rows := func(r *pageResponse) []string {
+		var out []string
+		for _, n := range r.find("data-testid", "job-link") {
+			out = append(out, strings.TrimSpace(textOf(n)))
+		}
+		return out
+	}
+	r := p.get(alice, "/jobs").expect(http.StatusOK)
+	first := rows(r)
+	if len(first) != 25 || first[0] != "job-29" {
+		t.Fatalf("first page: %d jobs from %v", len(first), first[:min(len(first), 1)])
+	}
+	older := attrOf(r.one("data-testid", "jobs-older"), "href")
+	if older != "/jobs?page=2" {
+		t.Fatalf("older link %q", older)
+	}
+	r = p.get(alice, older).expect(http.StatusOK)
+	if second := rows(r); len(second) != 5 || second[4] != "job-00" {
+		t.Errorf("second page: %v", second)
+	}
+	if r.has("data-testid", "jobs-older") || attrOf(r.one("data-testid", "jobs-newer"), "href") != "/jobs" {
+		t.Errorf("second page links wrong")
+	}
+	r = p.get(alice, "/jobs?page=0").expect(http.StatusBadRequest)
+	if !strings.Contains(r.body(), "page") {
+		t.Errorf("bad page answer does not name the field: %.200s", r.body())
 	}
 }
