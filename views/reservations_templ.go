@@ -425,7 +425,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 45, "<label>Name <input type=\"text\" name=\"name\" placeholder=\"thesis deadline\" data-testid=\"res-name\"></label> <label>Cluster <select name=\"clusterId\" data-testid=\"res-cluster\"><option value=\"\">(named slaves only)</option> ")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 45, "<label>Name <input type=\"text\" name=\"name\" placeholder=\"thesis deadline\" data-testid=\"res-name\"></label> <label>Cluster <select name=\"clusterId\" data-testid=\"res-cluster\">")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -437,7 +437,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 					var templ_7745c5c3_Var21 string
 					templ_7745c5c3_Var21, templ_7745c5c3_Err = templ.JoinStringErrs(itoa(id))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 100, Col: 32}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 99, Col: 32}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var21))
 					if templ_7745c5c3_Err != nil {
@@ -450,18 +450,18 @@ func ReservationsPage(v ReservationsView) templ.Component {
 					var templ_7745c5c3_Var22 string
 					templ_7745c5c3_Var22, templ_7745c5c3_Err = templ.JoinStringErrs(itoa(id))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 100, Col: 45}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 99, Col: 45}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var22))
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 48, "</option>")
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 48, "</option> ")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 49, "</select></label> <label>Slaves <input type=\"text\" name=\"slaveNames\" placeholder=\"gpu1, gpu2\" data-testid=\"res-slaves\"></label> <label>GPUs <input type=\"number\" name=\"gpus\" min=\"0\" value=\"1\" aria-describedby=\"res-gpus-hint\" data-testid=\"res-gpus\"> <span class=\"hint\" id=\"res-gpus-hint\" data-testid=\"res-gpus-hint\">0 books the whole slaves: all their GPUs, CPUs and memory.</span></label> <label>Start (UTC) <input type=\"datetime-local\" name=\"start\" required value=\"")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 49, "<option value=\"\">(named slaves only)</option></select></label> <label>Slaves <input type=\"text\" name=\"slaveNames\" placeholder=\"gpu1, gpu2\" data-testid=\"res-slaves\"></label> <label>GPUs <input type=\"number\" name=\"gpus\" min=\"0\" value=\"1\" aria-describedby=\"res-gpus-hint\" data-testid=\"res-gpus\"> <span class=\"hint\" id=\"res-gpus-hint\" data-testid=\"res-gpus-hint\">0 books the whole slaves: all their GPUs, CPUs and memory.</span></label> <label>Start (UTC) <input type=\"datetime-local\" name=\"start\" required value=\"")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

@@ -144,6 +144,10 @@ func TestBookingFormDefaults(t *testing.T) {
 			t.Errorf("%s defaults to %q, want %q", id, got, want)
 		}
 	}
+	// With one GPU asked, a cluster is chosen at first (none, with no slaves named, books nothing).
+	if opts := all(p.testID(nil, "res-cluster"), byTag("option")); len(opts) != 2 || attrOf(opts[0], "value") != "1" {
+		t.Errorf("the booking form's first cluster choice is not cluster 1")
+	}
 	if hint := p.testID(nil, "res-gpus-hint"); !strings.Contains(text(hint), "whole slaves") || attrOf(p.testID(nil, "res-gpus"), "aria-describedby") != attrOf(hint, "id") {
 		t.Errorf("GPUs hint %q not tied to its input", text(hint))
 	}

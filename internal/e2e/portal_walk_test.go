@@ -57,6 +57,7 @@ func walkJob(id, name string, st job.Status, now time.Time) *job.Job {
 		j.State.Scheduling.EstimatedStart = &start
 		j.State.Scheduling.QueuedExplanations = []string{
 			"no slave has 1 free GPU: gpu1's GPU is held by job " + walkRunning[:8] + " (train-resnet) until at most " + now.Add(3*time.Hour).UTC().Format("15:04") + " UTC",
+			"expected start " + start.UTC().Format(time.RFC3339) + " when job " + walkRunning[:8] + " reaches its maxDuration",
 		}
 	}
 	return j
@@ -102,7 +103,7 @@ func (s *walkSite) detail(j *job.Job, evs []store.Event) views.JobDetailView {
 	req, _ := json.MarshalIndent(job.Submission(j), "", "  ")
 	v := views.JobDetailView{Chrome: s.chrome(views.NavJobs), Row: s.row(j), Timeline: views.Timeline(j.State.EventTimes),
 		Events: evs, RequestJSON: string(req)}
-	v.Log = views.LogView{JobUUID: j.UUID}
+	v.Log = views.LogView{JobUUID: j.UUID, Follow: !j.State.Status.Ended()}
 	if j.State.Status == job.StatusQueued {
 		v.Explanations = j.State.Scheduling.QueuedExplanations
 		v.EstimatedStart = j.State.Scheduling.EstimatedStart
@@ -145,6 +146,7 @@ func (s *walkSite) handler() http.Handler {
 		s.mu.Unlock()
 		_ = views.LogChunk(text, next).Render(r.Context(), w)
 	})
+	mux.HandleFunc("GET /jobs/{id}/log", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	page("GET /jobs/"+walkFailed, func(*http.Request) templ.Component {
 		v := s.detail(failed, []store.Event{
 			{Time: s.now.Add(-47 * time.Minute), Kind: "status", ToStatus: "QUEUED", Actor: "alice", Message: "submitted by alice"},
@@ -183,8 +185,8 @@ func (s *walkSite) handler() http.Handler {
 	})
 	page("GET /jobs/new", func(*http.Request) templ.Component {
 		return views.JobFormPage(views.JobFormView{Chrome: s.chrome(views.NavCreate),
-			Form:     views.JobForm{CPUs: "1", GPUs: "0", CPUMemoryGb: "2"},
-			JSON:     `{"name": "", "request": {"resources": {"cpus": 1, "gpus": 0, "cpuMemoryGb": 2}, "docker": {"image": "", "command": ""}}}`,
+			Form:     views.JobForm{CPUs: "1", GPUs: walkGPUDefault, CPUMemoryGb: "2"},
+			JSON:     walkEditor,
 			Projects: []views.Choice{{Value: "urn:publicid:IDN+gpulab+project+vision", Label: "vision"}},
 			Clusters: []views.Choice{{Value: "1", Label: "1 – main"}}})
 	})
@@ -198,11 +200,44 @@ func (s *walkSite) handler() http.Handler {
 		return views.AdminPage(views.AdminView{Chrome: s.chrome(views.NavAdmin), SelfID: 1,
 			Users: []store.User{{ID: 1, Name: "alice", URN: "urn:publicid:IDN+gpulab+user+alice", Email: "alice@example.org", IsAdmin: true, CreatedAt: s.now.Add(-48 * time.Hour)},
 				{ID: 2, Name: "bob", URN: "urn:publicid:IDN+gpulab+user+bob", Email: "bob@example.org", CreatedAt: s.now.Add(-24 * time.Hour)}},
+			Clusters: []views.AdminCluster{{Cluster: store.Cluster{ID: 1, Name: "main"}}},
 			Slaves: []views.AdminSlave{{Name: "gpu1-with-a-long-host-name", ClusterID: 1, Online: true, Accepting: true, LastHeartbeat: &hb}},
 		})
 	})
+	for _, extra := range walkExtras {
+		page("GET "+extra.path, func(*http.Request) templ.Component { return extra.page(s) })
+	}
 	return mux
 }
+
+// walkExtras are pages a later change added to the walk (in files of their own, so that the
+// walk still runs against the portal before them, for "before" screenshots).
+var walkExtras []walkExtra
+
+type walkExtra struct {
+	name, path string
+	page       func(*walkSite) templ.Component
+}
+
+// What the Create Job page shows at first: one GPU, the editor laid out (as the handler
+// gives them since issue 17).
+const (
+	walkGPUDefault = "1"
+	walkEditor     = `{
+  "name": "",
+  "request": {
+    "resources": {
+      "cpus": 1,
+      "gpus": 1,
+      "cpuMemoryGb": 2
+    },
+    "docker": {
+      "image": "",
+      "command": ""
+    }
+  }
+}`
+)
 
 // walkPages are the pages the walk visits, by screenshot name.
 var walkPages = []struct{ name, path string }{
@@ -245,8 +280,12 @@ func TestPortalWalkScreens(t *testing.T) {
 	t.Cleanup(srv.Close)
 	ctx := testenv.Browser(t)
 	dir := screensDir(t)
+	pages := walkPages
+	for _, x := range walkExtras {
+		pages = append(pages, struct{ name, path string }{x.name, x.path})
+	}
 	for _, width := range []int64{1280, 390} {
-		for _, pg := range walkPages {
+		for _, pg := range pages {
 			run(t, ctx, viewport(width), testenv.Navigate(srv.URL+pg.path), chromedp.WaitVisible(chromedp.CSS("main")))
 			screenshot(t, ctx, filepath.Join(dir, fmt.Sprintf("%s-%d.png", pg.name, width)))
 		}
