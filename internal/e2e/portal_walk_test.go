@@ -201,7 +201,7 @@ func (s *walkSite) handler() http.Handler {
 			Users: []store.User{{ID: 1, Name: "alice", URN: "urn:publicid:IDN+gpulab+user+alice", Email: "alice@example.org", IsAdmin: true, CreatedAt: s.now.Add(-48 * time.Hour)},
 				{ID: 2, Name: "bob", URN: "urn:publicid:IDN+gpulab+user+bob", Email: "bob@example.org", CreatedAt: s.now.Add(-24 * time.Hour)}},
 			Clusters: []views.AdminCluster{{Cluster: store.Cluster{ID: 1, Name: "main"}}},
-			Slaves: []views.AdminSlave{{Name: "gpu1-with-a-long-host-name", ClusterID: 1, Online: true, Accepting: true, LastHeartbeat: &hb}},
+			Slaves:   []views.AdminSlave{{Name: "gpu1-with-a-long-host-name", ClusterID: 1, Online: true, Accepting: true, LastHeartbeat: &hb}},
 		})
 	})
 	for _, extra := range walkExtras {
