@@ -89,7 +89,7 @@ func SlaveList(v SlavesView) templ.Component {
 			return templ_7745c5c3_Err
 		}
 		if len(v.Slaves) == 0 {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 3, "<div class=\"empty\" data-testid=\"slaves-empty\"><p>No slaves registered — see the README: an admin makes a join token with <code>gpulab-master slave-token</code> and starts <code>gpulab-slave join</code> on the GPU machine.</p></div>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 3, "<div class=\"empty\" data-testid=\"slaves-empty\"><p>No slaves registered — see the README: an admin makes a join token on the <a href=\"/admin#admin-slaves\">Admin</a> page (or with <code>gpulab-master slave-token</code>) and starts <code>gpulab-slave join</code> on the GPU machine.</p></div>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
