@@ -180,3 +180,15 @@ func TestJobsPager(t *testing.T) {
 		t.Errorf("an empty later page says %q", got)
 	}
 }
+
+// Without JavaScript the log's last line is a link away: the anchor sits after the log, inside
+// its scrolling box.
+func TestLogEndAnchor(t *testing.T) {
+	p := render(t, JobPage(detailView(job.StatusRunning)))
+	if got := attrOf(p.testID(nil, "log-end-link"), "href"); got != "#job-log-end" {
+		t.Errorf("last line link %q", got)
+	}
+	if ancestor(p.id("job-log-end"), byAttr("id", "job-log-box")) == nil {
+		t.Errorf("the log's end anchor is outside the log box")
+	}
+}
