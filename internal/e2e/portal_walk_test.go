@@ -157,8 +157,8 @@ func (s *walkSite) handler() http.Handler {
 	})
 	page("GET /jobs/"+walkQueued, func(*http.Request) templ.Component { return views.JobPage(s.detail(queued, nil)) })
 	page("GET /jobs", func(*http.Request) templ.Component {
-		v := views.JobsView{Chrome: s.chrome(views.NavJobs)}
-		for i := range 30 {
+		v := views.JobsView{Chrome: s.chrome(views.NavJobs), More: true} // a full page: 25 of 30
+		for i := range 25 {
 			st := []job.Status{job.StatusFinished, job.StatusRunning, job.StatusQueued, job.StatusFailed}[i%4]
 			j := walkJob(fmt.Sprintf("%08d-2222-4333-8444-555555555555", i+10), fmt.Sprintf("experiment-%02d", i), st, s.now)
 			v.Rows = append(v.Rows, s.row(j))
