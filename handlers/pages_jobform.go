@@ -156,12 +156,13 @@ func (v *jobForm) setProblems(ev views.ErrorView) {
 	}
 }
 
-// newJobDoc is the document a new job starts from: the required fields with small defaults.
+// newJobDoc is the document a new job starts from: the required fields with small defaults,
+// one GPU among them (a GPU lab's job wants one; CPU-only jobs set 0).
 func newJobDoc(projects []views.Choice) map[string]any {
 	doc := map[string]any{
 		"name": "",
 		"request": map[string]any{
-			"resources":  map[string]any{"cpus": json.Number("1"), "gpus": json.Number("0"), "cpuMemoryGb": json.Number("2")},
+			"resources":  map[string]any{"cpus": json.Number("1"), "gpus": json.Number("1"), "cpuMemoryGb": json.Number("2")},
 			"docker":     map[string]any{"image": "", "command": ""},
 			"scheduling": map[string]any{"interactive": false, "restartable": false},
 		},
@@ -195,7 +196,7 @@ func (h *Handlers) NewJobForm(w http.ResponseWriter, r *http.Request) error {
 		// No JSON: the form is the whole job.
 		base = views.JobForm{}
 	}
-	v.Form, v.Base, v.JSON = form, encodeBase(form), text
+	v.Form, v.Base, v.JSON = form, encodeBase(form), prettyDoc(text)
 	v.Hold = pf.Get("hold") == "true"
 	v.CloneOf = pf.Get("clone")
 	fail := func(err error) error {
@@ -258,6 +259,20 @@ func (h *Handlers) NewJobForm(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return fail(fieldError("action", "must be submit, convert or apply, not %q", action))
 	}
+}
+
+// prettyDoc is the editor's text as the page shows it back: a document pasted on one line is
+// laid out one field a line (unreadable otherwise). Text of several lines stays as the user
+// laid it out, and text that is no document as it was, so that problems' line numbers match.
+func prettyDoc(text string) string {
+	if strings.Contains(text, "\n") {
+		return text
+	}
+	doc, err := decodeDoc(text)
+	if err != nil {
+		return text
+	}
+	return encodeDoc(doc)
 }
 
 // mergeForm is the editor's document with the form fields that changed since the form was

@@ -16,8 +16,9 @@ import (
 	"github.com/opengpulab/gpulab/views"
 )
 
-// jobsPageSize is how many jobs the Jobs page lists.
-const jobsPageSize = 100
+// jobsPageSize is how many jobs a page of the Jobs list shows (a phone scrolls through them
+// all); older ones are on the next pages.
+const jobsPageSize = 25
 
 // initialLogBytes is how much of a log the detail page shows at first; the raw log has all.
 const initialLogBytes = 256 << 10
@@ -47,6 +48,13 @@ func jobsQuery(r *http.Request) (views.JobsQuery, error) {
 			return jq, fieldError("cluster", "must be a cluster id (a positive integer), not %q", jq.Cluster)
 		}
 	}
+	if p := q.Get("page"); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 {
+			return jq, fieldError("page", "must be a page number (1 or more), not %q", p)
+		}
+		jq.Page = n
+	}
 	return jq, nil
 }
 
@@ -69,6 +77,9 @@ func (h *Handlers) listPageJobs(r *http.Request, c *Caller, jq views.JobsQuery) 
 		api.Set("cluster_id", jq.Cluster)
 	}
 	api.Set("page_size", strconv.Itoa(jobsPageSize))
+	if jq.Page > 1 {
+		api.Set("page", strconv.Itoa(jq.Page))
+	}
 	switch jq.Scope {
 	case "", "mine":
 		api.Set("user_name", c.User.Name)
@@ -130,7 +141,7 @@ func (h *Handlers) JobsPage(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, items)
 		return nil
 	}
-	v := views.JobsView{Chrome: h.chrome(r, views.NavJobs), Query: jq, Rows: make([]views.JobRow, len(recs))}
+	v := views.JobsView{Chrome: h.chrome(r, views.NavJobs), Query: jq, Rows: make([]views.JobRow, len(recs)), More: len(recs) == jobsPageSize}
 	for i, rec := range recs {
 		v.Rows[i] = pageRow(c, rec)
 	}

@@ -16,7 +16,7 @@ import (
 
 // FS holds the files served below Prefix.
 //
-//go:embed gpulab.css htmx.min.js
+//go:embed gpulab.css gpulab.js htmx.min.js
 var FS embed.FS
 
 // Prefix is the URL path the files are served under.

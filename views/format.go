@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/store"
 )
 
 // htmxConfig is htmx's configuration (the htmx-config meta tag): error answers (4xx, 5xx) are
@@ -107,12 +109,13 @@ func num(f float64) string {
 // freeTotal is "free / total".
 func freeTotal(ft FreeTotal) string { return num(ft.Free) + " / " + num(ft.Total) }
 
-// percentUsed is how full a free/total pair is, for meters (0–100).
-func percentUsed(ft FreeTotal) int {
+// percentFree is how much of a free/total pair is free, for meters (0–100): the quantity
+// their labels say.
+func percentFree(ft FreeTotal) int {
 	if ft.Total <= 0 {
 		return 0
 	}
-	return int(math.Round(100 * (ft.Total - ft.Free) / ft.Total))
+	return int(math.Round(100 * ft.Free / ft.Total))
 }
 
 // gib shows MiB as GiB.
@@ -192,6 +195,9 @@ func jobsURL(q JobsQuery) string {
 	if q.Cluster != "" {
 		v.Set("cluster", q.Cluster)
 	}
+	if q.Page > 1 {
+		v.Set("page", strconv.Itoa(q.Page))
+	}
 	if len(v) == 0 {
 		return "/jobs"
 	}
@@ -199,7 +205,13 @@ func jobsURL(q JobsQuery) string {
 }
 
 // withScope is q with another scope.
-func withScope(q JobsQuery, scope string) JobsQuery { q.Scope = scope; return q }
+func withScope(q JobsQuery, scope string) JobsQuery { q.Scope, q.Page = scope, 0; return q }
+
+// pageOf is q's page number (1 when none is given).
+func pageOf(q JobsQuery) int { return max(q.Page, 1) }
+
+// withPage is q showing another page.
+func withPage(q JobsQuery, page int) JobsQuery { q.Page = page; return q }
 
 // scopeOf is the effective scope ("mine" when none is given).
 func scopeOf(q JobsQuery) string {
@@ -302,4 +314,180 @@ func queuedRange(j *job.Job) string {
 		return ""
 	}
 	return j.State.Scheduling.EstimateRange(time.Now(), time.UTC)
+}
+
+// durText says how long d is, in the largest sensible unit: "40 s", "44 min", "3 h 16 min",
+// "2 days 5 h".
+func durText(d time.Duration) string {
+	if d < 0 {
+		d = -d
+	}
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%d s", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%d min", int(d.Minutes()))
+	case d < 48*time.Hour:
+		h := int(d.Hours())
+		s := fmt.Sprintf("%d h", h)
+		if m := int(d.Minutes()) % 60; m > 0 {
+			s += fmt.Sprintf(" %d min", m)
+		}
+		return s
+	}
+	days := int(d.Hours() / 24)
+	s := fmt.Sprintf("%d days", days)
+	if h := int(d.Hours()) % 24; h > 0 {
+		s += fmt.Sprintf(" %d h", h)
+	}
+	return s
+}
+
+// runClock is how long a started job has run and how much of its maxDuration is left, as the
+// job page says them; ok is false for a job that is not running.
+func runClock(j *job.Job, now time.Time) (ran, left string, ok bool) {
+	started, was := j.State.EventTimes[job.StatusRunning]
+	if !was || j.State.Status.Ended() || stateFamily(j.State.Status) == "pending" {
+		return "", "", false
+	}
+	d := max(now.Sub(started), 0)
+	ran = durText(d)
+	if maxD := time.Duration(j.Request.Scheduling.MaxDuration); maxD > 0 {
+		if rest := maxD - d; rest > 0 {
+			left = durText(rest)
+		} else {
+			left = "none (over by " + durText(rest) + ")"
+		}
+	}
+	return ran, left, true
+}
+
+// endReason is why an ended job ended, as its last event into that state says it ("" while
+// it lives, or when no event says).
+func endReason(j *job.Job, events []store.Event) string {
+	if !j.State.Status.Ended() {
+		return ""
+	}
+	for i := len(events) - 1; i >= 0; i-- {
+		if e := events[i]; e.ToStatus == string(j.State.Status) && e.Message != "" {
+			return e.Message
+		}
+	}
+	return ""
+}
+
+// slaveText is the Slave fact of a job that has none: "not placed yet" while the scheduler may
+// still place it, "never placed" once it ended without.
+func slaveText(j *job.Job) string {
+	if j.State.Status.Ended() {
+		return "never placed"
+	}
+	return "not placed yet"
+}
+
+// TimelineStep is a timeline entry as the job page shows it: the time, and how long the job
+// stayed in that state ("queued for 2 min"; "" for the last state of an ended job).
+type TimelineStep struct {
+	TimelineEntry
+	Stay string
+}
+
+// stayVerb names the time spent in a state.
+func stayVerb(s job.Status, current bool) string {
+	switch s {
+	case job.StatusQueued:
+		return "queued for"
+	case job.StatusOnHold:
+		return "on hold for"
+	case job.StatusAssigned, job.StatusStarting:
+		return "starting took"
+	case job.StatusRunning:
+		if current {
+			return "running for"
+		}
+		return "ran for"
+	case job.StatusMustHalt, job.StatusHalting:
+		return "halting took"
+	}
+	return "for"
+}
+
+// timelineSteps adds to each timeline entry how long the job stayed in the state: until the
+// next entry, or until now for the state it is still in.
+func timelineSteps(entries []TimelineEntry, cur job.Status, now time.Time) []TimelineStep {
+	out := make([]TimelineStep, len(entries))
+	for i, e := range entries {
+		out[i].TimelineEntry = e
+		switch {
+		case i+1 < len(entries):
+			out[i].Stay = stayVerb(e.Status, false) + " " + durText(entries[i+1].At.Sub(e.At))
+		case !e.Status.Ended() && e.Status == cur:
+			out[i].Stay = stayVerb(e.Status, true) + " " + durText(now.Sub(e.At))
+		}
+	}
+	return out
+}
+
+// TextPart is a piece of a scheduler explanation: text, or a job the text names (JobID, shown
+// as a link to its page).
+type TextPart struct {
+	Text, JobID string
+}
+
+// jobMention is how the scheduler names a job in its explanations: "job " and its short id.
+var jobMention = regexp.MustCompile(`\bjob ([0-9a-f]{8}(?:-[0-9a-f-]{4,})?)\b`)
+
+// explainParts splits an explanation so that the jobs it names become links.
+func explainParts(s string) []TextPart {
+	var out []TextPart
+	last := 0
+	for _, m := range jobMention.FindAllStringSubmatchIndex(s, -1) {
+		out = append(out, TextPart{Text: s[last:m[2]]}, TextPart{Text: s[m[2]:m[3]], JobID: s[m[2]:m[3]]})
+		last = m[3]
+	}
+	if last < len(s) {
+		out = append(out, TextPart{Text: s[last:]})
+	}
+	return out
+}
+
+// expectedPrefix starts the scheduler's explanation line that says when a job is expected to
+// start; the page shows that start once, in its own line.
+const expectedPrefix = "expected start "
+
+// waitReasons are the explanations the "Why it waits" list shows: all but the expected start,
+// which the page shows once below them.
+func waitReasons(p JobDetailView) []string {
+	out := make([]string, 0, len(p.Explanations))
+	for _, e := range p.Explanations {
+		if p.EstimatedStart != nil && strings.HasPrefix(e, expectedPrefix) {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// expectedBecause is the reason part of the scheduler's expected-start line ("when job
+// 1234abcd reaches its maxDuration"), "" when it gave none.
+func expectedBecause(explanations []string) string {
+	for _, e := range explanations {
+		if rest, ok := strings.CutPrefix(e, expectedPrefix); ok {
+			if _, because, ok := strings.Cut(rest, " "); ok {
+				return because
+			}
+		}
+	}
+	return ""
+}
+
+// expectedStart is the expected start of a queued job, in one format: the likely range (UTC)
+// when the scheduler gave one, else the time; with how far off it is.
+func expectedStart(p JobDetailView) string {
+	at := *p.EstimatedStart
+	s := at.UTC().Format("2006-01-02 15:04") + " UTC"
+	if p.EstimateRange != "" {
+		s = p.EstimateRange + " UTC"
+	}
+	return s + " (" + ago(p.Now, at) + ")"
 }

@@ -89,6 +89,8 @@ type JobsQuery struct {
 	State   string
 	Project string
 	Cluster string
+	// Page is the page of the list shown, newest first (0 and 1: the first).
+	Page int
 }
 
 // Choice is one option of a select.
@@ -101,6 +103,8 @@ type JobsView struct {
 	Chrome
 	Query JobsQuery
 	Rows  []JobRow
+	// More says a next (older) page may hold jobs: this one is full.
+	More bool
 	// Projects and Clusters are the choices of the filter selects.
 	Projects []Choice
 	Clusters []Choice
@@ -361,4 +365,15 @@ type ReservationRow struct {
 	Mine       bool // the user holds it: his jobs may name it
 	Active     bool // its window has started
 	CanDelete  bool
+}
+
+// SlaveTokenView is the answer to an admin's new join token: the token, shown this once, and
+// the command that joins the slave with it.
+type SlaveTokenView struct {
+	Chrome
+	Name      string
+	ClusterID int
+	Valid     string
+	Token     string
+	Command   string
 }

@@ -8,6 +8,8 @@ package views
 import "github.com/a-h/templ"
 import templruntime "github.com/a-h/templ/runtime"
 
+import "time"
+
 // ReservationsPage is the reservations calendar (SPEC 7.3, 8): one row per reservation, one
 // column per day, the booked days marked; below it the same reservations as a list with their
 // resources, holders and window, and the delete buttons the user may use. Admins book new ones
@@ -78,7 +80,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 				var templ_7745c5c3_Var3 string
 				templ_7745c5c3_Var3, templ_7745c5c3_Err = templ.JoinStringErrs(itoa(len(v.Days)))
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 26, Col: 88}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 28, Col: 88}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var3))
 				if templ_7745c5c3_Err != nil {
@@ -96,7 +98,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 					var templ_7745c5c3_Var4 string
 					templ_7745c5c3_Var4, templ_7745c5c3_Err = templ.JoinStringErrs(d.Format("2006-01-02"))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 31, Col: 80}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 33, Col: 80}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var4))
 					if templ_7745c5c3_Err != nil {
@@ -109,7 +111,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 					var templ_7745c5c3_Var5 string
 					templ_7745c5c3_Var5, templ_7745c5c3_Err = templ.JoinStringErrs(dayLabel(d))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 31, Col: 96}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 33, Col: 96}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var5))
 					if templ_7745c5c3_Err != nil {
@@ -132,7 +134,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 					var templ_7745c5c3_Var6 string
 					templ_7745c5c3_Var6, templ_7745c5c3_Err = templ.JoinStringErrs("calendar-" + row.ID)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 37, Col: 46}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 39, Col: 46}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var6))
 					if templ_7745c5c3_Err != nil {
@@ -145,7 +147,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 					var templ_7745c5c3_Var7 string
 					templ_7745c5c3_Var7, templ_7745c5c3_Err = templ.JoinStringErrs(reservationName(row))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 38, Col: 47}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 40, Col: 47}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var7))
 					if templ_7745c5c3_Err != nil {
@@ -182,7 +184,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 							var templ_7745c5c3_Var10 string
 							templ_7745c5c3_Var10, templ_7745c5c3_Err = templ.JoinStringErrs(reservationName(row) + ": " + absTime(row.Start) + " – " + absTime(row.End))
 							if templ_7745c5c3_Err != nil {
-								return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 41, Col: 151}
+								return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 43, Col: 151}
 							}
 							_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var10))
 							if templ_7745c5c3_Err != nil {
@@ -216,7 +218,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 					var templ_7745c5c3_Var11 string
 					templ_7745c5c3_Var11, templ_7745c5c3_Err = templ.JoinStringErrs("reservation-" + row.ID)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 53, Col: 47}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 55, Col: 47}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var11))
 					if templ_7745c5c3_Err != nil {
@@ -229,7 +231,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 					var templ_7745c5c3_Var12 string
 					templ_7745c5c3_Var12, templ_7745c5c3_Err = templ.JoinStringErrs(reservationName(row))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 55, Col: 38}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 57, Col: 38}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var12))
 					if templ_7745c5c3_Err != nil {
@@ -263,7 +265,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 					var templ_7745c5c3_Var13 string
 					templ_7745c5c3_Var13, templ_7745c5c3_Err = templ.JoinStringErrs(row.Resources)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 66, Col: 46}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 68, Col: 46}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var13))
 					if templ_7745c5c3_Err != nil {
@@ -284,7 +286,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 					var templ_7745c5c3_Var14 string
 					templ_7745c5c3_Var14, templ_7745c5c3_Err = templ.JoinStringErrs(absTime(row.Start))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 67, Col: 93}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 69, Col: 93}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var14))
 					if templ_7745c5c3_Err != nil {
@@ -305,7 +307,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 					var templ_7745c5c3_Var15 string
 					templ_7745c5c3_Var15, templ_7745c5c3_Err = templ.JoinStringErrs(absTime(row.End))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 68, Col: 90}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 70, Col: 90}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var15))
 					if templ_7745c5c3_Err != nil {
@@ -318,7 +320,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 					var templ_7745c5c3_Var16 string
 					templ_7745c5c3_Var16, templ_7745c5c3_Err = templ.JoinStringErrs(row.Holders)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 69, Col: 42}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 71, Col: 42}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var16))
 					if templ_7745c5c3_Err != nil {
@@ -331,7 +333,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 					var templ_7745c5c3_Var17 string
 					templ_7745c5c3_Var17, templ_7745c5c3_Err = templ.JoinStringErrs(row.ID)
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 70, Col: 78}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 72, Col: 78}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var17))
 					if templ_7745c5c3_Err != nil {
@@ -349,7 +351,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 						var templ_7745c5c3_Var18 string
 						templ_7745c5c3_Var18, templ_7745c5c3_Err = templ.JoinStringErrs(`"scheduling": {"reservationIds": ["` + row.ID + `"]}`)
 						if templ_7745c5c3_Err != nil {
-							return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 73, Col: 107}
+							return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 75, Col: 107}
 						}
 						_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var18))
 						if templ_7745c5c3_Err != nil {
@@ -368,7 +370,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 						var templ_7745c5c3_Var19 templ.SafeURL
 						templ_7745c5c3_Var19, templ_7745c5c3_Err = templ.JoinURLErrs(templ.SafeURL("/reservations/" + row.ID + "/delete"))
 						if templ_7745c5c3_Err != nil {
-							return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 76, Col: 89}
+							return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 78, Col: 89}
 						}
 						_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var19))
 						if templ_7745c5c3_Err != nil {
@@ -389,7 +391,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 						var templ_7745c5c3_Var20 string
 						templ_7745c5c3_Var20, templ_7745c5c3_Err = templ.JoinStringErrs("Delete reservation " + reservationName(row))
 						if templ_7745c5c3_Err != nil {
-							return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 78, Col: 149}
+							return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 80, Col: 149}
 						}
 						_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var20))
 						if templ_7745c5c3_Err != nil {
@@ -415,7 +417,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			if v.CanCreate {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 44, "<section class=\"card\" aria-labelledby=\"book-heading\"><h2 id=\"book-heading\">Book resources</h2><p class=\"hint\">A cluster, or named slaves (of that cluster, when one is given too); a number of GPUs, or 0 for the whole slaves. Times are UTC. Other jobs keep off the booked resources from when their maxDuration would reach into the window.</p><form method=\"post\" action=\"/reservations\" class=\"stack-form\" id=\"create-reservation-form\">")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 44, "<section class=\"card\" aria-labelledby=\"book-heading\"><h2 id=\"book-heading\">Book resources</h2><p class=\"hint\">Book a number of GPUs of a cluster, or named slaves (of that cluster, when one is given too). Times are UTC. Other jobs keep off the booked resources from when their maxDuration would reach into the window.</p><form method=\"post\" action=\"/reservations\" class=\"stack-form\" id=\"create-reservation-form\">")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -423,7 +425,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 45, "<label>Name <input type=\"text\" name=\"name\" placeholder=\"thesis deadline\" data-testid=\"res-name\"></label> <label>Cluster <select name=\"clusterId\" data-testid=\"res-cluster\"><option value=\"\">(named slaves only)</option> ")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 45, "<label>Name <input type=\"text\" name=\"name\" placeholder=\"thesis deadline\" data-testid=\"res-name\"></label> <label>Cluster <select name=\"clusterId\" data-testid=\"res-cluster\">")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -435,7 +437,7 @@ func ReservationsPage(v ReservationsView) templ.Component {
 					var templ_7745c5c3_Var21 string
 					templ_7745c5c3_Var21, templ_7745c5c3_Err = templ.JoinStringErrs(itoa(id))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 98, Col: 32}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 99, Col: 32}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var21))
 					if templ_7745c5c3_Err != nil {
@@ -448,18 +450,44 @@ func ReservationsPage(v ReservationsView) templ.Component {
 					var templ_7745c5c3_Var22 string
 					templ_7745c5c3_Var22, templ_7745c5c3_Err = templ.JoinStringErrs(itoa(id))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 98, Col: 45}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 99, Col: 45}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var22))
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 48, "</option>")
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 48, "</option> ")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 49, "</select></label> <label>Slaves <input type=\"text\" name=\"slaveNames\" placeholder=\"gpu1, gpu2\" data-testid=\"res-slaves\"></label> <label>GPUs <input type=\"number\" name=\"gpus\" min=\"0\" value=\"0\" data-testid=\"res-gpus\"></label> <label>Start (UTC) <input type=\"datetime-local\" name=\"start\" required data-testid=\"res-start\"></label> <label>End (UTC) <input type=\"datetime-local\" name=\"end\" required data-testid=\"res-end\"></label> <label>Users <input type=\"text\" name=\"users\" placeholder=\"alice, bob\" data-testid=\"res-users\"></label> <label>Projects <input type=\"text\" name=\"projects\" placeholder=\"vision\" data-testid=\"res-projects\"></label> <button type=\"submit\" class=\"button primary\" data-testid=\"create-reservation\">Book</button></form></section>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 49, "<option value=\"\">(named slaves only)</option></select></label> <label>Slaves <input type=\"text\" name=\"slaveNames\" placeholder=\"gpu1, gpu2\" data-testid=\"res-slaves\"></label> <label>GPUs <input type=\"number\" name=\"gpus\" min=\"0\" value=\"1\" aria-describedby=\"res-gpus-hint\" data-testid=\"res-gpus\"> <span class=\"hint\" id=\"res-gpus-hint\" data-testid=\"res-gpus-hint\">0 books the whole slaves: all their GPUs, CPUs and memory.</span></label> <label>Start (UTC) <input type=\"datetime-local\" name=\"start\" required value=\"")
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+				var templ_7745c5c3_Var23 string
+				templ_7745c5c3_Var23, templ_7745c5c3_Err = templ.JoinStringErrs(bookingStart(v.Now))
+				if templ_7745c5c3_Err != nil {
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 110, Col: 102}
+				}
+				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var23))
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 50, "\" step=\"60\" data-testid=\"res-start\"></label> <label>End (UTC) <input type=\"datetime-local\" name=\"end\" required value=\"")
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+				var templ_7745c5c3_Var24 string
+				templ_7745c5c3_Var24, templ_7745c5c3_Err = templ.JoinStringErrs(bookingEnd(v.Now))
+				if templ_7745c5c3_Err != nil {
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `reservations.templ`, Line: 111, Col: 96}
+				}
+				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var24))
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 51, "\" step=\"60\" data-testid=\"res-end\"></label> <label>Users <input type=\"text\" name=\"users\" placeholder=\"alice, bob\" data-testid=\"res-users\"></label> <label>Projects <input type=\"text\" name=\"projects\" placeholder=\"vision\" data-testid=\"res-projects\"></label> <button type=\"submit\" class=\"button primary\" data-testid=\"create-reservation\">Book</button></form></section>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -479,6 +507,17 @@ func reservationName(r ReservationRow) string {
 		return r.Name
 	}
 	return "reservation " + r.ID[:8]
+}
+
+// bookingStart is the booking form's default start: the next full hour (UTC), as a
+// datetime-local value.
+func bookingStart(now time.Time) string {
+	return now.UTC().Truncate(time.Hour).Add(time.Hour).Format("2006-01-02T15:04")
+}
+
+// bookingEnd is the default end: a day after the default start.
+func bookingEnd(now time.Time) string {
+	return now.UTC().Truncate(time.Hour).Add(25 * time.Hour).Format("2006-01-02T15:04")
 }
 
 var _ = templruntime.GeneratedTemplate

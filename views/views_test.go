@@ -76,7 +76,7 @@ func TestLayout(t *testing.T) {
 			t.Errorf("logout form: method %q action %q", attrOf(logout, "method"), attrOf(logout, "action"))
 		}
 		for _, s := range all(p.root, byTag("script")) {
-			if !strings.HasPrefix(attrOf(s, "src"), "/static/htmx.min.js?v=") {
+			if src := attrOf(s, "src"); !strings.HasPrefix(src, "/static/htmx.min.js?v=") && !strings.HasPrefix(src, "/static/gpulab.js?v=") {
 				t.Errorf("script src %q", attrOf(s, "src"))
 			}
 		}

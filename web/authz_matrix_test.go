@@ -247,6 +247,9 @@ var routeRules = map[string]rule{
 		return url.Values{"name": {name}, "projects": {"vision"}}
 	})},
 	"POST /admin/services/{name}/revoke": {admin, freshService, form("/admin/services/%s/revoke", nil)},
+	"POST /admin/slave-token": {admin, freshName, form("/admin/slave-token", func(_ *matrixFixture, name string) url.Values {
+		return url.Values{"name": {name}, "clusterId": {"1"}}
+	})},
 
 	"GET /admin": {admin, noSubject, fixed("/admin")},
 	"POST /admin/users/{id}/admin": {admin, victimUser, form("/admin/users/%s/admin", func(*matrixFixture, string) url.Values {

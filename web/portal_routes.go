@@ -48,6 +48,7 @@ func PortalRoutes(h *handlers.Handlers) []Route {
 		{"POST", "/admin/clusters/{id}/private", false, p(h.AdminSetClusterPrivate)},
 		{"POST", "/admin/clusters/{id}/owners", false, p(h.AdminAddClusterOwner)},
 		{"POST", "/admin/clusters/{id}/owners/{project}/delete", false, p(h.AdminRemoveClusterOwner)},
+		{"POST", "/admin/slave-token", false, p(h.AdminSlaveToken)},
 		{"POST", "/admin/slaves/{name}/accepting", false, p(h.AdminSetSlaveAccepting)},
 		{"POST", "/admin/users/{name}/disabled", false, p(h.AdminSetUserDisabled)},
 		{"POST", "/admin/slaves/{name}/disabled", false, p(h.AdminSetSlaveDisabled)},

@@ -2,16 +2,13 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"time"
+	"net/http"
 
 	"github.com/opengpulab/gpulab/handlers"
-	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/store"
 )
 
@@ -23,36 +20,21 @@ func slaveToken(ctx context.Context, args []string, getenv func(string) string, 
 	fs.SetOutput(stderr)
 	name := fs.String("name", "", "the slave's name (required)")
 	cluster := fs.Int("cluster", 0, "the cluster the slave joins (required; create it with `gpulab-master cluster add`)")
-	valid := fs.Duration("valid", 24*time.Hour, "how long the token can be used")
+	valid := fs.Duration("valid", handlers.DefaultSlaveTokenValidity, "how long the token can be used")
 	st, err := adminSetup(ctx, fs, &c, args, getenv)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = st.Close() }()
-	if !pki.NamePattern.MatchString(*name) {
-		return fmt.Errorf("--name %q: must be lowercase letters, digits, '.', '_' or '-': %w", *name, errUsage)
-	}
-	clusters, err := st.ListClusters(ctx)
-	if err != nil {
-		return err
-	}
-	found := false
-	for _, cl := range clusters {
-		found = found || cl.ID == *cluster
-	}
-	if !found {
-		return fmt.Errorf("--cluster %d: no such cluster (create it with `gpulab-master cluster add %d`): %w", *cluster, *cluster, errUsage)
-	}
-	b := make([]byte, 24)
-	if _, err := rand.Read(b); err != nil {
-		return fmt.Errorf("make token: %w", err)
-	}
-	token := base64.RawURLEncoding.EncodeToString(b)
-	if err := st.CreateSlaveToken(ctx, handlers.HashToken(token), *name, *cluster, *valid); err != nil {
+	token, err := handlers.IssueSlaveToken(ctx, st, handlers.SlaveTokenRequest{Name: *name, ClusterID: *cluster, Valid: *valid})
+	var bad *handlers.Error
+	if errors.As(err, &bad) && bad.Status == http.StatusBadRequest {
+		return fmt.Errorf("%w: %w", err, errUsage)
+	} else if err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, token)
-	fmt.Fprintf(stderr, "one-time token for slave %s in cluster %d, valid for %s:\n  gpulab-slave join --master URL --ca CA.pem --token %s\n", *name, *cluster, *valid, token)
+	fmt.Fprintf(stderr, "one-time token for slave %s in cluster %d, valid for %s:\n  %s\n", *name, *cluster, *valid, handlers.SlaveJoinCommand("URL", token))
 	return nil
 }
 
