@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -479,11 +480,28 @@ func v4UsageOf(j *job.Job) *v4UsageStatistics {
 	return out
 }
 
+// slavesShown names the slaves whose facts an answer shows: for v3.x the SSH endpoints of the
+// slaves running a job, for v4.0 the slave of every job that has resources. The others are
+// not read: the whole slave table, with every slave's usage, was a read per GET of one job.
+func slavesShown(recs []*store.JobRecord, version string) []string {
+	var names []string
+	for _, rec := range recs {
+		res := rec.Job.State.Resources
+		if res == nil || res.SlaveName == "" || (version != V40 && rec.Job.State.Status != job.StatusRunning) {
+			continue
+		}
+		if !slices.Contains(names, res.SlaveName) {
+			names = append(names, res.SlaveName)
+		}
+	}
+	return names
+}
+
 // presentJobs prepares jobs for an API answer in the shape of the request's version: imec's
 // Job model for v4.0 (see v4JobOf), our own job for v3.x (see present).
 func (h *Handlers) presentJobs(ctx context.Context, c *Caller, version string, recs []*store.JobRecord) ([]any, error) {
 	out := make([]any, len(recs))
-	ss, err := h.store.ListSlaves(ctx)
+	ss, err := h.store.ListSlavesNamed(ctx, slavesShown(recs, version))
 	if err != nil {
 		return nil, fmt.Errorf("read slaves to show jobs: %w", err)
 	}

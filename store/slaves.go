@@ -51,6 +51,17 @@ func (s *Store) ListSlaves(ctx context.Context) ([]Slave, error) {
 	return ss, mapErr(err, "list slaves")
 }
 
+// ListSlavesNamed lists the slaves of these names that exist, by cluster and name; none (and
+// no query) for no names.
+func (s *Store) ListSlavesNamed(ctx context.Context, names []string) ([]Slave, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	var ss []Slave
+	err := s.q.SelectContext(ctx, &ss, `SELECT `+slaveColumns+` FROM slaves WHERE name = ANY($1) ORDER BY cluster_id, name`, pq.Array(names))
+	return ss, mapErr(err, "list slaves by name")
+}
+
 // GetSlave reads a slave by name.
 func (s *Store) GetSlave(ctx context.Context, name string) (Slave, error) {
 	var sl Slave
