@@ -301,21 +301,6 @@ func (s *Store) UpdateJobResources(ctx context.Context, uuid string, r *job.Stat
 	return affectedOne(res, err, "update resources of job "+uuid)
 }
 
-// SetJobsUsage keeps the latest usage sample of each of a slave's running jobs, in one
-// statement per heartbeat (not one per job).
-func (s *Store) SetJobsUsage(ctx context.Context, slave string, usage map[string]json.RawMessage) error {
-	if len(usage) == 0 {
-		return nil
-	}
-	ids, samples := make([]string, 0, len(usage)), make([]string, 0, len(usage))
-	for id, u := range usage {
-		ids, samples = append(ids, id), append(samples, string(u))
-	}
-	_, err := s.q.ExecContext(ctx, `UPDATE jobs j SET usage = u.sample FROM unnest($1::uuid[], $2::jsonb[]) AS u(id, sample)
-WHERE j.uuid = u.id AND j.assigned_slave_name = $3 AND j.status IN `+liveStatuses, pq.Array(ids), pq.Array(samples), slave)
-	return mapErr(err, "set usage of jobs on slave "+slave)
-}
-
 // SetFinalUsage stores a job's final usage statistics.
 func (s *Store) SetFinalUsage(ctx context.Context, uuid string, usage json.RawMessage) error {
 	_, err := s.q.ExecContext(ctx, `UPDATE jobs SET final_usage = $2 WHERE uuid = $1`, uuid, usage)
