@@ -499,6 +499,8 @@ func slavesShown(recs []*store.JobRecord, version string) []string {
 
 // presentJobs prepares jobs for an API answer in the shape of the request's version: imec's
 // Job model for v4.0 (see v4JobOf), our own job for v3.x (see present).
+// The records' jobs are redacted and changed in place: they are the request's own copies (the
+// store decodes a fresh job per read), shown once.
 func (h *Handlers) presentJobs(ctx context.Context, c *Caller, version string, recs []*store.JobRecord) ([]any, error) {
 	out := make([]any, len(recs))
 	ss, err := h.store.ListSlavesNamed(ctx, slavesShown(recs, version))
@@ -517,7 +519,8 @@ func (h *Handlers) presentJobs(ctx context.Context, c *Caller, version string, r
 		return nil, fmt.Errorf("read slaves for the v4.0 job shape: %w", err)
 	}
 	for i, rec := range recs {
-		j := rec.Job.Redacted()
+		j := rec.Job
+		j.Redact()
 		sanitized := c == nil || !canSee(c, rec)
 		if sanitized {
 			j = j.Sanitized()
