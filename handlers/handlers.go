@@ -85,6 +85,8 @@ type Handlers struct {
 	sched, work *scheduler.Signal
 	// capacity caches the largest slave, for the submit check.
 	capacity capacityCache
+	// shown keeps the JSON of ended jobs as shown lately.
+	shown shownCache
 }
 
 // New makes the handlers. sched and work may be nil (a fresh signal is made).

@@ -510,7 +510,9 @@ func (h *Handlers) presentJobs(ctx context.Context, c *Caller, version string, r
 	ssh := slaveSSHEndpoints(ss)
 	if version != V40 {
 		for i, rec := range recs {
-			out[i] = presentV3(c, rec, version, ssh, h.cfg.SSHJump)
+			if out[i], err = h.presentV3Cached(c, rec, version, ssh); err != nil {
+				return nil, err
+			}
 		}
 		return out, nil
 	}

@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -172,5 +173,65 @@ func TestReadsStatementsDoNotGrowWithRows(t *testing.T) {
 	}
 	if l1 > 2 {
 		t.Errorf("a list of jobs sent %d statements, want at most 2 (the caller, the jobs)", l1)
+	}
+}
+
+// The JSON of ended jobs is kept between reads, but only for a read of the very same row: a
+// change that leaves updated_at alone (final usage statistics) shows at the next read, and
+// what the owner reads in full never reaches a viewer who sees the job sanitized.
+func TestShownJobsFollowTheRow(t *testing.T) {
+	m := startReadsMaster(t)
+	alice := m.AddUser("alice", false, "", "vision")
+	admin := m.AddUser("root", true, "", "ops")
+	doc := `{"name": "secretive", "owner": {"projectUrn": "vision"}, "request": {"resources": {"cpus": 1, "gpus": 0, "cpuMemoryGb": 1},
+	"docker": {"image": "debian:stable", "command": "echo hi", "environment": {"DB_PASSWORD": "hunter2"}}}}`
+	status, body, _ := m.Do(alice, "POST", v31+"/jobs", strings.NewReader(doc))
+	if status != http.StatusCreated {
+		t.Fatalf("submit: %d %s", status, body)
+	}
+	id := strings.TrimSpace(string(body))
+	m.ForceJobStatus(id, "FINISHED")
+	read := func(u *testmaster.User, path string) string {
+		t.Helper()
+		status, body, _ := m.get(u, path)
+		if status != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, status, body)
+		}
+		if strings.Contains(body, "hunter2") {
+			t.Fatalf("GET %s shows a secret: %s", path, body)
+		}
+		return body
+	}
+	for range 2 {
+		if b := read(alice, v31+"/jobs/"+id); !strings.Contains(b, `"FINISHED"`) || !strings.Contains(b, `"secretive"`) {
+			t.Fatalf("alice's job: %s", b)
+		}
+	}
+	if err := m.Store.SetFinalUsage(context.Background(), id, json.RawMessage(`{"marker": 4242}`)); err != nil {
+		t.Fatal(err)
+	}
+	if b := read(alice, v31+"/jobs/"+id); !strings.Contains(b, "4242") {
+		t.Errorf("final usage set after a read does not show: %s", b)
+	}
+	if b := read(alice, v31+"/jobs?page_size=50"); !strings.Contains(b, "4242") || !strings.Contains(b, id) {
+		t.Errorf("the list does not show the job as it is now: %s", b)
+	}
+	m.ForceJobStatus(id, "FAILED")
+	if b := read(alice, v31+"/jobs/"+id); !strings.Contains(b, `"FAILED"`) {
+		t.Errorf("a change of state does not show: %s", b)
+	}
+	if b := read(admin, v31+"/jobs/"+id); !strings.Contains(b, `"secretive"`) {
+		t.Errorf("the admin sees the job in full: %s", b)
+	}
+	if b := read(alice, "/api/gpulab/v3.0/jobs/"+id); strings.Contains(b, "restartInfo") {
+		t.Errorf("v3.0 got v3.1's JSON: %s", b)
+	}
+	if b := read(alice, v31+"/jobs/"+id+"?pretty=1"); !strings.Contains(b, "\n  ") {
+		t.Errorf("?pretty=1 after compact reads is not indented: %.200s", b)
+	}
+	// Another user: no access at all, whatever was kept.
+	bob := m.AddUser("bob", false, "", "nlp")
+	if status, body, _ := m.get(bob, v31+"/jobs/"+id); status != http.StatusNotFound {
+		t.Errorf("bob reads alice's job: %d %s", status, body)
 	}
 }
