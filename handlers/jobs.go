@@ -310,11 +310,13 @@ func (h *Handlers) presentOne(r *http.Request, c *Caller, rec *store.JobRecord) 
 	return out[0], nil
 }
 
-// presentV3 prepares a job for a v3.x answer: credentials always hidden, other users' jobs
+// presentV3 prepares a job for a v3.x answer (redacting and changing rec's job in place, as
+// presentJobs does): credentials always hidden, other users' jobs
 // outside the caller's projects sanitized, v3.0 without what came with v3.1; SSH access as
 // withSSH shows it.
 func presentV3(c *Caller, rec *store.JobRecord, version string, ssh map[string]sshEndpoint, jump *SSHJumpHost) any {
-	j := rec.Job.Redacted()
+	j := rec.Job
+	j.Redact()
 	if c == nil || !canSee(c, rec) {
 		j = j.Sanitized()
 	}

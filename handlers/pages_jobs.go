@@ -106,9 +106,11 @@ func (h *Handlers) listPageJobs(r *http.Request, c *Caller, jq views.JobsQuery) 
 }
 
 // pageRow is a job as a list shows it to the caller: redacted always, sanitized outside his
-// projects (the same rule as the API's present).
+// projects (the same rule as the API's present). rec's job is redacted in place (see
+// presentJobs).
 func pageRow(c *Caller, rec *store.JobRecord) views.JobRow {
-	row := views.JobRow{Job: rec.Job.Redacted(), Full: c != nil && canSee(c, rec), User: rec.UserName, Project: rec.ProjectName}
+	rec.Job.Redact()
+	row := views.JobRow{Job: rec.Job, Full: c != nil && canSee(c, rec), User: rec.UserName, Project: rec.ProjectName}
 	if !row.Full {
 		row.Job = row.Job.Sanitized()
 		row.User, row.Project = "hidden", "hidden"

@@ -146,34 +146,25 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 	hb := protocol.Heartbeat(msg)
 	ctx := r.Context()
 	usage, _ := json.Marshal(hb.Jobs)
-	cameOnline, err := h.store.SlaveHeartbeat(ctx, c.SlaveName, hb.InstanceID, usage)
-	if errors.Is(err, store.ErrNotFound) {
-		return errorf(http.StatusConflict, "slave %s instance %s is not registered: register again", c.SlaveName, hb.InstanceID)
-	} else if err != nil {
-		return err
-	}
-	samples := map[string]json.RawMessage{}
-	for _, j := range hb.Jobs {
-		if j.Usage != nil && j.Status != "" {
-			samples[j.JobUUID], _ = json.Marshal(j.Usage)
-		}
-	}
-	if err := h.store.SetJobsUsage(ctx, c.SlaveName, samples); err != nil {
-		return err
-	}
 	// Each sample stands for one heartbeat interval (the slave samples once per interval).
 	every := h.cfg.HeartbeatInterval
 	if every <= 0 {
 		every = 5 * time.Second // the slaves' own default when the master names none
 	}
-	if err := h.store.AddUsageSamples(ctx, every.Seconds(), usageSamples(hb.Jobs)); err != nil {
+	// One statement records the heartbeat and its samples and reads what reconciling needs:
+	// more follow only when there is something to fix.
+	beat, err := h.store.Heartbeat(ctx, store.Beat{Slave: c.SlaveName, InstanceID: hb.InstanceID, Usage: usage,
+		Samples: usageSamples(hb.Jobs), SampleSecs: every.Seconds(), MissingGrace: h.cfg.MissingGrace})
+	if errors.Is(err, store.ErrNotFound) {
+		return errorf(http.StatusConflict, "slave %s instance %s is not registered: register again", c.SlaveName, hb.InstanceID)
+	} else if err != nil {
 		return err
 	}
-	view, stops, err := h.reconcile(ctx, c.SlaveName, hb.Jobs, "")
+	view, stops, err := h.reconcileWith(ctx, c.SlaveName, hb.Jobs, "", beat.Jobs, beat.Releases)
 	if err != nil {
 		return err
 	}
-	if cameOnline {
+	if beat.CameOnline {
 		// Its resources count again. Any other heartbeat changes nothing a pass looks at unless
 		// reconcile freed something (it wakes the scheduler then), and waking the scheduler at
 		// every one kept it busy on a large cluster (500 slaves every 5 s: passes back to back,
@@ -196,11 +187,22 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 // It returns the master's view of the jobs on the slave and the stop orders for what the slave
 // holds and must not.
 func (h *Handlers) reconcile(ctx context.Context, slave string, held []protocol.RunningJob, gone string) ([]protocol.JobState, []protocol.StopOrder, error) {
-	live, stops, err := h.slaveView(ctx, slave, held)
+	live, err := h.store.ListSlaveJobs(ctx, slave, h.cfg.MissingGrace)
 	if err != nil {
 		return nil, nil, err
 	}
 	releases, err := h.store.ListReleases(ctx, slave)
+	if err != nil {
+		return nil, nil, err
+	}
+	return h.reconcileWith(ctx, slave, held, gone, live, releases)
+}
+
+// reconcileWith is reconcile given the slave's live jobs and releases as read (a heartbeat
+// reads them in its own statement).
+func (h *Handlers) reconcileWith(ctx context.Context, slave string, held []protocol.RunningJob, gone string,
+	live []store.SlaveJob, releases []store.Release) ([]protocol.JobState, []protocol.StopOrder, error) {
+	stops, err := h.stopOrders(ctx, slave, held, live)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -287,9 +289,16 @@ func (h *Handlers) slaveView(ctx context.Context, slave string, held []protocol.
 	if err != nil {
 		return nil, nil, err
 	}
+	stops, err := h.stopOrders(ctx, slave, held, live)
+	return live, stops, err
+}
+
+// stopOrders computes slaveView's stop orders given the jobs the master has on the slave. It
+// reads only when the slave holds jobs the master does not have on it.
+func (h *Handlers) stopOrders(ctx context.Context, slave string, held []protocol.RunningJob, live []store.SlaveJob) ([]protocol.StopOrder, error) {
 	stops := []protocol.StopOrder{}
 	if len(held) == 0 {
-		return live, stops, nil
+		return stops, nil
 	}
 	onSlave := make(map[string]store.SlaveJob, len(live))
 	for _, j := range live {
@@ -303,7 +312,7 @@ func (h *Handlers) slaveView(ctx context.Context, slave string, held []protocol.
 	}
 	others, err := h.store.JobStatuses(ctx, slave, unknown)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	for _, hj := range held {
 		j, ok := onSlave[hj.JobUUID]
@@ -326,7 +335,7 @@ func (h *Handlers) slaveView(ctx context.Context, slave string, held []protocol.
 			stops = append(stops, protocol.StopOrder{JobUUID: hj.JobUUID, Mode: protocol.StopCancel, Reason: reason})
 		}
 	}
-	return live, stops, nil
+	return stops, nil
 }
 
 func heldSet(held []protocol.RunningJob) map[string]protocol.RunningJob {

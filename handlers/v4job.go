@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -479,18 +480,39 @@ func v4UsageOf(j *job.Job) *v4UsageStatistics {
 	return out
 }
 
+// slavesShown names the slaves whose facts an answer shows: for v3.x the SSH endpoints of the
+// slaves running a job, for v4.0 the slave of every job that has resources. The others are
+// not read: the whole slave table, with every slave's usage, was a read per GET of one job.
+func slavesShown(recs []*store.JobRecord, version string) []string {
+	var names []string
+	for _, rec := range recs {
+		res := rec.Job.State.Resources
+		if res == nil || res.SlaveName == "" || (version != V40 && rec.Job.State.Status != job.StatusRunning) {
+			continue
+		}
+		if !slices.Contains(names, res.SlaveName) {
+			names = append(names, res.SlaveName)
+		}
+	}
+	return names
+}
+
 // presentJobs prepares jobs for an API answer in the shape of the request's version: imec's
 // Job model for v4.0 (see v4JobOf), our own job for v3.x (see present).
+// The records' jobs are redacted and changed in place: they are the request's own copies (the
+// store decodes a fresh job per read), shown once.
 func (h *Handlers) presentJobs(ctx context.Context, c *Caller, version string, recs []*store.JobRecord) ([]any, error) {
 	out := make([]any, len(recs))
-	ss, err := h.store.ListSlaves(ctx)
+	ss, err := h.store.ListSlavesNamed(ctx, slavesShown(recs, version))
 	if err != nil {
 		return nil, fmt.Errorf("read slaves to show jobs: %w", err)
 	}
 	ssh := slaveSSHEndpoints(ss)
 	if version != V40 {
 		for i, rec := range recs {
-			out[i] = presentV3(c, rec, version, ssh, h.cfg.SSHJump)
+			if out[i], err = h.presentV3Cached(c, rec, version, ssh); err != nil {
+				return nil, err
+			}
 		}
 		return out, nil
 	}
@@ -499,7 +521,8 @@ func (h *Handlers) presentJobs(ctx context.Context, c *Caller, version string, r
 		return nil, fmt.Errorf("read slaves for the v4.0 job shape: %w", err)
 	}
 	for i, rec := range recs {
-		j := rec.Job.Redacted()
+		j := rec.Job
+		j.Redact()
 		sanitized := c == nil || !canSee(c, rec)
 		if sanitized {
 			j = j.Sanitized()

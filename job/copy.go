@@ -116,16 +116,22 @@ func (s State) clone() State {
 // runs the job gets the original.
 func (j *Job) Redacted() *Job {
 	c := j.Clone()
-	if c == nil {
-		return nil
+	c.Redact()
+	return c
+}
+
+// Redact is Redacted in place, for a copy of the job that is only shown (a record read for
+// one answer): a list of jobs copied each job twice, once when read and once to redact it.
+func (j *Job) Redact() {
+	if j == nil {
+		return
 	}
-	c.Request.Docker.Image = redactImage(c.Request.Docker.Image)
-	for k := range c.Request.Docker.Environment {
+	j.Request.Docker.Image = redactImage(j.Request.Docker.Image)
+	for k := range j.Request.Docker.Environment {
 		if SecretEnvName(k) {
-			c.Request.Docker.Environment[k] = RedactedPassword
+			j.Request.Docker.Environment[k] = RedactedPassword
 		}
 	}
-	return c
 }
 
 // secretEnvWords are the parts of an environment variable's name that say its value is a

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +28,9 @@ type JobRecord struct {
 	ProjectGID  int
 	// Attempt counts the job's placements; the slave calls of the current one name it.
 	Attempt int
+	// Version is a fingerprint of everything read of the job: two reads with the same
+	// Version show the same job, so what was made of one (its JSON) serves the other.
+	Version uint64
 }
 
 // jobRow is one row of the jobs query with its user and project joined in.
@@ -104,7 +109,75 @@ func (s *Store) record(r *jobRow) (*JobRecord, error) {
 	if r.RestartInitialUUID.Valid {
 		j.RestartInfo = &job.RestartInfo{InitialJobUUID: r.RestartInitialUUID.String, RestartCount: r.RestartCount}
 	}
-	return &JobRecord{Job: j, UserID: r.UserID, UserName: r.UserName, ProjectID: r.ProjectID, ProjectName: r.ProjectName, ProjectGID: r.ProjectGID, Attempt: r.Attempt}, nil
+	return &JobRecord{Job: j, UserID: r.UserID, UserName: r.UserName, ProjectID: r.ProjectID, ProjectName: r.ProjectName, ProjectGID: r.ProjectGID,
+		Attempt: r.Attempt, Version: r.fingerprint()}, nil
+}
+
+// fingerprint hashes every column of the row (FNV-1a), each with its length, so that no two
+// different rows run together into the same bytes.
+func (r *jobRow) fingerprint() uint64 {
+	h := fnv.New64a()
+	var n [8]byte
+	field := func(b []byte) {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
+		_, _ = h.Write(n[:])
+		_, _ = h.Write(b)
+	}
+	str := func(v string) { field([]byte(v)) }
+	num := func(v int64) {
+		binary.LittleEndian.PutUint64(n[:], uint64(v))
+		_, _ = h.Write(n[:])
+	}
+	tm := func(t time.Time, valid bool) {
+		if !valid {
+			num(-1)
+			return
+		}
+		num(t.UnixNano())
+	}
+	str(r.UUID)
+	str(r.Name)
+	str(r.Description)
+	str(r.DeploymentEnvironment)
+	field(r.Request)
+	num(r.UserID)
+	str(r.UserURN)
+	str(r.UserName)
+	str(r.UserEmail)
+	num(r.ProjectID)
+	str(r.ProjectURN)
+	str(r.ProjectName)
+	num(int64(r.ProjectGID))
+	str(r.Status)
+	field(r.EventTimes)
+	nullStr := func(v sql.NullString) {
+		if !v.Valid {
+			num(-1)
+			return
+		}
+		str(v.String)
+	}
+	nullStr(r.RestartInitialUUID)
+	num(int64(r.RestartCount))
+	if r.AssignedClusterID.Valid {
+		num(r.AssignedClusterID.Int64)
+	} else {
+		num(-1)
+	}
+	nullStr(r.AssignedSlaveName)
+	nullStr(r.AssignedInstanceID)
+	num(int64(r.Attempt))
+	field(r.Scheduling)
+	field(r.Resources)
+	field(r.FinalUsage)
+	num(int64(len(r.IdleGPUs)))
+	for _, g := range r.IdleGPUs {
+		num(g)
+	}
+	tm(r.IdleSince.Time, r.IdleSince.Valid)
+	tm(r.CreatedAt, true)
+	tm(r.UpdatedAt, true)
+	return h.Sum64()
 }
 
 // maxDecoded bounds the jobs a decodeCache keeps (a few kB each).

@@ -51,6 +51,17 @@ func (s *Store) ListSlaves(ctx context.Context) ([]Slave, error) {
 	return ss, mapErr(err, "list slaves")
 }
 
+// ListSlavesNamed lists the slaves of these names that exist, by cluster and name; none (and
+// no query) for no names.
+func (s *Store) ListSlavesNamed(ctx context.Context, names []string) ([]Slave, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	var ss []Slave
+	err := s.q.SelectContext(ctx, &ss, `SELECT `+slaveColumns+` FROM slaves WHERE name = ANY($1) ORDER BY cluster_id, name`, pq.Array(names))
+	return ss, mapErr(err, "list slaves by name")
+}
+
 // GetSlave reads a slave by name.
 func (s *Store) GetSlave(ctx context.Context, name string) (Slave, error) {
 	var sl Slave
@@ -288,21 +299,6 @@ func (s *Store) UpdateJobResources(ctx context.Context, uuid string, r *job.Stat
 	}
 	res, err := s.q.ExecContext(ctx, `UPDATE jobs SET resources = $2 WHERE uuid = $1`, uuid, data)
 	return affectedOne(res, err, "update resources of job "+uuid)
-}
-
-// SetJobsUsage keeps the latest usage sample of each of a slave's running jobs, in one
-// statement per heartbeat (not one per job).
-func (s *Store) SetJobsUsage(ctx context.Context, slave string, usage map[string]json.RawMessage) error {
-	if len(usage) == 0 {
-		return nil
-	}
-	ids, samples := make([]string, 0, len(usage)), make([]string, 0, len(usage))
-	for id, u := range usage {
-		ids, samples = append(ids, id), append(samples, string(u))
-	}
-	_, err := s.q.ExecContext(ctx, `UPDATE jobs j SET usage = u.sample FROM unnest($1::uuid[], $2::jsonb[]) AS u(id, sample)
-WHERE j.uuid = u.id AND j.assigned_slave_name = $3 AND j.status IN `+liveStatuses, pq.Array(ids), pq.Array(samples), slave)
-	return mapErr(err, "set usage of jobs on slave "+slave)
 }
 
 // SetFinalUsage stores a job's final usage statistics.

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -97,6 +98,7 @@ func (s *Store) WithTx(ctx context.Context, fn func(tx *Store) error) error {
 	if s.tx != nil {
 		return fn(s)
 	}
+	countStatement(ctx) // BEGIN
 	tx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
 		return mapErr(err, "begin transaction")
@@ -105,6 +107,7 @@ func (s *Store) WithTx(ctx context.Context, fn func(tx *Store) error) error {
 		_ = tx.Rollback()
 		return err
 	}
+	countStatement(ctx) // COMMIT
 	if err := tx.Commit(); err != nil {
 		return mapErr(err, "commit transaction")
 	}
@@ -225,7 +228,27 @@ func (p *prepared) stmt(ctx context.Context, query string, args []any) *sqlx.Stm
 	return st
 }
 
+// statementsKey is the context key of a request's statement counter (CountStatements).
+type statementsKey struct{}
+
+// CountStatements returns a context under which every statement the store sends (BEGIN and
+// COMMIT included) is counted, and a function that reads the count. The master's request log
+// shows it per request (db_statements), so a request whose statements grow with its rows, or
+// a heartbeat that writes per job, shows in the log and fails its test.
+func CountStatements(ctx context.Context) (context.Context, func() int64) {
+	n := new(atomic.Int64)
+	return context.WithValue(ctx, statementsKey{}, n), n.Load
+}
+
+// countStatement counts one statement for the context's counter, if it has one.
+func countStatement(ctx context.Context) {
+	if n, ok := ctx.Value(statementsKey{}).(*atomic.Int64); ok {
+		n.Add(1)
+	}
+}
+
 func (p *prepared) GetContext(ctx context.Context, dest any, query string, args ...any) error {
+	countStatement(ctx)
 	if st := p.stmt(ctx, query, args); st != nil { //nolint:sqlclosecheck // cached for the pool's life (see stmt)
 		return st.GetContext(ctx, dest, args...)
 	}
@@ -233,6 +256,7 @@ func (p *prepared) GetContext(ctx context.Context, dest any, query string, args 
 }
 
 func (p *prepared) SelectContext(ctx context.Context, dest any, query string, args ...any) error {
+	countStatement(ctx)
 	if st := p.stmt(ctx, query, args); st != nil { //nolint:sqlclosecheck // cached for the pool's life (see stmt)
 		return st.SelectContext(ctx, dest, args...)
 	}
@@ -240,6 +264,7 @@ func (p *prepared) SelectContext(ctx context.Context, dest any, query string, ar
 }
 
 func (p *prepared) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	countStatement(ctx)
 	if st := p.stmt(ctx, query, args); st != nil { //nolint:sqlclosecheck // cached for the pool's life (see stmt)
 		return st.ExecContext(ctx, args...)
 	}
@@ -254,6 +279,7 @@ func (p *prepared) QueryContext(ctx context.Context, query string, args ...any) 
 }
 
 func (p *prepared) QueryxContext(ctx context.Context, query string, args ...any) (*sqlx.Rows, error) {
+	countStatement(ctx)
 	if st := p.stmt(ctx, query, args); st != nil { //nolint:sqlclosecheck // cached for the pool's life (see stmt)
 		return st.QueryxContext(ctx, args...)
 	}
@@ -261,6 +287,7 @@ func (p *prepared) QueryxContext(ctx context.Context, query string, args ...any)
 }
 
 func (p *prepared) QueryRowxContext(ctx context.Context, query string, args ...any) *sqlx.Row {
+	countStatement(ctx)
 	if st := p.stmt(ctx, query, args); st != nil { //nolint:sqlclosecheck // cached for the pool's life (see stmt)
 		return st.QueryRowxContext(ctx, args...)
 	}

@@ -57,10 +57,20 @@ func (s *Store) AddUsageSamples(ctx context.Context, secs float64, samples []Usa
 	if len(samples) == 0 {
 		return nil
 	}
+	_, err := s.q.ExecContext(ctx, `INSERT INTO job_usage (job_uuid, at, secs, cpu_percent, mem_mib, gpu_idx, gpu_util, gpu_mem_mib)
+SELECT u.id, now(), $1, u.cpu, u.mem, u.idx::int[], u.util::real[], u.gmem::bigint[]
+FROM unnest($2::uuid[], $3::float8[], $4::bigint[], $5::text[], $6::text[], $7::text[]) AS u(id, cpu, mem, idx, util, gmem)
+WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.uuid = u.id)`, append([]any{secs}, usageArgs(samples)...)...)
+	return mapErr(err, fmt.Sprintf("add usage samples of %d jobs", len(samples)))
+}
+
+// usageArgs are samples as the six arrays the statements appending them unnest: job ids, CPU,
+// memory, and the GPU lists as text literals (arrays of arrays must be rectangular in
+// Postgres).
+func usageArgs(samples []UsageSample) []any {
 	ids := make([]string, len(samples))
 	cpu := make([]float64, len(samples))
 	mem := make([]int64, len(samples))
-	// Arrays of arrays must be rectangular in Postgres: the GPU lists travel as text literals.
 	idx, util, gmem := make([]string, len(samples)), make([]string, len(samples)), make([]string, len(samples))
 	for i, u := range samples {
 		ids[i], cpu[i], mem[i] = u.JobUUID, u.CPUPercent, u.MemoryMiB
@@ -72,12 +82,7 @@ func (s *Store) AddUsageSamples(ctx context.Context, secs float64, samples []Usa
 		}
 		idx[i], util[i], gmem[i] = pgArray(a), pgArray(b), pgArray(c)
 	}
-	_, err := s.q.ExecContext(ctx, `INSERT INTO job_usage (job_uuid, at, secs, cpu_percent, mem_mib, gpu_idx, gpu_util, gpu_mem_mib)
-SELECT u.id, now(), $1, u.cpu, u.mem, u.idx::int[], u.util::real[], u.gmem::bigint[]
-FROM unnest($2::uuid[], $3::float8[], $4::bigint[], $5::text[], $6::text[], $7::text[]) AS u(id, cpu, mem, idx, util, gmem)
-WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.uuid = u.id)`,
-		secs, pq.Array(ids), pq.Array(cpu), pq.Array(mem), pq.Array(idx), pq.Array(util), pq.Array(gmem))
-	return mapErr(err, fmt.Sprintf("add usage samples of %d jobs", len(samples)))
+	return []any{pq.Array(ids), pq.Array(cpu), pq.Array(mem), pq.Array(idx), pq.Array(util), pq.Array(gmem)}
 }
 
 func pgArray(elems []string) string {

@@ -158,8 +158,26 @@ type JobAction struct {
 }
 
 // JobActions lists the actions a job's state allows its owner: the transition table decides,
-// so the buttons offered are exactly those the API accepts.
+// so the buttons offered are exactly those the API accepts. The list is shared: not to be
+// changed.
 func JobActions(s job.Status) []JobAction {
+	if a, ok := jobActions[s]; ok {
+		return a
+	}
+	return jobActionsOf(s)
+}
+
+// jobActions is jobActionsOf worked out once for every state: the Jobs page asks for every
+// row, and each refusal of CanTransition formats its reason.
+var jobActions = func() map[job.Status][]JobAction {
+	m := make(map[job.Status][]JobAction, len(job.AllStatuses))
+	for _, s := range job.AllStatuses {
+		m[s] = jobActionsOf(s)
+	}
+	return m
+}()
+
+func jobActionsOf(s job.Status) []JobAction {
 	var out []JobAction
 	can := func(to job.Status) bool { ok, _ := job.CanTransition(s, to, job.ActorOwner); return ok }
 	if can(job.StatusQueued) {

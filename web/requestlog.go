@@ -11,6 +11,7 @@ import (
 
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/pki"
+	"github.com/opengpulab/gpulab/store"
 )
 
 // RequestIDHeader carries a request's id: taken from the client (a proxy's) when sane, made
@@ -110,7 +111,8 @@ func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter 
 
 // logRequests logs one line per request: its id, method, route pattern (the path without its
 // query string, which may hold tokens, when no route matched), status, duration, bytes written,
-// the caller, and the client address; no header is logged. It also times the request for
+// the statements it sent to the database, the caller, and the client address; no header is
+// logged. It also times the request for
 // /metrics by route pattern and code.
 func (s *Server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -118,7 +120,8 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		ri := &requestInfo{id: requestID(r.Header.Get(RequestIDHeader))}
 		w.Header().Set(RequestIDHeader, ri.id)
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
-		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, ri)))
+		ctx, statements := store.CountStatements(context.WithValue(r.Context(), requestInfoKey{}, ri))
+		next.ServeHTTP(rec, r.WithContext(ctx))
 		took := time.Since(start)
 		route := ri.route
 		if route == "" {
@@ -130,7 +133,7 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 			level = slog.LevelDebug // probes and scrapers every few seconds
 		}
 		attrs := []any{"request_id", ri.id, "method", r.Method, "route", route, "status", rec.status,
-			"duration_ms", float64(took.Microseconds()) / 1000, "bytes", rec.bytes, "remote", r.RemoteAddr}
+			"duration_ms", float64(took.Microseconds()) / 1000, "bytes", rec.bytes, "db_statements", statements(), "remote", r.RemoteAddr}
 		if ri.route == "" {
 			attrs = append(attrs, "path", r.URL.Path)
 		}

@@ -1,0 +1,113 @@
+package web_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opengpulab/gpulab/internal/testmaster"
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/protocol"
+	"github.com/opengpulab/gpulab/web"
+)
+
+// heartbeatStatements returns the db_statements of the heartbeat lines logged after the first
+// skip lines of the log.
+func heartbeatStatements(t *testing.T, logs *lockedBuffer, skip int) []int {
+	t.Helper()
+	var out []int
+	for i, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var line struct {
+			Msg          string `json:"msg"`
+			Route        string `json:"route"`
+			Status       int    `json:"status"`
+			DBStatements int    `json:"db_statements"`
+		}
+		if i < skip || json.Unmarshal([]byte(l), &line) != nil || line.Msg != "request" || !strings.HasSuffix(line.Route, protocol.HeartbeatPath) {
+			continue
+		}
+		if line.Status != 200 {
+			t.Fatalf("heartbeat answered %d: %s", line.Status, l)
+		}
+		out = append(out, line.DBStatements)
+	}
+	return out
+}
+
+// A heartbeat costs the same statements whatever the number of jobs its slave runs: the
+// slave's certificate, then one statement that records the heartbeat, appends the jobs' usage
+// samples and reads what reconciling needs. It used to write every running job's row too.
+func TestHeartbeatStatementsDoNotGrowWithJobs(t *testing.T) {
+	logs := &lockedBuffer{}
+	log := slog.New(web.WithRequestID(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	m := testmaster.Start(t, testmaster.Options{Log: log, MissingGrace: time.Minute})
+	w := &protoWorld{m: m, alice: m.AddUser("alice", false, "", "vision"), name: "hbcost1"}
+	w.slave = w.slaveClient(t, w.name)
+	ctx := context.Background()
+	var gpus []protocol.GPU
+	for i := range 8 {
+		gpus = append(gpus, protocol.GPU{Index: i, UUID: "GPU-" + string(rune('a'+i)), Model: "Fake V100"})
+	}
+	if _, err := w.slave.Register(ctx, protocol.Inventory{InstanceID: "i1", CPUs: 16, MemoryMiB: 65536, GPUs: gpus}); err != nil {
+		t.Fatal(err)
+	}
+	var held []protocol.RunningJob
+	beat := func() {
+		t.Helper()
+		reply, err := w.slave.Heartbeat(ctx, protocol.Heartbeat{InstanceID: "i1", Jobs: held, Accepting: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(reply.Stops) > 0 || len(reply.Jobs) != len(held) {
+			t.Fatalf("heartbeat with %d jobs: stops %v, master's view %v", len(held), reply.Stops, reply.Jobs)
+		}
+	}
+	addJobs := func(n int) {
+		for range n {
+			id, attempt := w.job(t, w.name, len(held), false)
+			w.advance(t, w.slave, id, attempt, job.StatusRunning)
+			held = append(held, protocol.RunningJob{JobUUID: id, Attempt: attempt, ContainerID: "c-" + id[:8], Status: job.StatusRunning,
+				Usage: &protocol.Usage{CPUPercent: 90, MemoryMiB: 512, GPUs: []protocol.GPUUsage{{Index: len(held), UtilPercent: 75, MemoryUsedMiB: 1000}}}})
+		}
+	}
+	count := func() []int {
+		t.Helper()
+		skip := len(strings.Split(strings.TrimSpace(logs.String()), "\n"))
+		beat()
+		beat()
+		// The request's line is written after its answer.
+		deadline := time.Now().Add(time.Minute)
+		for {
+			if n := heartbeatStatements(t, logs, skip); len(n) == 2 {
+				return n
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no heartbeat lines in the request log within a minute")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	addJobs(1)
+	one := count()
+	addJobs(7)
+	eight := count()
+	t.Logf("statements per heartbeat: %v with 1 job, %v with 8 jobs", one, eight)
+	for _, n := range append(one, eight...) {
+		if n > 2 {
+			t.Errorf("a heartbeat sent %d statements, want at most 2 (the certificate, the heartbeat): %v with 1 job, %v with 8", n, one, eight)
+		}
+	}
+	// The samples were appended, one per job and heartbeat.
+	for _, hj := range held {
+		pts, err := m.Store.JobUsage(ctx, hj.JobUUID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pts) == 0 {
+			t.Errorf("job %s has no usage points after its heartbeats", hj.JobUUID)
+		}
+	}
+}
