@@ -47,6 +47,15 @@ htmx: ## fetch htmx again from npm (htmx.org@static/HTMX_VERSION) and check its 
 	  cp "$$tmp/package/dist/htmx.min.js" static/htmx.min.js && cp "$$tmp/package/LICENSE" static/htmx.LICENSE && \
 	  cd static && if [ "$(UPDATE)" = 1 ]; then sha256sum htmx.min.js > htmx.min.js.sha256; fi && sha256sum -c htmx.min.js.sha256
 
+AXE_DIR = internal/e2e/testdata/axe
+.PHONY: axe
+axe: ## fetch axe-core (the accessibility checker the portal tests run in Chromium) again from npm and check its checksum; UPDATE=1 records a new one
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	  (cd "$$tmp" && npm pack --silent axe-core@$$(cat $(CURDIR)/$(AXE_DIR)/VERSION) >/dev/null) && \
+	  tar -xzf "$$tmp"/axe-core-*.tgz -C "$$tmp" package/axe.min.js package/LICENSE && \
+	  cp "$$tmp/package/axe.min.js" "$$tmp/package/LICENSE" $(AXE_DIR)/ && \
+	  cd $(AXE_DIR) && if [ "$(UPDATE)" = 1 ]; then sha256sum axe.min.js > axe.min.js.sha256; fi && sha256sum -c axe.min.js.sha256
+
 .PHONY: build
 build: ## build gpulab-master, gpulab-slave and gpulab-cli into bin/
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
