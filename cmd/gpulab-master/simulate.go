@@ -36,6 +36,7 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 	fs.Float64Var(&rules.MinFraction, "min-fraction", rules.MinFraction, "minDuration as a fraction of maxDuration (0..1)")
 	fs.DurationVar(&rules.MinFloor, "min-floor", rules.MinFloor, "shortest minDuration")
 	fs.Float64Var(&rules.Interactive, "interactive", rules.Interactive, "share of short one-GPU jobs that are interactive (0..1)")
+	estimates := fs.Bool("estimates", true, "measure every job's start estimate (Plan's forecast range) at submission and as it waits against its real start: a second table")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -87,12 +88,14 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 	fmt.Fprintf(stdout, "Missing columns: %s.\nHalting (fair-halt, las): halt factor %g, restartable victims only: %v.\n\n", rules, *haltFactor, *restartableOnly)
 	fmt.Fprintln(stdout, "| policy | jobs | avg JCT | p50 JCT | p95 JCT | p99 JCT | avg wait | p50 wait | p95 wait | p99 wait | bounded slowdown | GPU util | makespan | Jain | halts/job | halted < min | lost jobs | lost GPU-h | grace GPU-h | interactive failed | est. jobs | est. err p50 | est. err p90 | err/wait p50 | wall |")
 	fmt.Fprintln(stdout, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	var accRows []string
 	for _, p := range policies {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		r := sim.Run(sim.Config{Policy: p.policy, Halting: p.halting, HaltGrace: *grace,
-			HaltFactor: *haltFactor, HaltRestartableOnly: *restartableOnly, Slaves: *slaves, GPUsPerSlave: *perSlave, HalfLife: *halfLife}, tj)
+			HaltFactor: *haltFactor, HaltRestartableOnly: *restartableOnly, Slaves: *slaves, GPUsPerSlave: *perSlave, HalfLife: *halfLife, NoEstimates: !*estimates}, tj)
+		accRows = append(accRows, accuracyRow(p.name, r.Accuracy))
 		m := r.Metrics
 		est := "| – | – | –"
 		if m.Estimates > 0 {
@@ -107,6 +110,9 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 		if r.Failed > 0 || r.Stuck > 0 {
 			fmt.Fprintf(stderr, "policy %s: %d jobs failed by Plan, %d never started\n", p.name, r.Failed, r.Stuck)
 		}
+	}
+	if *estimates {
+		printAccuracy(stdout, accRows)
 	}
 	fmt.Fprintf(stdout, "\n%d jobs needing more GPUs than a slave has were dropped. JCT and wait in seconds (wait: JCT − run time); "+
 		"Jain's index over users (trace: virtual clusters) of their mean bounded slowdown (floor %s); "+

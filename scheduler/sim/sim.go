@@ -44,6 +44,10 @@ type Config struct {
 
 	// noTrim passes every candidate to Plan (see trim); tests compare both ways.
 	noTrim bool
+
+	// NoEstimates skips measuring the start estimates (Result.Accuracy): the passes that would
+	// forecast the whole queue cost time, and change no decision.
+	NoEstimates bool
 }
 
 // DefaultHalfLife is GPULab's tally half-life (SPEC 7.2).
@@ -109,6 +113,8 @@ type Result struct {
 	Metrics Metrics
 	// Wall is the wall-clock time the run took; the only field that differs between two runs.
 	Wall time.Duration
+	// Accuracy is how well Plan's start ranges foretold the first starts (estimate.go).
+	Accuracy Accuracy
 }
 
 // Event kinds, in the order they are handled at one instant.
@@ -165,6 +171,8 @@ type simJob struct {
 	halts    int
 	estimate time.Time
 	planned  bool // has been through one pass (its estimate, if any, is recorded)
+
+	since time.Time // when the current run was queued (the master's created_at)
 }
 
 // Run replays jobs (sorted by Submit, as ReadTrace returns them; settings as Assign fills them)
@@ -187,6 +195,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 	halting := cfg.Halting && (cfg.Policy == scheduler.PolicyFair || cfg.Policy == scheduler.PolicyLAS)
 	res := Result{Config: cfg}
 	uid, _ := users(jobs)
+	est := newEstimator(len(jobs))
 
 	slaves := make([]scheduler.Slave, cfg.Slaves)
 	slaveIdx := map[string]int{}
@@ -246,6 +255,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		j, st := jobs[i], &state[i]
 		u := uuidOf(i, st.seg)
 		byUUID[u] = i
+		st.since = at
 		queued = append(queued, &scheduler.Job{
 			UUID: u, Submitted: at, UserID: uid[j.User], OracleDuration: st.left, Attained: st.attained,
 			Request: job.Request{
@@ -263,6 +273,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		userGPUs[r.placed.UserID] -= g
 		held := time.Duration(g) * at.Sub(r.placed.Started)
 		state[r.idx].held += held
+		est.learn.ended(state[r.idx].since, r.placed.UserID, at.Sub(r.placed.Started), r.placed.Ends.Sub(r.placed.Started))
 		return held
 	}
 
@@ -348,6 +359,9 @@ func Run(cfg Config, jobs []TraceJob) Result {
 			}
 			state[next] = simJob{left: j.Duration, maxDur: maxDur, minDur: min(j.MinDuration, maxDur)}
 			enqueue(next, j.Submit)
+			if !cfg.NoEstimates {
+				est.arrived()
+			}
 			next++
 			changed = true
 		}
@@ -370,10 +384,15 @@ func Run(cfg Config, jobs []TraceJob) Result {
 				cand = append(cand, q)
 			}
 		}
-		if len(cand) == 0 || (maxFree == 0 && !halting && !anyInteractive) {
+		// A pass that can decide nothing still forecasts when estimates are due (estimate.go).
+		forecastOnly := len(cand) == 0 || (maxFree == 0 && !halting && !anyInteractive)
+		forecast := !cfg.NoEstimates && est.wants(now)
+		if forecastOnly && !forecast {
 			continue
 		}
-		if !cfg.noTrim && cfg.Limits == (scheduler.Limits{}) {
+		if forecastOnly {
+			cand = cand[:0]
+		} else if !cfg.noTrim && cfg.Limits == (scheduler.Limits{}) {
 			reach := 2 * cfg.GPUsPerSlave
 			if halting {
 				reach += haltReach
@@ -389,8 +408,19 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		for i, r := range runList {
 			snap.Running[i] = r.placed
 		}
+		if forecast {
+			snap.Waiting, snap.Ratios = waitingBeside(queued, cand), est.learn.ratios(now)
+		}
 		plan := snap.Plan()
-		res.PlanCalls++
+		if !forecastOnly {
+			res.PlanCalls++
+		}
+		if forecast {
+			est.observe(now, plan, considered(given, snap.Waiting), func(u string) (int, bool) {
+				i := byUUID[u]
+				return i, state[i].seg == 0 && state[i].first.IsZero()
+			})
+		}
 		for _, q := range given {
 			if st := &state[byUUID[q.UUID]]; !st.planned {
 				st.planned = true
@@ -415,6 +445,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 			userGPUs[uid[j.User]] += len(gi)
 			if st.first.IsZero() {
 				st.first = now
+				est.started(i, now)
 			}
 			heap.Push(&events, event{at: now.Add(st.left), kind: evEnd, uuid: a.JobUUID})
 			if halting && !j.Interactive {
@@ -465,6 +496,9 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		}
 	}
 	res.Metrics = Summarize(res.Outcomes, cfg.Slaves*cfg.GPUsPerSlave)
+	if !cfg.NoEstimates {
+		res.Accuracy = est.summary(func(i int) time.Time { return jobs[i].Submit })
+	}
 	if n := len(jobs) - res.Dropped; n > 0 {
 		res.Metrics.HaltsPerJob = float64(res.Halts) / float64(n)
 	}
