@@ -28,3 +28,20 @@ func printAccuracy(w io.Writer, rows []string) {
 		fmt.Fprintln(w, r)
 	}
 }
+
+// scenarioRow is one policy's row of the scenario table.
+func scenarioRow(name string, r sim.Result) string {
+	s := r.Scenario
+	return fmt.Sprintf("| %s | %d | %s | %s | %d | %d | %d | %d | %d |", name, s.Holders, secs(s.HolderAvgWait), secs(s.HolderP99Wait),
+		s.HolderOutside, s.Expired, s.ReservationFailed, s.Guests, s.EarlyStarts)
+}
+
+// printScenario states the scenario and prints its table.
+func printScenario(w io.Writer, sc *sim.Scenario, rows []string) {
+	fmt.Fprintf(w, "\nScenario: %s.\n\n", sc)
+	fmt.Fprintln(w, "| policy | holders' jobs | holders' avg wait | holders' p99 wait | started outside reservation | expired at notAfter | failed at reservation end | guest jobs on private clusters | started before notBefore |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rows {
+		fmt.Fprintln(w, r)
+	}
+}

@@ -76,12 +76,22 @@ type estimator struct {
 	last    time.Time // the last forecasting pass
 	acc     Accuracy
 	learn   ratioLearner
+	every   int // one job in every is measured (Config.EstimateEvery)
 }
 
-func newEstimator(n int) *estimator { return &estimator{jobs: make([]estJob, n)} }
+func newEstimator(n, every int) *estimator {
+	return &estimator{jobs: make([]estJob, n), every: max(every, 1)}
+}
+
+// sampled says whether trace job i's estimates are measured: one job in every.
+func (e *estimator) sampled(i int) bool { return i%e.every == 0 }
 
 // arrived notes a job's submission (its first run only).
-func (e *estimator) arrived() { e.pending++ }
+func (e *estimator) arrived(i int) {
+	if e.sampled(i) {
+		e.pending++
+	}
+}
 
 // wants says whether this pass should forecast every queued job.
 func (e *estimator) wants(now time.Time) bool {
@@ -106,7 +116,7 @@ func (e *estimator) observe(now time.Time, plan scheduler.Plan, considered []*sc
 	e.due = time.Time{}
 	for _, q := range considered {
 		i, ok := idx(q.UUID)
-		if !ok {
+		if !ok || !e.sampled(i) {
 			continue
 		}
 		ej := &e.jobs[i]
