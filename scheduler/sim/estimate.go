@@ -156,14 +156,6 @@ func (e *estimator) started(i int, at time.Time) {
 	}
 }
 
-// forgot drops a job that will never start (failed at its first pass) from the pending count.
-func (e *estimator) forgot(i int) {
-	if ej := &e.jobs[i]; !ej.passed {
-		ej.passed = true
-		e.pending--
-	}
-}
-
 // summary computes the accuracy over the jobs that started; submits are their submissions.
 func (e *estimator) summary(submit func(i int) time.Time) Accuracy {
 	a := e.acc
@@ -255,7 +247,7 @@ func median(xs []float64) float64 {
 	return xs[(len(xs)-1)/2]
 }
 
-// String is the horizon breakdown in one line.
+// HorizonString is the horizon breakdown in one line.
 func (a Accuracy) HorizonString() string {
 	s := ""
 	for _, h := range a.ByHorizon {
