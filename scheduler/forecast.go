@@ -14,7 +14,7 @@ import (
 // its scope where it fits once enough has been released. Three replays give the range:
 //
 //   - late: every job runs to its maxDuration (the worst case, given no halts);
-//   - likely: every job runs RunRatio.Mid of its maxDuration (learned from finished jobs);
+//   - likely: every job runs RunRatio.Mid (the mean) of its maxDuration (learned from finished jobs);
 //   - early: every job runs RunRatio.Low of its maxDuration.
 //
 // The replay is list scheduling with backfill: its clock never goes back, but a job that fits on
@@ -28,8 +28,8 @@ import (
 // (reservation starts count; caps and halts are not modelled).
 
 // RunRatio describes how long jobs run as a share of their maxDuration: Low is a low quantile
-// (the early end of the range) and Mid the median (the likely start). Zero values mean 1: no
-// knowledge, every job runs its maxDuration.
+// (the early end of the range) and Mid the mean (the likely start; see RatioLowQuantile). Zero
+// values mean 1: no knowledge, every job runs its maxDuration.
 type RunRatio struct {
 	Low, Mid float64
 }

@@ -7,8 +7,9 @@ import (
 )
 
 // TestLearnRatios: a user with RatioMinJobs samples gets his own ratio, one with fewer counts
-// only in the global one; the quantiles interpolate like percentile_cont (what store.RunRatios
-// computes in SQL), and ratios outside [0, 1] are clamped as the SQL clamps them.
+// only in the global one; the low quantile interpolates like percentile_cont and the mid is the
+// mean (what store.RunRatios computes in SQL), and ratios outside [0, 1] are clamped as the SQL
+// clamps them.
 func TestLearnRatios(t *testing.T) {
 	var s []RatioSample
 	for i := range 20 {
@@ -17,15 +18,15 @@ func TestLearnRatios(t *testing.T) {
 	s = append(s, RatioSample{UserID: 2, Ratio: 7}, RatioSample{UserID: 2, Ratio: -1})
 	r := LearnRatios(s, 20)
 	u, ok := r.Users[1]
-	// 0.05..1: p10 at position 1.9 (0.10 + 0.9·0.05), p50 at 9.5 (0.5 + 0.5·0.05).
+	// 0.05..1: p10 at position 1.9 (0.10 + 0.9·0.05), mean 0.525.
 	if !ok || math.Abs(u.Low-0.145) > 1e-9 || math.Abs(u.Mid-0.525) > 1e-9 {
 		t.Fatalf("user 1: %+v", r.Users)
 	}
 	if _, ok := r.Users[2]; ok {
 		t.Fatalf("user 2 has 2 samples, got a ratio: %+v", r.Users)
 	}
-	// Global over 22: 0, then 0.05..1, then 1 (clamped): p50 at 10.5 → 0.525.
-	if math.Abs(r.Global.Mid-0.525) > 1e-9 || math.Abs(r.Global.Low-0.105) > 1e-9 {
+	// Global over 22: 0, then 0.05..1, then 1 (clamped): mean 11.5/22, p10 at 2.1 → 0.105.
+	if math.Abs(r.Global.Mid-11.5/22) > 1e-9 || math.Abs(r.Global.Low-0.105) > 1e-9 {
 		t.Fatalf("global %+v", r.Global)
 	}
 	if r := LearnRatios(s[:5], 20); r.Global != (RunRatio{}) || len(r.Users) != 0 {

@@ -52,8 +52,8 @@ func TestAccuracyByHand(t *testing.T) {
 	}
 }
 
-// TestLearnRatios: per user from RatioMinJobs samples, the global ratio from as many; the
-// quantiles interpolate as SQL's percentile_cont.
+// TestLearnRatiosInSim: the replay learns from the runs it ended, per user from RatioMinJobs
+// samples and globally from as many, and forgets runs created before the window.
 func TestLearnRatiosInSim(t *testing.T) {
 	var l ratioLearner
 	for i := range 20 {
@@ -61,7 +61,7 @@ func TestLearnRatiosInSim(t *testing.T) {
 	}
 	r := l.ratios(t0)
 	u, ok := r.Users[1]
-	// Ratios 0.05..1 in steps of 0.05: p10 at position 1.9 → 0.095 + ... = 0.145, p50 at 9.5 → 0.525.
+	// Ratios 0.05..1 in steps of 0.05: p10 at position 1.9 → 0.095 + ... = 0.145, mean 0.525.
 	if !ok || abs(u.Low-0.145) > 1e-9 || abs(u.Mid-0.525) > 1e-9 || r.Global != u {
 		t.Fatalf("ratios %+v", r)
 	}
