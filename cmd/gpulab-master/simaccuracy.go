@@ -12,6 +12,10 @@ import (
 func accuracyRow(name string, a sim.Accuracy) string {
 	var h []string
 	for _, b := range a.ByHorizon {
+		if b.N == 0 {
+			h = append(h, "–")
+			continue
+		}
 		h = append(h, fmt.Sprintf("%s / %.0f %%", secs(b.MedianErr), 100*b.InRange))
 	}
 	return fmt.Sprintf("| %s | %d | %d | %d | %s | %s | %.2f | %.1f %% | %.1f %% | %.1f %% | %s | %s |",
