@@ -271,8 +271,8 @@ func fmtHorizon(d time.Duration) string {
 }
 
 // ratioLearner learns run-time ratios from the runs the replay ended, as the master's loop does
-// from its store: runs created within scheduler.RatioWindow, scheduler.RatioMinJobs per user,
-// read again every refresh. The replay refreshes every scheduler.RatioRefresh while it has few
+// from its store: runs created within ratioWindow, ratioMinJobs per user,
+// read again every refresh. The replay refreshes every ratioRefresh while it has few
 // samples and every ratioRefreshLong after: ratios drift slowly once learned, and sorting weeks
 // of samples every five simulated minutes would cost more than the replay.
 type ratioLearner struct {
@@ -287,7 +287,14 @@ type ratioSample struct {
 	s       scheduler.RatioSample
 }
 
-const ratioRefreshLong = 6 * time.Hour
+// The master loop's learning parameters (its RatioWindow, RatioMinJobs and RatioRefresh),
+// repeated here: the simulator must not import the loop, which needs a database.
+const (
+	ratioWindow      = 30 * 24 * time.Hour
+	ratioMinJobs     = 20
+	ratioRefresh     = 5 * time.Minute
+	ratioRefreshLong = 6 * time.Hour
+)
 
 // ended records a run that ended: created is when its job (or restart) was queued.
 func (l *ratioLearner) ended(created time.Time, user int64, ran, maxDur time.Duration) {
@@ -299,21 +306,21 @@ func (l *ratioLearner) ended(created time.Time, user int64, ran, maxDur time.Dur
 
 // ratios returns the ratios as of now.
 func (l *ratioLearner) ratios(now time.Time) scheduler.RunRatios {
-	every := scheduler.RatioRefresh
-	if l.n >= 20*scheduler.RatioMinJobs {
+	every := ratioRefresh
+	if l.n >= 20*ratioMinJobs {
 		every = ratioRefreshLong
 	}
 	if !l.at.IsZero() && now.Sub(l.at) < every {
 		return l.cur
 	}
-	from := now.Add(-scheduler.RatioWindow)
+	from := now.Add(-ratioWindow)
 	in := make([]scheduler.RatioSample, 0, len(l.samples))
 	for _, s := range l.samples {
 		if !s.created.Before(from) {
 			in = append(in, s.s)
 		}
 	}
-	l.cur, l.at, l.n = scheduler.LearnRatios(in, scheduler.RatioMinJobs), now, len(l.samples)
+	l.cur, l.at, l.n = scheduler.LearnRatios(in, ratioMinJobs), now, len(l.samples)
 	return l.cur
 }
 

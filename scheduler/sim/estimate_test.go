@@ -66,7 +66,7 @@ func TestLearnRatiosInSim(t *testing.T) {
 		t.Fatalf("ratios %+v", r)
 	}
 	// Samples created before the window are forgotten.
-	if r := l.ratios(t0.Add(scheduler.RatioWindow + time.Hour)); r.Global != (scheduler.RunRatio{}) {
+	if r := l.ratios(t0.Add(ratioWindow + time.Hour)); r.Global != (scheduler.RunRatio{}) {
 		t.Fatalf("after the window: %+v", r)
 	}
 }
