@@ -14,20 +14,22 @@ import (
 // its scope where it fits once enough has been released. Three replays give the range:
 //
 //   - late: every job runs to its maxDuration (the worst case, given no halts);
-//   - likely: every job runs RunRatio.Mid of its maxDuration (learned from finished jobs);
+//   - likely: every job runs RunRatio.Mid (the mean) of its maxDuration (learned from finished jobs);
 //   - early: every job runs RunRatio.Low of its maxDuration.
 //
-// The replay is list scheduling: its clock never goes back, so a job is never estimated to start
-// before one ahead of it in the queue. That errs late for a small job behind a big one (the real
-// pass backfills it), which the early replay partly makes up for. Each replay is event-driven:
+// The replay is list scheduling with backfill: its clock never goes back, but a job that fits on
+// GPUs left free once the jobs ahead of it have their places may start as early as those GPUs
+// came free, as the real pass backfills a small job behind a big one; it never starts before a
+// job ahead of it that needs no more GPUs. (A job placed ahead keeps what it took, so a hole it
+// leaves before its start is not used: the estimate errs late there.) Each replay is event-driven:
 // a heap of ends, and per job one scan of its candidate slaves plus one check per end popped,
 // so a pass over thousands of jobs and hundreds of slaves stays within milliseconds. Jobs
 // naming reservations, capped by running-job limits or by notBefore keep what decide said
 // (reservation starts count; caps and halts are not modelled).
 
 // RunRatio describes how long jobs run as a share of their maxDuration: Low is a low quantile
-// (the early end of the range) and Mid the median (the likely start). Zero values mean 1: no
-// knowledge, every job runs its maxDuration.
+// (the early end of the range) and Mid the mean (the likely start; see RatioLowQuantile). Zero
+// values mean 1: no knowledge, every job runs its maxDuration.
 type RunRatio struct {
 	Low, Mid float64
 }
@@ -89,6 +91,39 @@ type fslave struct {
 	st        *slaveState
 	now, ever fres
 	mark      int // the job index for which this slave is a candidate
+	// freeAt is, per GPU position free in now, since when it has been free: a job may start
+	// on free GPUs as early as the last of them came free (backfill), see replay.
+	freeAt []time.Time
+}
+
+// earliest picks the job's GPUs among those free now that came free first, and says from
+// when they are all free; ok is false when the job does not fit now.
+func (f *fslave) earliest(n *need, gpuK []int) ([]int, time.Time, bool) {
+	gpuK, ok := f.now.fits(f.st, n, gpuK)
+	if !ok || n.gpus == 0 {
+		return gpuK, time.Time{}, ok
+	}
+	// fits took the first matching positions; swap in any matching free one that came free
+	// earlier (slaves have a handful of GPUs: a simple exchange is enough).
+	for k, free := range f.now.gpuFree {
+		if !free || slices.Contains(gpuK, k) || !f.st.gpuOK(n, k) {
+			continue
+		}
+		late := 0
+		for m := range gpuK {
+			if f.freeAt[gpuK[m]].After(f.freeAt[gpuK[late]]) {
+				late = m
+			}
+		}
+		if f.freeAt[k].Before(f.freeAt[gpuK[late]]) {
+			gpuK[late] = k
+		}
+	}
+	var from time.Time
+	for _, k := range gpuK {
+		from = maxTime(from, f.freeAt[k])
+	}
+	return gpuK, from, true
 }
 
 func (f *fres) take(k []int, cpus, mem int) {
@@ -304,8 +339,11 @@ func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, ind
 				f.nGPU++
 			}
 		}
-		sl[i] = fslave{st: st, now: f, mark: -1}
+		sl[i] = fslave{st: st, now: f, mark: -1, freeAt: make([]time.Time, len(f.gpuFree))}
 		sl[i].ever = fres{gpuFree: slices.Clone(f.gpuFree), nGPU: f.nGPU, cpus: f.cpus, mem: f.mem}
+		for k := range sl[i].freeAt {
+			sl[i].freeAt[k] = p.now
+		}
 	}
 	var ends fendHeap
 	for i, st := range p.slaves {
@@ -345,35 +383,69 @@ func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, ind
 
 	out := make([]time.Time, len(jobs))
 	clock := p.now
-	var gpuK, touched []int
+	var gpuK, bestK, touched []int
+	// Backfill: a job that fits on GPUs free now may start when the last of them came free,
+	// before the clock, rather than only once the jobs ahead of it have started (list
+	// scheduling, which made small jobs behind big ones wait far too long); floor keeps it from
+	// starting before a job ahead of it needing no more GPUs, so the queue order still holds
+	// among alike jobs. A job needing no GPUs is not backfilled (CPUs and memory carry no time).
+	var floor []time.Time // by GPUs needed
+	release := func(e fend) {
+		sl[e.sl].now.give(e.gpuK, e.cpus, e.mem)
+		for _, k := range e.gpuK {
+			sl[e.sl].freeAt[k] = e.at
+		}
+	}
 	for i := range jobs {
 		fj := &jobs[i]
+		for ends.Len() > 0 && !ends[0].at.After(clock) { // ended by now: free, since then
+			release(heap.Pop(&ends).(fend))
+		}
+		g := fj.n.gpus
+		for len(floor) <= g { // floor is non-decreasing in the GPUs needed
+			last := p.now
+			if len(floor) > 0 {
+				last = floor[len(floor)-1]
+			}
+			floor = append(floor, last)
+		}
+		least := maxTime(p.now, floor[g])
 		at, ever := -1, false
+		var from time.Time
 		for _, c := range fj.cands {
 			sl[c].mark = i
+			if g > 0 && at >= 0 && !from.After(least) {
+				break // none can start earlier; marks are needed only when none fits now
+			}
 			var ok bool
-			if at < 0 {
-				if gpuK, ok = sl[c].now.fits(sl[c].st, &fj.n, gpuK); ok {
-					at, ever = c, true
-					continue
+			var f time.Time
+			if gpuK, f, ok = sl[c].earliest(&fj.n, gpuK); ok {
+				if at < 0 || g > 0 && f.Before(from) {
+					at, from, ever = c, f, true
+					bestK = append(bestK[:0], gpuK...)
 				}
+				continue
 			}
 			if !ever {
 				_, ever = sl[c].ever.fits(sl[c].st, &fj.n, nil)
 			}
+		}
+		if at >= 0 {
+			gpuK = append(gpuK[:0], bestK...)
 		}
 		if !ever {
 			continue // nothing that ends makes room: unknown, and the clock stays
 		}
 		for at < 0 && ends.Len() > 0 {
 			e := heap.Pop(&ends).(fend)
-			sl[e.sl].now.give(e.gpuK, e.cpus, e.mem)
+			release(e)
 			clock = maxTime(clock, e.at)
+			from = clock
 			touched = append(touched[:0], e.sl)
 			// Whatever ends at the same moment is given back too before anyone takes it.
 			for ends.Len() > 0 && !ends[0].at.After(clock) {
 				e2 := heap.Pop(&ends).(fend)
-				sl[e2.sl].now.give(e2.gpuK, e2.cpus, e2.mem)
+				release(e2)
 				touched = append(touched, e2.sl)
 			}
 			for _, c := range touched {
@@ -391,10 +463,16 @@ func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, ind
 			continue
 		}
 		start := clock
+		if g > 0 {
+			start = maxTime(from, least)
+		}
 		if nb := fj.j.Request.Scheduling.NotBefore; nb != nil && nb.After(start) {
 			start = *nb
 		}
 		out[i] = start
+		for k := g; k < len(floor); k++ {
+			floor[k] = maxTime(floor[k], start)
+		}
 		e := fend{sl: at, gpuK: slices.Clone(gpuK), cpus: fj.n.cpus, mem: fj.n.memGb}
 		sl[at].now.take(e.gpuK, e.cpus, e.mem)
 		if d := duration(sc, fj.j.Request.Scheduling.MaxDuration.Std(), ratios.of(fj.j.UserID)); d > 0 {

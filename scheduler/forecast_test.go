@@ -209,3 +209,27 @@ func TestForecastPrivateCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestForecastBackfill: a one-GPU job behind a two-GPU job is not held to the big job's start:
+// on the other slave a GPU comes free at +60m, and it is estimated to start then, as the
+// planner would backfill it; the big job starts at +90m, when slave A is wholly free.
+func TestForecastBackfill(t *testing.T) {
+	run := func(id, slave string, gpu int, ends time.Duration) Placed {
+		pl := ending(id, slave, []int{gpu}, []int{gpu}, 10, ends)
+		pl.Started = t0.Add(-time.Minute)
+		return pl
+	}
+	s := Snapshot{Now: t0, Policy: PolicyFIFO,
+		Slaves: []Slave{mkSlave("a", gpus(gpuList(v100, 32, 0, 2)...)), mkSlave("b", gpus(gpuList(v100, 32, 0, 2)...))},
+		Running: []Placed{run("a0", "a", 0, 30*time.Minute), run("a1", "a", 1, 90*time.Minute),
+			run("b0", "b", 0, 60*time.Minute), run("b1", "b", 1, 120*time.Minute)},
+		Queued: []Job{mkJob("big", 2, 2, 2, maxDur(time.Hour), submitted(0)), mkJob("small", 1, 1, 1, maxDur(time.Hour), submitted(time.Second)),
+			mkJob("small2", 1, 1, 1, maxDur(time.Hour), submitted(2*time.Second))}}
+	p := s.Plan()
+	want := map[string]time.Duration{"big": 90 * time.Minute, "small": 60 * time.Minute, "small2": 120 * time.Minute}
+	for id, w := range want {
+		if r := p.Ranges[id]; !r.Late.Equal(t0.Add(w)) {
+			t.Errorf("%s: late start %s, want +%s", id, r.Late.Sub(t0), w)
+		}
+	}
+}

@@ -90,6 +90,9 @@ func (s Snapshot) Plan() Plan {
 		}
 	}
 	out.Halts = p.halts
+	if len(s.Waiting) > 0 {
+		waiting = withWaiting(s, waiting)
+	}
 	out.Ranges = p.forecast(waiting, assigned, s.Ratios)
 	return out
 }
@@ -130,6 +133,25 @@ func queueOrder(s Snapshot) []*Job {
 	for i := range s.Queued {
 		out[i] = &s.Queued[i]
 	}
+	sortQueue(s, out)
+	return out
+}
+
+// withWaiting adds the snapshot's Waiting jobs (those naming no reservation, as for the decided
+// ones) to the waiting jobs of the pass, all in queue order, for the forecast.
+func withWaiting(s Snapshot, waiting []*Job) []*Job {
+	out := slices.Clone(waiting)
+	for i := range s.Waiting {
+		if j := &s.Waiting[i]; len(j.Request.Scheduling.ReservationIDs) == 0 {
+			out = append(out, j)
+		}
+	}
+	sortQueue(s, out)
+	return out
+}
+
+// sortQueue puts jobs in the policy's queue order.
+func sortQueue(s Snapshot, out []*Job) {
 	older := func(a, b *Job) int {
 		if c := a.Submitted.Compare(b.Submitted); c != 0 {
 			return c
@@ -171,7 +193,6 @@ func queueOrder(s Snapshot) []*Job {
 		}
 		return older(a, b)
 	})
-	return out
 }
 
 // running counts the jobs that hold resources, per user, project and bucket, for the caps.

@@ -53,6 +53,11 @@ type Snapshot struct {
 	// Ratios are the learned shares of maxDuration that jobs really run (finished jobs' run
 	// time over maxDuration), for the estimates' likely and early starts; zero: unknown.
 	Ratios RunRatios
+	// Waiting are queued jobs that the caller knows cannot start in this pass (the simulator
+	// leaves most of a long queue out of the decision to save time): Plan does not decide them,
+	// explain them or fail them, only forecasts their start (Plan.Ranges) behind and among the
+	// jobs it decided, in queue order. The master leaves it empty and puts every job in Queued.
+	Waiting []Job
 }
 
 // Cluster is what placement needs to know about a cluster: whether it exists and who may use it.

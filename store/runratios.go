@@ -7,8 +7,8 @@ import (
 )
 
 // RunRatio is how much of their maxDuration one user's finished jobs (or everyone's, UserID 0)
-// really ran: Low is the 10th percentile and Mid the median of run time over maxDuration, over
-// Jobs jobs. The scheduler's start estimates use it to say when running jobs will likely end.
+// really ran: Low is the 10th percentile and Mid the mean of run time over maxDuration, over
+// Jobs jobs (scheduler.LearnRatios computes the same from samples, for the simulator). The scheduler's start estimates use it to say when running jobs will likely end.
 type RunRatio struct {
 	UserID int64
 	Jobs   int
@@ -35,7 +35,7 @@ func (s *Store) RunRatios(ctx context.Context, since time.Time, minJobs int) ([]
     WHERE created_at >= $1 AND status IN ('FINISHED', 'FAILED', 'CANCELLED', 'HALTED') AND max_duration_s > 0
       AND event_times ? 'RUNNING' AND event_times ? status)
 SELECT user_id, count(*) AS jobs, COALESCE(percentile_cont(0.1) WITHIN GROUP (ORDER BY ratio), 1) AS low,
-    COALESCE(percentile_cont(0.5) WITHIN GROUP (ORDER BY ratio), 1) AS mid
+    COALESCE(avg(ratio), 1) AS mid
 FROM r GROUP BY GROUPING SETS ((user_id), ()) HAVING count(*) >= $2 OR GROUPING(user_id) = 1`, since, minJobs)
 	if err != nil {
 		return nil, mapErr(err, "run ratios")

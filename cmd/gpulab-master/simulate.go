@@ -36,6 +36,9 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 	fs.Float64Var(&rules.MinFraction, "min-fraction", rules.MinFraction, "minDuration as a fraction of maxDuration (0..1)")
 	fs.DurationVar(&rules.MinFloor, "min-floor", rules.MinFloor, "shortest minDuration")
 	fs.Float64Var(&rules.Interactive, "interactive", rules.Interactive, "share of short one-GPU jobs that are interactive (0..1)")
+	estimates := fs.Bool("estimates", true, "measure every job's start estimate (Plan's forecast range) at submission and as it waits against its real start: a second table")
+	scenario := fs.String("scenario", "", "TOML file declaring reservations, private clusters, notBefore/notAfter windows and the rules for missing columns (see bench/scenarios/philly-example.toml)")
+	estEvery := fs.Int("estimate-every", 10, "measure the estimates of one job in N (by trace order; 1: every job, slower: each costs a forecast of the whole queue)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -44,6 +47,9 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	if *trace == "" {
 		return fmt.Errorf("--trace is required: %w", errUsage)
+	}
+	if *estEvery < 1 {
+		return fmt.Errorf("--estimate-every %d: want ≥ 1: %w", *estEvery, errUsage)
 	}
 	if *slaves < 1 || *perSlave < 1 || *jobs < 0 || *halfLife <= 0 || *grace <= 0 || *haltFactor < 1 {
 		return fmt.Errorf("--slaves and --gpus-per-slave must be ≥ 1, --jobs ≥ 0, --half-life and --halt-grace > 0, --halt-factor ≥ 1: %w", errUsage)
@@ -77,22 +83,32 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		*b.dst = t
 	}
+	var sc *sim.Scenario
+	if *scenario != "" {
+		if sc, err = sim.ReadScenario(*scenario); err != nil {
+			return fmt.Errorf("--scenario: %w: %w", err, errUsage)
+		}
+		rules = sc.Apply(rules)
+	}
 	tj, st, err := sim.ReadTraceFile(*trace, opt)
 	if err != nil {
 		return err
 	}
-	tj = sim.Assign(tj, rules)
+	tj = sc.ApplyJobs(sim.Assign(tj, rules), rules.Seed)
 	fmt.Fprintf(stdout, "Trace %s: %d rows, %d malformed skipped, %d jobs replayed; cluster %d slaves × %d GPUs = %d GPUs; tally half-life %s; halt grace %s.\n",
 		*trace, st.Rows, st.Malformed, st.Kept, *slaves, *perSlave, *slaves**perSlave, *halfLife, *grace)
 	fmt.Fprintf(stdout, "Missing columns: %s.\nHalting (fair-halt, las): halt factor %g, restartable victims only: %v.\n\n", rules, *haltFactor, *restartableOnly)
 	fmt.Fprintln(stdout, "| policy | jobs | avg JCT | p50 JCT | p95 JCT | p99 JCT | avg wait | p50 wait | p95 wait | p99 wait | bounded slowdown | GPU util | makespan | Jain | halts/job | halted < min | lost jobs | lost GPU-h | grace GPU-h | interactive failed | est. jobs | est. err p50 | est. err p90 | err/wait p50 | wall |")
 	fmt.Fprintln(stdout, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	var accRows, scRows []string
 	for _, p := range policies {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		r := sim.Run(sim.Config{Policy: p.policy, Halting: p.halting, HaltGrace: *grace,
-			HaltFactor: *haltFactor, HaltRestartableOnly: *restartableOnly, Slaves: *slaves, GPUsPerSlave: *perSlave, HalfLife: *halfLife}, tj)
+			HaltFactor: *haltFactor, HaltRestartableOnly: *restartableOnly, Slaves: *slaves, GPUsPerSlave: *perSlave, HalfLife: *halfLife, NoEstimates: !*estimates, EstimateEvery: *estEvery, Scenario: sc}, tj)
+		scRows = append(scRows, scenarioRow(p.name, r))
+		accRows = append(accRows, accuracyRow(p.name, r.Accuracy))
 		m := r.Metrics
 		est := "| – | – | –"
 		if m.Estimates > 0 {
@@ -107,6 +123,12 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 		if r.Failed > 0 || r.Stuck > 0 {
 			fmt.Fprintf(stderr, "policy %s: %d jobs failed by Plan, %d never started\n", p.name, r.Failed, r.Stuck)
 		}
+	}
+	if *estimates {
+		printAccuracy(stdout, accRows)
+	}
+	if sc != nil {
+		printScenario(stdout, sc, scRows)
 	}
 	fmt.Fprintf(stdout, "\n%d jobs needing more GPUs than a slave has were dropped. JCT and wait in seconds (wait: JCT − run time); "+
 		"Jain's index over users (trace: virtual clusters) of their mean bounded slowdown (floor %s); "+

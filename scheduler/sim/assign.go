@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 )
 
@@ -24,15 +25,40 @@ type Rules struct {
 	Interactive float64
 	// InteractiveMax is the longest run time of an interactive job.
 	InteractiveMax time.Duration
+	// MaxDurationSteps, when set, replace the steps a run time is rounded up to for its
+	// maxDuration (see Estimate); past the last, whole weeks.
+	MaxDurationSteps []time.Duration
 }
 
 // DefaultRules are the documented rules the README's table uses.
 var DefaultRules = Rules{Seed: 1, Restartable: 0.5, MinFraction: 0.1, MinFloor: 10 * time.Minute,
 	Interactive: 0.05, InteractiveMax: 4 * time.Hour}
 
+// roundUp is Estimate with other steps (sorted; none: Estimate's).
+func roundUp(d time.Duration, steps []time.Duration) time.Duration {
+	if len(steps) == 0 {
+		return Estimate(d)
+	}
+	for _, s := range steps {
+		if d <= s {
+			return s
+		}
+	}
+	week := 7 * 24 * time.Hour
+	return (d + week - 1) / week * week
+}
+
 // String states the rules, for the simulate command's output.
 func (r Rules) String() string {
-	return fmt.Sprintf("seed %d; maxDuration = run time rounded up to 1h/2h/4h/8h/1d/2d/1w/2w (then whole weeks); "+
+	steps := "1h/2h/4h/8h/1d/2d/1w/2w"
+	if len(r.MaxDurationSteps) > 0 {
+		var ss []string
+		for _, s := range r.MaxDurationSteps {
+			ss = append(ss, s.String())
+		}
+		steps = strings.Join(ss, "/")
+	}
+	return fmt.Sprintf("seed %d; maxDuration = run time rounded up to "+steps+" (then whole weeks); "+
 		"minDuration = max(%s, %.0f %% of maxDuration); %.0f %% of jobs restartable; "+
 		"%.0f %% of one-GPU jobs of at most %s interactive",
 		r.Seed, r.MinFloor, 100*r.MinFraction, 100*r.Restartable, 100*r.Interactive, r.InteractiveMax)
@@ -46,7 +72,7 @@ func Assign(jobs []TraceJob, r Rules) []TraceJob {
 	for i, j := range jobs {
 		pr, pi := rng.Float64(), rng.Float64()
 		if j.MaxDuration == 0 {
-			j.MaxDuration = Estimate(j.Duration)
+			j.MaxDuration = roundUp(j.Duration, r.MaxDurationSteps)
 		}
 		if j.MinDuration == 0 {
 			j.MinDuration = min(j.MaxDuration, max(r.MinFloor, time.Duration(r.MinFraction*float64(j.MaxDuration)).Round(time.Second)))

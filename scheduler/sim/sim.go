@@ -44,6 +44,17 @@ type Config struct {
 
 	// noTrim passes every candidate to Plan (see trim); tests compare both ways.
 	noTrim bool
+
+	// NoEstimates skips measuring the start estimates (Result.Accuracy): the passes that would
+	// forecast the whole queue cost time, and change no decision.
+	NoEstimates bool
+	// EstimateEvery measures the estimates of one job in EstimateEvery, by trace order (0 or 1:
+	// every job): each measured submission costs a pass that forecasts the whole queue.
+	EstimateEvery int
+
+	// Scenario declares reservations, private clusters and notBefore/notAfter windows
+	// (scenario.go; the jobs' windows and reservations are set by Scenario.ApplyJobs); nil: none.
+	Scenario *Scenario
 }
 
 // DefaultHalfLife is GPULab's tally half-life (SPEC 7.2).
@@ -109,6 +120,10 @@ type Result struct {
 	Metrics Metrics
 	// Wall is the wall-clock time the run took; the only field that differs between two runs.
 	Wall time.Duration
+	// Accuracy is how well Plan's start ranges foretold the first starts (estimate.go).
+	Accuracy Accuracy
+	// Scenario is what the scenario's reservations and windows did (scenario.go).
+	Scenario ScenarioResult
 }
 
 // Event kinds, in the order they are handled at one instant.
@@ -165,6 +180,8 @@ type simJob struct {
 	halts    int
 	estimate time.Time
 	planned  bool // has been through one pass (its estimate, if any, is recorded)
+
+	since time.Time // when the current run was queued (the master's created_at)
 }
 
 // Run replays jobs (sorted by Submit, as ReadTrace returns them; settings as Assign fills them)
@@ -187,6 +204,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 	halting := cfg.Halting && (cfg.Policy == scheduler.PolicyFair || cfg.Policy == scheduler.PolicyLAS)
 	res := Result{Config: cfg}
 	uid, _ := users(jobs)
+	est := newEstimator(len(jobs), cfg.EstimateEvery)
 
 	slaves := make([]scheduler.Slave, cfg.Slaves)
 	slaveIdx := map[string]int{}
@@ -222,6 +240,13 @@ func Run(cfg Config, jobs []TraceJob) Result {
 	tallies := map[int64]float64{}
 	userGPUs := map[int64]int{} // GPUs each user holds now
 	var last time.Time          // when tallies were last brought up to date
+	var resv []scheduler.Reservation
+	if cfg.Scenario != nil && len(jobs) > 0 {
+		resv = cfg.Scenario.layout(slaves, clusters, jobs[0].Submit, uid)
+		for _, at := range cfg.Scenario.wakes(jobs, resv) {
+			heap.Push(&events, event{at: at, kind: evWake}) // no uuid: a pass, for the scenario
+		}
+	}
 
 	// advance decays the tallies to t and adds what running jobs accrued since last: the exact
 	// integral of g·2^(-(t-s)/h) ds over the interval, g being constant between events.
@@ -246,6 +271,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		j, st := jobs[i], &state[i]
 		u := uuidOf(i, st.seg)
 		byUUID[u] = i
+		st.since = at
 		queued = append(queued, &scheduler.Job{
 			UUID: u, Submitted: at, UserID: uid[j.User], OracleDuration: st.left, Attained: st.attained,
 			Request: job.Request{
@@ -254,6 +280,9 @@ func Run(cfg Config, jobs []TraceJob) Result {
 					Restartable: j.Restartable, Interactive: j.Interactive},
 			},
 		})
+		if cfg.Scenario != nil {
+			withScenario(queued[len(queued)-1], j, uid)
+		}
 	}
 	// release frees what a running job holds and returns the GPU time of its run.
 	release := func(r *running, at time.Time) time.Duration {
@@ -263,6 +292,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		userGPUs[r.placed.UserID] -= g
 		held := time.Duration(g) * at.Sub(r.placed.Started)
 		state[r.idx].held += held
+		est.learn.ended(state[r.idx].since, r.placed.UserID, at.Sub(r.placed.Started), r.placed.Ends.Sub(r.placed.Started))
 		return held
 	}
 
@@ -286,6 +316,10 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		changed, left := false, false
 		for len(events) > 0 && !events[0].at.After(now) {
 			e := heap.Pop(&events).(event)
+			if e.uuid == "" {
+				changed = true
+				continue
+			}
 			r := run[e.uuid]
 			if r == nil { // ended before its stop or wake came
 				continue
@@ -348,6 +382,9 @@ func Run(cfg Config, jobs []TraceJob) Result {
 			}
 			state[next] = simJob{left: j.Duration, maxDur: maxDur, minDur: min(j.MinDuration, maxDur)}
 			enqueue(next, j.Submit)
+			if !cfg.NoEstimates {
+				est.arrived(next)
+			}
 			next++
 			changed = true
 		}
@@ -358,7 +395,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		// be assigned changes nothing for the others (unless it may halt, or is interactive and
 		// must fail), so leaving the rest out of the snapshot gives the same decisions at a
 		// fraction of the cost.
-		maxFree, anyInteractive := 0, false
+		maxFree, anyInteractive, anyExpired := 0, false, false
 		for _, f := range free {
 			maxFree = max(maxFree, f)
 		}
@@ -366,14 +403,20 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		for _, q := range queued {
 			inter := q.Request.Scheduling.Interactive
 			anyInteractive = anyInteractive || inter
-			if halting || inter || q.Request.Resources.GPUs <= maxFree {
+			if halting || inter || q.Request.Resources.GPUs <= maxFree || expired(q, now) {
 				cand = append(cand, q)
+				anyExpired = anyExpired || expired(q, now)
 			}
 		}
-		if len(cand) == 0 || (maxFree == 0 && !halting && !anyInteractive) {
+		// A pass that can decide nothing still forecasts when estimates are due (estimate.go).
+		forecastOnly := len(cand) == 0 || (maxFree == 0 && !halting && !anyInteractive && !anyExpired)
+		forecast := !cfg.NoEstimates && est.wants(now)
+		if forecastOnly && !forecast {
 			continue
 		}
-		if !cfg.noTrim && cfg.Limits == (scheduler.Limits{}) {
+		if forecastOnly {
+			cand = cand[:0]
+		} else if !cfg.noTrim && cfg.Limits == (scheduler.Limits{}) && cfg.Scenario == nil {
 			reach := 2 * cfg.GPUsPerSlave
 			if halting {
 				reach += haltReach
@@ -384,13 +427,24 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		for i, q := range cand {
 			given[i] = *q
 		}
-		snap := scheduler.Snapshot{Now: now, Policy: cfg.Policy, Tallies: tallies, Limits: cfg.Limits, Clusters: clusters, Slaves: slaves,
+		snap := scheduler.Snapshot{Now: now, Policy: cfg.Policy, Tallies: tallies, Limits: cfg.Limits, Clusters: clusters, Slaves: slaves, Reservations: resv,
 			NoHalts: !halting, HaltFactor: cfg.HaltFactor, HaltRestartableOnly: cfg.HaltRestartableOnly, Queued: given, Running: make([]scheduler.Placed, len(runList))}
 		for i, r := range runList {
 			snap.Running[i] = r.placed
 		}
+		if forecast {
+			snap.Waiting, snap.Ratios = waitingBeside(queued, cand), est.learn.ratios(now)
+		}
 		plan := snap.Plan()
-		res.PlanCalls++
+		if !forecastOnly {
+			res.PlanCalls++
+		}
+		if forecast {
+			est.observe(now, plan, considered(given, snap.Waiting), func(u string) (int, bool) {
+				i := byUUID[u]
+				return i, state[i].seg == 0 && state[i].first.IsZero()
+			})
+		}
 		for _, q := range given {
 			if st := &state[byUUID[q.UUID]]; !st.planned {
 				st.planned = true
@@ -415,6 +469,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 			userGPUs[uid[j.User]] += len(gi)
 			if st.first.IsZero() {
 				st.first = now
+				est.started(i, now)
 			}
 			heap.Push(&events, event{at: now.Add(st.left), kind: evEnd, uuid: a.JobUUID})
 			if halting && !j.Interactive {
@@ -429,7 +484,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		for _, f := range plan.Failures {
 			if jobs[byUUID[f.JobUUID]].Interactive {
 				res.InteractiveFailed++
-			} else {
+			} else if cfg.Scenario == nil || !scenarioFailure(&res.Scenario, jobs[byUUID[f.JobUUID]], now) {
 				res.Failed++
 			}
 			gone[f.JobUUID] = true
@@ -465,6 +520,12 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		}
 	}
 	res.Metrics = Summarize(res.Outcomes, cfg.Slaves*cfg.GPUsPerSlave)
+	if cfg.Scenario != nil {
+		cfg.Scenario.measure(&res, slaves, clusters, resv, uid)
+	}
+	if !cfg.NoEstimates {
+		res.Accuracy = est.summary(func(i int) time.Time { return jobs[i].Submit })
+	}
 	if n := len(jobs) - res.Dropped; n > 0 {
 		res.Metrics.HaltsPerJob = float64(res.Halts) / float64(n)
 	}

@@ -34,6 +34,11 @@ type TraceJob struct {
 	// rules (assign.go); Run takes a zero MaxDuration as Estimate(Duration).
 	MaxDuration, MinDuration time.Duration
 	Restartable, Interactive bool
+
+	// NotBefore and NotAfter (zero: none) and Reservation (the id of a reservation the job
+	// names, "" for none) come from a scenario (scenario.go).
+	NotBefore, NotAfter time.Time
+	Reservation         string
 }
 
 // TraceOptions narrows a trace, so that a quick run or a test can take part of a long trace.
