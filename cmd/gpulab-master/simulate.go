@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/opengpulab/gpulab/scheduler"
@@ -30,6 +32,7 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 	grace := fs.Duration("halt-grace", sim.DefaultHaltGrace, "time a halted job takes to stop (the slave's halt grace)")
 	haltFactor := fs.Float64("halt-factor", sim.DefaultHaltFactor, "a SCORE halt needs the victim's owner to have this many times the starter's owner's tally (1: any higher tally, as the master)")
 	restartableOnly := fs.Bool("halt-restartable-only", true, "SCORE halts spare non-restartable jobs (false: as the master, which only prefers restartable victims)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the replays to this file (go tool pprof)")
 	rules := sim.DefaultRules
 	fs.Uint64Var(&rules.Seed, "seed", rules.Seed, "seed of the rules that fill the trace's missing columns")
 	fs.Float64Var(&rules.Restartable, "restartable", rules.Restartable, "share of jobs that are restartable (0..1)")
@@ -59,6 +62,17 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 	policies, err := simPolicies(*policy)
 	if err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	opt := sim.TraceOptions{Limit: *jobs}
 	for _, b := range []struct {
