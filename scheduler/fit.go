@@ -25,6 +25,10 @@ type slaveState struct {
 	// haltables are the held jobs halt.go's haltable accepts, found once per pass: makeRoom
 	// looks for victims among them for every waiting job.
 	haltables []*Placed
+	// topScore is the highest haltScore among the haltables that a SCORE halt may take (the
+	// restartable ones under HaltRestartableOnly; -1 when none): makeRoom skips a slave whose
+	// top does not outrank the starter.
+	topScore float64
 }
 
 // newPlanner copies what it must change (free resources, sorted lists) and leaves the snapshot
@@ -33,33 +37,64 @@ func newPlanner(s Snapshot) *planner {
 	p := &planner{now: s.Now, clusters: s.Clusters, limits: s.Limits, counts: newRunning(s.Running),
 		halting: !s.NoHalts && (s.Policy == "" || s.Policy == PolicyFair || s.Policy == PolicyLAS), las: s.Policy == PolicyLAS,
 		tallies: s.Tallies, haltFactor: max(1, s.HaltFactor), haltRestartableOnly: s.HaltRestartableOnly}
-	slaves := slices.Clone(s.Slaves)
-	slices.SortStableFunc(slaves, func(a, b Slave) int {
+	// The snapshot's slaves and GPU lists are only read, so they are used as they are where
+	// already in order (the loop reads them so, the simulator builds them so), and copied and
+	// sorted otherwise; the pass's own state is allocated in a few slices, not per slave: the
+	// simulator builds a planner at every event.
+	bySlave := func(a, b Slave) int {
 		if c := cmp.Compare(a.Name, b.Name); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.InstanceID, b.InstanceID)
-	})
-	modelIDs := map[string]int{}
+	}
+	slaves := s.Slaves
+	if !slices.IsSortedFunc(slaves, bySlave) {
+		slaves = slices.Clone(slaves)
+		slices.SortStableFunc(slaves, bySlave)
+	}
+	byIndex := func(a, b protocol.GPU) int { return cmp.Compare(a.Index, b.Index) }
+	nGPU, nCPU := 0, 0
+	for i := range slaves {
+		nGPU += len(slaves[i].GPUs)
+		nCPU += max(0, slaves[i].CPUs)
+	}
+	modelIDBuf, gpuFreeBuf, cpuFreeBuf := make([]int, nGPU), make([]bool, nGPU), make([]bool, nCPU)
+	states := make([]slaveState, len(slaves))
+	var modelIDs map[string]int
 	byName := make(map[string]*slaveState, len(slaves))
 	p.slaves = make([]*slaveState, len(slaves))
 	for i := range slaves {
-		st := &slaveState{s: &slaves[i]}
+		st := &states[i]
+		st.s = &slaves[i]
 		if c, ok := s.Clusters[slaves[i].ClusterID]; ok {
 			st.cluster = &c
 		}
-		st.gpus = slices.Clone(slaves[i].GPUs)
-		slices.SortStableFunc(st.gpus, func(a, b protocol.GPU) int { return cmp.Compare(a.Index, b.Index) })
-		st.modelID = make([]int, len(st.gpus))
-		st.gpuFree = make([]bool, len(st.gpus))
+		st.gpus = slaves[i].GPUs
+		if !slices.IsSortedFunc(st.gpus, byIndex) {
+			st.gpus = slices.Clone(st.gpus)
+			slices.SortStableFunc(st.gpus, byIndex)
+		}
+		g := len(st.gpus)
+		st.modelID, modelIDBuf = modelIDBuf[:g:g], modelIDBuf[g:]
+		st.gpuFree, gpuFreeBuf = gpuFreeBuf[:g:g], gpuFreeBuf[g:]
 		for k, g := range st.gpus {
+			st.gpuFree[k] = true
 			// A slave's GPUs are mostly of one model: reuse the previous one's id rather than
 			// lower-case and look up every name (a cost the simulator pays at every pass).
 			if k > 0 && g.Model == st.gpus[k-1].Model {
-				st.modelID[k], st.gpuFree[k] = st.modelID[k-1], true
+				st.modelID[k] = st.modelID[k-1]
 				continue
 			}
+			if k == 0 && i > 0 && len(p.slaves[i-1].gpus) > 0 {
+				if prev := p.slaves[i-1]; g.Model == prev.gpus[len(prev.gpus)-1].Model {
+					st.modelID[k] = prev.modelID[len(prev.gpus)-1]
+					continue
+				}
+			}
 			m := strings.ToLower(g.Model)
+			if modelIDs == nil {
+				modelIDs = map[string]int{}
+			}
 			id, ok := modelIDs[m]
 			if !ok {
 				id = len(p.models)
@@ -67,9 +102,9 @@ func newPlanner(s Snapshot) *planner {
 				p.models = append(p.models, m)
 			}
 			st.modelID[k] = id
-			st.gpuFree[k] = true
 		}
-		st.cpuFree = make([]bool, max(0, slaves[i].CPUs))
+		c := max(0, slaves[i].CPUs)
+		st.cpuFree, cpuFreeBuf = cpuFreeBuf[:c:c], cpuFreeBuf[c:]
 		for k := range st.cpuFree {
 			st.cpuFree[k] = true
 		}
@@ -93,12 +128,18 @@ func newPlanner(s Snapshot) *planner {
 		if r.Halting {
 			st.halting = true
 		} else if p.haltable(&s.Running[i]) {
+			if !st.haltable {
+				st.topScore = -1
+			}
 			st.haltable = true
 			st.haltables = append(st.haltables, &s.Running[i])
+			if p.halting && (!p.haltRestartableOnly || r.Restartable) {
+				st.topScore = max(st.topScore, p.haltScore(&s.Running[i]))
+			}
 		}
 		p.mayHalt = p.mayHalt || st.halting || st.haltable
 		for _, idx := range r.GPUIndices {
-			if k := slices.IndexFunc(st.gpus, func(g protocol.GPU) bool { return g.Index == idx }); k >= 0 {
+			if k := st.gpuPos(idx); k >= 0 {
 				st.gpuFree[k] = false
 			}
 		}

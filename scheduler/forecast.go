@@ -198,16 +198,6 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 	}
 	jobs := make([]forecastJob, 0, min(len(waiting), ForecastCap))
 	c := candidates{p: p, scopes: map[scopeKey][]int{}, matching: map[gpuKey][]int{}, cands: map[candKey][]int{}}
-	c.owners = map[int64]bool{}
-	for _, cl := range p.clusters {
-		if cl.Private {
-			c.limits = append(c.limits, cl.guestLimit())
-			for _, pr := range cl.Projects {
-				c.owners[pr] = true
-			}
-		}
-	}
-	slices.Sort(c.limits)
 	for _, j := range waiting {
 		if len(jobs) == ForecastCap {
 			break
@@ -415,10 +405,6 @@ type candidates struct {
 	scopes   map[scopeKey][]int // online, accepting slaves in scope
 	matching map[gpuKey][]int   // per slave: GPUs matching model, memory and CUDA
 	cands    map[candKey][]int
-	// The scope depends on the project only where it owns a private cluster, and on the
-	// minDuration only through which guest limits it stays within: keyed so, jobs share scopes.
-	owners map[int64]bool
-	limits []time.Duration
 }
 
 // scopeKey is what inScope looks at.
@@ -441,23 +427,69 @@ type candKey struct {
 	gpus, cpus, mem int
 }
 
-func (c *candidates) of(j *Job, n *need) []int {
+// candKeyOf is what decides which slaves could ever take a job: its scope and request. The scope
+// depends on the project only where it owns a private cluster, and on the minDuration only
+// through which guest limits it stays within: keyed so, jobs share scopes.
+func (p *planner) candKeyOf(j *Job, n *need) candKey {
+	if !p.scopeKeyed {
+		p.scopeKeyed = true
+		for _, cl := range p.clusters {
+			if cl.Private {
+				p.scopeLimits = append(p.scopeLimits, cl.guestLimit())
+				if p.scopeOwners == nil {
+					p.scopeOwners = map[int64]bool{}
+				}
+				for _, pr := range cl.Projects {
+					p.scopeOwners[pr] = true
+				}
+			}
+		}
+		slices.Sort(p.scopeLimits)
+	}
 	res := j.Request.Resources
 	sk := scopeKey{cluster: res.ClusterID, slave: res.SlaveName, inst: res.SlaveInstanceID}
-	if len(c.limits) > 0 {
-		if c.owners[j.ProjectID] {
+	if len(p.scopeLimits) > 0 {
+		if p.scopeOwners[j.ProjectID] {
 			sk.project = j.ProjectID
 		}
 		// The limits are sorted: the number exceeded names the set exceeded.
 		d := j.Request.Scheduling.MinDuration.Std()
-		for _, l := range c.limits {
+		for _, l := range p.scopeLimits {
 			if d > l {
 				sk.guest++
 			}
 		}
 	}
-	gk := gpuKey{strings.Join(n.models, "\x00"), n.gpuMemMiB, n.cuda}
-	ck := candKey{sk, gk, n.gpus, n.cpus, n.memGb}
+	gk := gpuKey{cuda: n.cuda, memMiB: n.gpuMemMiB}
+	switch len(n.models) {
+	case 0:
+	case 1:
+		gk.models = n.models[0]
+	default:
+		gk.models = strings.Join(n.models, "\x00")
+	}
+	return candKey{sk, gk, n.gpus, n.cpus, n.memGb}
+}
+
+// capableSet is a cached answer of decide's first filters: the slaves able to take a job by
+// their totals, and whether the job pins the one slave in its scope.
+type capableSet struct {
+	slaves []*slaveState
+	pinned bool
+}
+
+// capableKey is the key under which decide caches a job's capable slaves; ok is false for a job
+// using a reservation, whose scope is the reservation's slaves.
+func (p *planner) capableKey(j *Job, n *need, booked []*booking) (candKey, bool) {
+	if booked != nil {
+		return candKey{}, false
+	}
+	return p.candKeyOf(j, n), true
+}
+
+func (c *candidates) of(j *Job, n *need) []int {
+	ck := c.p.candKeyOf(j, n)
+	sk, gk := ck.scopeKey, ck.gpuKey
 	if out, ok := c.cands[ck]; ok {
 		return out
 	}

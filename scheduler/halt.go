@@ -88,9 +88,17 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 		if p.starter[st] || !st.haltable {
 			continue
 		}
+		// Most busy slaves hold no job of an owner above the starter's: skip them without
+		// looking at each job (makeRoom runs for every waiting job the pass reaches).
+		if !inter && !p.outranks(st.topScore, starterScore) && (st.cluster == nil || !st.cluster.Private) && len(p.bookedOn[st]) == 0 {
+			continue
+		}
 		var cands []*Placed
 		for _, pl := range st.haltables {
-			if p.victim(pl, inter, starterScore) || p.guestVictim(st, j, pl) || p.bookingVictim(st, j, n, pl) {
+			if p.victims[pl.JobUUID] {
+				continue
+			}
+			if p.scoreVictim(pl, inter, starterScore) || p.guestVictim(st, j, pl) || p.bookingVictim(st, j, n, pl) {
 				cands = append(cands, pl)
 			}
 		}
@@ -177,20 +185,38 @@ func (p *planner) haltable(pl *Placed) bool {
 // victim says whether a running job may be halted for the starter: it has run its minDuration
 // (and at least antiStorm), is not interactive, not already halting, and has lower priority.
 func (p *planner) victim(pl *Placed, starterInteractive bool, starterScore float64) bool {
-	if !p.haltable(pl) || p.victims[pl.JobUUID] {
-		return false
-	}
+	return p.haltable(pl) && !p.victims[pl.JobUUID] && p.scoreVictim(pl, starterInteractive, starterScore)
+}
+
+// scoreVictim is victim's priority test alone, for a job known to be haltable and not yet a
+// victim this pass.
+func (p *planner) scoreVictim(pl *Placed, starterInteractive bool, starterScore float64) bool {
 	if starterInteractive {
 		return true
 	}
 	if p.haltRestartableOnly && !pl.Restartable {
 		return false
 	}
+	return p.outranks(p.haltScore(pl), starterScore)
+}
+
+// haltScore is what a running job's priority is measured by when it may be halted: its
+// owner's tally, or under PolicyLAS its attained-service level (higher: lower priority).
+func (p *planner) haltScore(pl *Placed) float64 {
 	if p.las {
-		return p.lasVictim(pl, starterScore)
+		return float64(lasLevel(p.attained(pl)))
 	}
-	v := p.tallies[pl.UserID]
-	return starterScore < v && starterScore*p.haltFactor <= v
+	return p.tallies[pl.UserID]
+}
+
+// outranks says whether a victim's score is far enough above a starter's for a SCORE halt.
+// It grows with the victim's score, so the highest score on a slave tells whether any of its
+// jobs can be a victim (slaveState.topScore).
+func (p *planner) outranks(victimScore, starterScore float64) bool {
+	if p.las {
+		return victimScore > starterScore
+	}
+	return starterScore < victimScore && starterScore*p.haltFactor <= victimScore
 }
 
 // guestVictim says whether a running job is a guest on a private cluster that the starter's

@@ -90,7 +90,9 @@ func (s Snapshot) Plan() Plan {
 		}
 	}
 	out.Halts = p.halts
-	out.Ranges = p.forecast(waiting, assigned, s.Ratios)
+	if !s.NoRanges {
+		out.Ranges = p.forecast(waiting, assigned, s.Ratios)
+	}
 	return out
 }
 
@@ -248,6 +250,14 @@ type planner struct {
 	// most of its time allocating them.
 	scope, capable, offline, draining []*slaveState
 	misses                            []miss
+	ending                            []*Placed
+	// capables are the slaves able to take a job by their totals, per capableKey; keys are
+	// cheaper to find in a pass with no private cluster (scopeOwners, scopeLimits).
+	capables               map[candKey]capableSet
+	scopeKeyed             bool
+	scopeOwners            map[int64]bool
+	scopeLimits            []time.Duration
+	gpuScratch, cpuScratch []bool
 
 	// headTried is set once the first job blocked only by busy resources has had its start
 	// planned (backfill.go); reserved is that plan, nil when none could be made.
@@ -297,49 +307,65 @@ func (p *planner) decide(j *Job) decision {
 		return decision{fail: bookFail}
 	}
 
-	scope := p.scope[:0]
-	for _, st := range p.slaves {
-		if p.inScope(j, st) && (booked == nil || p.onBooked(st, booked)) {
-			scope = append(scope, st)
-		}
-	}
-	p.scope = scope
-	if len(scope) == 0 && booked != nil {
-		return decision{wait: []string{"no slave of the job's reservations is registered, or its clusterId and slave pins exclude them"}}
-	}
-	if len(scope) == 0 {
-		why, fatal := p.emptyScope(j)
-		switch {
-		case fatal:
-			return decision{fail: why}
-		case r.Scheduling.Interactive:
-			return failed("interactive job cannot start now: %s", why)
-		}
-		return decision{wait: []string{why}}
-	}
-
+	// Which slaves could ever take the job depends only on its scope and request, which most
+	// jobs of a long queue share: found once per pass for each (capableKey), not per job.
 	n := p.needOf(j)
-	pinned := len(scope) == 1 && (res.SlaveName != "" || res.SlaveInstanceID != "")
-	capable, misses := p.capable[:0], p.misses[:0]
-	for _, st := range scope {
-		if v := st.check(&n, false); v.stage != stageFits {
-			misses = append(misses, miss{st, v})
-			continue
-		}
-		capable = append(capable, st)
-	}
-	p.capable, p.misses = capable, misses
-	if len(capable) == 0 {
-		for _, m := range misses {
-			if m.v.stage == stageGPU && m.st.regainable(&n) {
-				why := fmt.Sprintf("slave %s has %d of its %d GPUs now: waiting for them to come back", m.st.s.Name, len(m.st.gpus), len(m.st.s.CapacityGPUs))
-				if r.Scheduling.Interactive {
-					return failed("interactive job cannot start now: %s", why)
-				}
-				return decision{wait: []string{why}}
+	key, keyed := p.capableKey(j, &n, booked)
+	var capable []*slaveState
+	var misses []miss
+	pinned := false
+	if c, ok := p.capables[key]; keyed && ok {
+		capable, pinned = c.slaves, c.pinned
+	} else {
+		scope := p.scope[:0]
+		for _, st := range p.slaves {
+			if p.inScope(j, st) && (booked == nil || p.onBooked(st, booked)) {
+				scope = append(scope, st)
 			}
 		}
-		return decision{fail: impossible(&n, res.ClusterID, pinned, misses)}
+		p.scope = scope
+		if len(scope) == 0 && booked != nil {
+			return decision{wait: []string{"no slave of the job's reservations is registered, or its clusterId and slave pins exclude them"}}
+		}
+		if len(scope) == 0 {
+			why, fatal := p.emptyScope(j)
+			switch {
+			case fatal:
+				return decision{fail: why}
+			case r.Scheduling.Interactive:
+				return failed("interactive job cannot start now: %s", why)
+			}
+			return decision{wait: []string{why}}
+		}
+
+		pinned = len(scope) == 1 && (res.SlaveName != "" || res.SlaveInstanceID != "")
+		capable, misses = p.capable[:0], p.misses[:0]
+		for _, st := range scope {
+			if v := st.check(&n, false); v.stage != stageFits {
+				misses = append(misses, miss{st, v})
+				continue
+			}
+			capable = append(capable, st)
+		}
+		p.capable, p.misses = capable, misses
+		if len(capable) == 0 {
+			for _, m := range misses {
+				if m.v.stage == stageGPU && m.st.regainable(&n) {
+					why := fmt.Sprintf("slave %s has %d of its %d GPUs now: waiting for them to come back", m.st.s.Name, len(m.st.gpus), len(m.st.s.CapacityGPUs))
+					if r.Scheduling.Interactive {
+						return failed("interactive job cannot start now: %s", why)
+					}
+					return decision{wait: []string{why}}
+				}
+			}
+			return decision{fail: impossible(&n, res.ClusterID, pinned, misses)}
+		}
+		if keyed {
+			if p.capables == nil {
+				p.capables = map[candKey]capableSet{}
+			}
+			p.capables[key] = capableSet{slices.Clone(capable), pinned}
+		}
 	}
 
 	if nb := r.Scheduling.NotBefore; nb != nil && p.now.Before(*nb) {
@@ -363,7 +389,7 @@ func (p *planner) decide(j *Job) decision {
 	heldBack := false
 	guard := p.guarded(j)
 	offline, draining := p.offline[:0], p.draining[:0]
-	misses = misses[:0]
+	misses = p.misses[:0]
 	bookedLine := ""
 	for _, st := range capable {
 		switch {

@@ -36,6 +36,10 @@ type Snapshot struct {
 	// them zero.
 	HaltFactor          float64
 	HaltRestartableOnly bool
+	// NoRanges skips the forecast (Plan.Ranges stays empty), the costliest part of a pass over
+	// a long queue after the decisions themselves: the simulator asks for ranges only in the
+	// passes whose ranges it records. The master leaves it false.
+	NoRanges bool
 	// Reservations are the current and future reservations.
 	Reservations []Reservation
 	// Clusters are the existing clusters by id; a job naming another id fails.

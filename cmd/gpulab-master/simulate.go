@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 	"time"
 
@@ -63,6 +64,9 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
+	// A replay allocates a planner per event and keeps little: collecting garbage less often
+	// saves a good part of its CPU time for a few hundred MB more memory at most.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {

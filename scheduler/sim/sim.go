@@ -381,11 +381,13 @@ func Run(cfg Config, jobs []TraceJob) Result {
 			cand = trim(cand, cfg.Policy, tallies, free, reach)
 		}
 		given := make([]scheduler.Job, len(cand))
+		fresh := false // some job meets Plan for the first time: its estimate is recorded
 		for i, q := range cand {
 			given[i] = *q
+			fresh = fresh || !state[byUUID[q.UUID]].planned
 		}
 		snap := scheduler.Snapshot{Now: now, Policy: cfg.Policy, Tallies: tallies, Limits: cfg.Limits, Clusters: clusters, Slaves: slaves,
-			NoHalts: !halting, HaltFactor: cfg.HaltFactor, HaltRestartableOnly: cfg.HaltRestartableOnly, Queued: given, Running: make([]scheduler.Placed, len(runList))}
+			NoHalts: !halting, NoRanges: !fresh, HaltFactor: cfg.HaltFactor, HaltRestartableOnly: cfg.HaltRestartableOnly, Queued: given, Running: make([]scheduler.Placed, len(runList))}
 		for i, r := range runList {
 			snap.Running[i] = r.placed
 		}
