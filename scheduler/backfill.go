@@ -164,6 +164,7 @@ func (r *reservation) mask() {
 	for _, k := range r.gpuK {
 		if st.gpuFree[k] {
 			st.gpuFree[k] = false
+			st.nFree--
 			r.maskedGPU = append(r.maskedGPU, k)
 		}
 	}
@@ -183,6 +184,7 @@ func (r *reservation) unmask() {
 	st := r.st
 	for _, k := range r.maskedGPU {
 		st.gpuFree[k] = true
+		st.nFree++
 	}
 	for _, id := range r.maskedCPU {
 		st.cpuFree[id] = true

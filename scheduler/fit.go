@@ -16,6 +16,7 @@ type slaveState struct {
 	gpus     []protocol.GPU // a sorted copy (by Index), so the snapshot is never reordered
 	modelID  []int          // per gpus[i]: index into planner.models
 	gpuFree  []bool         // per gpus[i]
+	nFree    int            // how many of gpuFree are set: a full slave is passed over at once
 	cpuFree  []bool         // per CPU id
 	cpusUsed int
 	memUsed  int
@@ -34,7 +35,7 @@ type slaveState struct {
 // newPlanner copies what it must change (free resources, sorted lists) and leaves the snapshot
 // alone; Slave structs are copied, their GPU slices only read.
 func newPlanner(s Snapshot) *planner {
-	p := &planner{now: s.Now, clusters: s.Clusters, limits: s.Limits, counts: newRunning(s.Running),
+	p := &planner{now: s.Now, clusters: s.Clusters, limits: s.Limits, counts: newRunning(s.Running, s.Limits),
 		halting: !s.NoHalts && (s.Policy == "" || s.Policy == PolicyFair || s.Policy == PolicyLAS), las: s.Policy == PolicyLAS,
 		tallies: s.Tallies, haltFactor: max(1, s.HaltFactor), haltRestartableOnly: s.HaltRestartableOnly}
 	// The snapshot's slaves and GPU lists are only read, so they are used as they are where
@@ -61,12 +62,14 @@ func newPlanner(s Snapshot) *planner {
 	modelIDBuf, gpuFreeBuf, cpuFreeBuf := make([]int, nGPU), make([]bool, nGPU), make([]bool, nCPU)
 	states := make([]slaveState, len(slaves))
 	var modelIDs map[string]int
-	byName := make(map[string]*slaveState, len(slaves))
+	byName := make(map[string]int, len(slaves))
 	p.slaves = make([]*slaveState, len(slaves))
 	for i := range slaves {
 		st := &states[i]
 		st.s = &slaves[i]
-		if c, ok := s.Clusters[slaves[i].ClusterID]; ok {
+		if i > 0 && slaves[i-1].ClusterID == slaves[i].ClusterID {
+			st.cluster = p.slaves[i-1].cluster
+		} else if c, ok := s.Clusters[slaves[i].ClusterID]; ok {
 			st.cluster = &c
 		}
 		st.gpus = slaves[i].GPUs
@@ -77,6 +80,7 @@ func newPlanner(s Snapshot) *planner {
 		g := len(st.gpus)
 		st.modelID, modelIDBuf = modelIDBuf[:g:g], modelIDBuf[g:]
 		st.gpuFree, gpuFreeBuf = gpuFreeBuf[:g:g], gpuFreeBuf[g:]
+		st.nFree = g
 		for k, g := range st.gpus {
 			st.gpuFree[k] = true
 			// A slave's GPUs are mostly of one model: reuse the previous one's id rather than
@@ -110,13 +114,37 @@ func newPlanner(s Snapshot) *planner {
 		}
 		p.slaves[i] = st
 		if _, dup := byName[st.s.Name]; !dup {
-			byName[st.s.Name] = st
+			byName[st.s.Name] = i
 		}
+	}
+	// A running job belongs to the first slave of its name (in the sorted order). The held and
+	// haltable lists of all slaves share two arrays, sized by a first count.
+	where := make([]*slaveState, len(s.Running))
+	nHeld, nHalt := make([]int, len(p.slaves)), make([]int, len(p.slaves))
+	haltables := 0
+	for i := range s.Running {
+		r := &s.Running[i]
+		k, ok := byName[r.SlaveName]
+		if !ok {
+			continue
+		}
+		where[i] = p.slaves[k]
+		nHeld[k]++
+		if !r.Halting && p.haltable(r) {
+			nHalt[k]++
+			haltables++
+		}
+	}
+	heldBuf, haltBuf := make([]*Placed, len(s.Running)), make([]*Placed, haltables)
+	for k, st := range p.slaves {
+		h, v := nHeld[k], nHalt[k]
+		st.held, heldBuf = heldBuf[:0:h], heldBuf[h:]
+		st.haltables, haltBuf = haltBuf[:0:v], haltBuf[v:]
 	}
 	// Taking resources is idempotent per GPU and CPU id and additive for memory, so the order of
 	// Running does not matter. Ids the slave does not have are ignored.
 	for i, r := range s.Running {
-		st := byName[r.SlaveName]
+		st := where[i]
 		if st == nil {
 			continue
 		}
@@ -139,8 +167,9 @@ func newPlanner(s Snapshot) *planner {
 		}
 		p.mayHalt = p.mayHalt || st.halting || st.haltable
 		for _, idx := range r.GPUIndices {
-			if k := st.gpuPos(idx); k >= 0 {
+			if k := st.gpuPos(idx); k >= 0 && st.gpuFree[k] {
 				st.gpuFree[k] = false
+				st.nFree--
 			}
 		}
 		for _, id := range r.CPUIDs {
@@ -266,6 +295,9 @@ func (st *slaveState) check(n *need, free bool) verdict {
 	if n.gpus == 0 && st.s.CudaMajor < n.cuda {
 		return verdict{stageCUDA, max(0, st.s.CudaMajor)}
 	}
+	if free && st.nFree == 0 && n.gpus > 0 {
+		return verdict{stageGPU, 0}
+	}
 	gpus := 0
 	if st.s.CudaMajor >= n.cuda {
 		gpus = st.matchingGPUs(n, free)
@@ -327,6 +359,7 @@ func (st *slaveState) take(j *Job, n *need) *Assignment {
 		}
 		if st.gpuFree[k] && st.gpuOK(n, k) {
 			st.gpuFree[k] = false
+			st.nFree--
 			a.GPUs = append(a.GPUs, st.gpus[k])
 		}
 	}

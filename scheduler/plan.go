@@ -183,8 +183,16 @@ type running struct {
 	bucket  map[string]int
 }
 
-func newRunning(placed []Placed) running {
-	c := running{user: map[int64]int{}, project: map[int64]int{}, bucket: map[string]int{}}
+// newRunning counts per user and per project only under a cap (nil maps read as zero), which
+// spares the simulator's uncapped passes hundreds of map writes each.
+func newRunning(placed []Placed, l Limits) running {
+	c := running{bucket: map[string]int{}}
+	if l.PerUser > 0 {
+		c.user = map[int64]int{}
+	}
+	if l.PerProject > 0 {
+		c.project = map[int64]int{}
+	}
 	for _, pl := range placed {
 		if !pl.Releasing {
 			c.add(pl.UserID, pl.ProjectID, pl.Bucket)
@@ -194,8 +202,12 @@ func newRunning(placed []Placed) running {
 }
 
 func (c running) add(user, project int64, bucket string) {
-	c.user[user]++
-	c.project[project]++
+	if c.user != nil {
+		c.user[user]++
+	}
+	if c.project != nil {
+		c.project[project]++
+	}
 	if bucket != "" {
 		c.bucket[bucket]++
 	}
