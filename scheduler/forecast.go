@@ -157,6 +157,43 @@ func (h *fendHeap) Pop() any {
 	return x
 }
 
+// push and pop are heap.Push and heap.Pop (the same sift order, so the same ties) without
+// boxing each end in an interface: a replay pops hundreds of ends per pass.
+func (h *fendHeap) push(e fend) {
+	*h = append(*h, e)
+	hh := *h
+	for j := len(hh) - 1; j > 0; {
+		i := (j - 1) / 2
+		if !hh.Less(j, i) {
+			break
+		}
+		hh.Swap(i, j)
+		j = i
+	}
+}
+
+func (h *fendHeap) pop() fend {
+	hh := *h
+	n := len(hh) - 1
+	hh.Swap(0, n)
+	for i := 0; ; {
+		j := 2*i + 1
+		if j >= n {
+			break
+		}
+		if j2 := j + 1; j2 < n && hh.Less(j2, j) {
+			j = j2
+		}
+		if !hh.Less(j, i) {
+			break
+		}
+		hh.Swap(i, j)
+		i = j
+	}
+	*h = hh[:n]
+	return hh[n]
+}
+
 // forecastJob is a waiting job to estimate, with its candidate slaves (in scope, able to take
 // it by their totals, online and accepting) by index.
 type forecastJob struct {
@@ -286,26 +323,38 @@ func maxTime(a, b time.Time) time.Time {
 
 // replay runs one scenario and returns each job's start (zero: none found).
 func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, index map[*slaveState]int, ratios RunRatios) []time.Time {
+	// The free lists of all slaves, and the GPU positions of all ends, each share one array.
+	nGPU, nEnds, nK := 0, len(assigned)+len(jobs), 0
+	for _, st := range p.slaves {
+		nGPU += len(st.gpuFree)
+		nEnds += len(st.held)
+		for _, pl := range st.held {
+			nK += len(pl.GPUIndices)
+		}
+	}
+	freeBuf, kBuf := make([]bool, 2*nGPU), make([]int, 0, nK)
 	sl := make([]fslave, len(p.slaves))
 	for i, st := range p.slaves {
-		f := fres{gpuFree: slices.Clone(st.gpuFree), cpus: st.cpus(true), mem: st.s.MemoryGb - st.memUsed}
-		for _, free := range f.gpuFree {
-			if free {
-				f.nGPU++
-			}
-		}
+		g := len(st.gpuFree)
+		now, ever := freeBuf[:g:g], freeBuf[g:2*g:2*g]
+		freeBuf = freeBuf[2*g:]
+		copy(now, st.gpuFree)
+		copy(ever, st.gpuFree)
+		f := fres{gpuFree: now, nGPU: st.nFree, cpus: st.cpus(true), mem: st.s.MemoryGb - st.memUsed}
 		sl[i] = fslave{st: st, now: f, mark: -1}
-		sl[i].ever = fres{gpuFree: slices.Clone(f.gpuFree), nGPU: f.nGPU, cpus: f.cpus, mem: f.mem}
+		sl[i].ever = fres{gpuFree: ever, nGPU: f.nGPU, cpus: f.cpus, mem: f.mem}
 	}
-	var ends fendHeap
+	ends := make(fendHeap, 0, nEnds)
 	for i, st := range p.slaves {
 		for _, pl := range st.held {
-			e := fend{at: p.runningEnd(sc, pl, ratios), sl: i, mem: pl.MemoryGb, gpuK: make([]int, 0, len(pl.GPUIndices))}
+			e := fend{at: p.runningEnd(sc, pl, ratios), sl: i, mem: pl.MemoryGb}
+			from := len(kBuf)
 			for _, idx := range pl.GPUIndices {
 				if k := st.gpuPos(idx); k >= 0 {
-					e.gpuK = append(e.gpuK, k)
+					kBuf = append(kBuf, k)
 				}
 			}
+			e.gpuK = kBuf[from:len(kBuf):len(kBuf)]
 			for _, id := range pl.CPUIDs {
 				if id >= 0 && id < len(st.cpuFree) {
 					e.cpus++
@@ -356,13 +405,13 @@ func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, ind
 			continue // nothing that ends makes room: unknown, and the clock stays
 		}
 		for at < 0 && ends.Len() > 0 {
-			e := heap.Pop(&ends).(fend)
+			e := ends.pop()
 			sl[e.sl].now.give(e.gpuK, e.cpus, e.mem)
 			clock = maxTime(clock, e.at)
 			touched = append(touched[:0], e.sl)
 			// Whatever ends at the same moment is given back too before anyone takes it.
 			for ends.Len() > 0 && !ends[0].at.After(clock) {
-				e2 := heap.Pop(&ends).(fend)
+				e2 := ends.pop()
 				sl[e2.sl].now.give(e2.gpuK, e2.cpus, e2.mem)
 				touched = append(touched, e2.sl)
 			}
@@ -389,7 +438,7 @@ func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, ind
 		sl[at].now.take(e.gpuK, e.cpus, e.mem)
 		if d := duration(sc, fj.j.Request.Scheduling.MaxDuration.Std(), ratios.of(fj.j.UserID)); d > 0 {
 			e.at = start.Add(d)
-			heap.Push(&ends, e)
+			ends.push(e)
 		} else {
 			sl[at].ever.take(e.gpuK, e.cpus, e.mem)
 		}
