@@ -30,7 +30,9 @@ type Halt struct {
 	// ForJobUUID is the queued job the room is made for.
 	ForJobUUID string
 	// VictimScore and StarterScore are the owners' usage tallies (lower is higher priority),
-	// recorded so that a user can see why the halt was fair.
+	// recorded so that a user can see why the halt was fair; under PolicyLAS, the jobs'
+	// attained-service levels. (A fair SCORE halt compares FairRanks, which weigh the tallies
+	// by the jobs' maxDuration and maxDuration left.)
 	VictimScore, StarterScore float64
 }
 
@@ -75,7 +77,11 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 		}
 	}
 
-	starterScore := p.tallies[j.UserID]
+	// Under the fair policy a SCORE halt compares fair ranks (FairRank): the starter's by its
+	// maxDuration, a victim's by the maxDuration it has left, so a heavy user's short job may
+	// halt a lighter user's long one, as the queue order would have put it first.
+	starterTally := p.tallies[j.UserID]
+	starterScore := FairRank(starterTally, j.Request.Scheduling.MaxDuration.Std())
 	if p.las {
 		starterScore = float64(lasLevel(j.Attained))
 	}
@@ -137,6 +143,7 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 		p.victims, p.starter = map[string]bool{}, map[*slaveState]bool{}
 	}
 	p.starter[best] = true
+	lighter := true // the starter's owner has a lower tally than every victim's
 	for _, pl := range bestSet {
 		reason := HaltScore
 		switch {
@@ -146,16 +153,20 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 			reason = HaltReservation
 		}
 		p.victims[pl.JobUUID] = true
-		vs := p.tallies[pl.UserID]
+		vs, ss := p.tallies[pl.UserID], starterTally
 		if p.las {
-			vs = float64(lasLevel(p.attained(pl)))
+			vs, ss = float64(lasLevel(p.attained(pl))), starterScore
 		}
+		lighter = lighter && starterTally < p.tallies[pl.UserID]
 		p.halts = append(p.halts, Halt{JobUUID: pl.JobUUID, Reason: reason, ForJobUUID: j.UUID,
-			VictimScore: vs, StarterScore: starterScore})
+			VictimScore: vs, StarterScore: ss})
 	}
-	why := fmt.Sprintf("its owner's usage %.4g is below theirs", starterScore)
-	if p.las {
+	why := fmt.Sprintf("its owner's usage %.4g is below theirs", starterTally)
+	switch {
+	case p.las:
 		why = "it has received less GPU time than they have"
+	case !lighter:
+		why = fmt.Sprintf("its owner's usage %.4g times its maxDuration is far below theirs times what they have left", starterTally)
 	}
 	switch {
 	case p.onBooked(best, p.activeNamed(j)):
@@ -206,7 +217,11 @@ func (p *planner) haltScore(pl *Placed) float64 {
 	if p.las {
 		return float64(lasLevel(p.attained(pl)))
 	}
-	return p.tallies[pl.UserID]
+	left := 14 * 24 * time.Hour
+	if !pl.Ends.IsZero() {
+		left = max(0, pl.Ends.Sub(p.now))
+	}
+	return FairRank(p.tallies[pl.UserID], left)
 }
 
 // outranks says whether a victim's score is far enough above a starter's for a SCORE halt.

@@ -103,7 +103,8 @@ type Policy string
 // in the simulator.
 const (
 	// PolicyFair: interactive first, then jobs naming an active reservation their owner holds,
-	// then the owner's usage tally (lowest first), then shorter maxDuration, then older submission.
+	// then FairRank (the owner's usage tally weighted by the job's maxDuration, lowest first),
+	// then shorter maxDuration, then older submission.
 	PolicyFair Policy = "fair"
 	// PolicyFIFO: older submission first.
 	PolicyFIFO Policy = "fifo"
@@ -123,6 +124,22 @@ func ParsePolicy(s string) (Policy, error) {
 		return p, nil
 	}
 	return "", fmt.Errorf("unknown policy %q (fair, fifo or sjf-oracle)", s)
+}
+
+// FairRank is a job's place in the fair order (lower first): its owner's usage tally (SPEC 7.2,
+// GPU-hours for a GPU job at the default weights) plus one, times its maxDuration in hours
+// (14 days when unset). This is Smith's rule, weighted shortest processing time, with weights
+// inverse to usage: a light user's job goes before a heavy user's of the same length, and a
+// heavy user's one-hour job before a lighter user's week-long one unless the heavy user has
+// used over 168 times as much. Ordering by tally alone made the heavy users' short jobs wait for
+// days behind others' long ones: in the Philly replay, the fair order's Jain index over users'
+// slowdowns rose from 0.46 to 0.66 and fair with halting from 0.68 to 0.94 with this rank,
+// at a lower average JCT (see the README's scheduling section).
+func FairRank(tally float64, maxDur time.Duration) float64 {
+	if maxDur <= 0 {
+		maxDur = 14 * 24 * time.Hour
+	}
+	return (max(0, tally) + 1) * maxDur.Hours()
 }
 
 // queueOrder is the order in which jobs get their turn under the snapshot's policy; ties end
@@ -161,7 +178,8 @@ func queueOrder(s Snapshot) []*Job {
 				}
 				return 1
 			}
-			if c := cmp.Compare(s.Tallies[a.UserID], s.Tallies[b.UserID]); c != 0 {
+			if c := cmp.Compare(FairRank(s.Tallies[a.UserID], a.Request.Scheduling.MaxDuration.Std()),
+				FairRank(s.Tallies[b.UserID], b.Request.Scheduling.MaxDuration.Std())); c != 0 {
 				return c
 			}
 			return cmp.Compare(a.Request.Scheduling.MaxDuration, b.Request.Scheduling.MaxDuration)

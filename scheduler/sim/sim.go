@@ -230,7 +230,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		if !last.IsZero() && t.After(last) {
 			dt := t.Sub(last).Seconds()
 			f := math.Exp2(-dt / h)
-			acc := h / math.Ln2 * (1 - f)
+			acc := h / math.Ln2 * (1 - f) / 3600 // GPU-hours, the master's unit (weight 1 per GPU-hour)
 			for u, v := range tallies {
 				tallies[u] = v * f
 			}
@@ -547,7 +547,8 @@ func trim(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64, 
 			if c := interactive(a, b); c != 0 {
 				return c
 			}
-			if c := cmp.Compare(tallies[a.UserID], tallies[b.UserID]); c != 0 {
+			if c := cmp.Compare(scheduler.FairRank(tallies[a.UserID], a.Request.Scheduling.MaxDuration.Std()),
+				scheduler.FairRank(tallies[b.UserID], b.Request.Scheduling.MaxDuration.Std())); c != 0 {
 				return c
 			}
 			if c := cmp.Compare(a.Request.Scheduling.MaxDuration, b.Request.Scheduling.MaxDuration); c != 0 {
