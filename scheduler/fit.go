@@ -27,7 +27,7 @@ type slaveState struct {
 	// looks for victims among them for every waiting job.
 	haltables []*Placed
 	// topScore is the highest haltScore among the haltables that a SCORE halt may take (the
-	// restartable ones under HaltRestartableOnly; -1 when none): makeRoom skips a slave whose
+	// restartable ones unless HaltNonRestartable; -1 when none): makeRoom skips a slave whose
 	// top does not outrank the starter.
 	topScore float64
 }
@@ -37,7 +37,10 @@ type slaveState struct {
 func newPlanner(s Snapshot) *planner {
 	p := &planner{now: s.Now, clusters: s.Clusters, limits: s.Limits, counts: newRunning(s.Running, s.Limits),
 		halting: !s.NoHalts && (s.Policy == "" || s.Policy == PolicyFair || s.Policy == PolicyLAS), las: s.Policy == PolicyLAS,
-		tallies: s.Tallies, haltFactor: max(1, s.HaltFactor), haltRestartableOnly: s.HaltRestartableOnly}
+		tallies: s.Tallies, haltFactor: max(1, s.HaltFactor), haltRestartableOnly: !s.HaltNonRestartable}
+	if s.HaltFactor <= 0 {
+		p.haltFactor = DefaultHaltFactor
+	}
 	// The snapshot's slaves and GPU lists are only read, so they are used as they are where
 	// already in order (the loop reads them so, the simulator builds them so), and copied and
 	// sorted otherwise; the pass's own state is allocated in a few slices, not per slave: the

@@ -47,6 +47,11 @@ const HaltCluster = "CLUSTER"
 // minDuration: a job placed a pass ago is never undone by the next.
 const antiStorm = time.Minute
 
+// DefaultHaltFactor is Snapshot.HaltFactor's default: a SCORE halt needs the victim's fair rank
+// at twice the starter's. In the Philly replay, factor 1 halted more jobs for no gain in
+// fairness or completion times.
+const DefaultHaltFactor = 2
+
 // maxVictimCandidates bounds the subsets tried per slave (2^n): beyond it the least costly
 // candidates are kept, which are the ones chosen anyway.
 const maxVictimCandidates = 12

@@ -10,7 +10,7 @@ import (
 
 // TestNoHalts: the option the simulator uses to measure the fair order without halting.
 func TestNoHalts(t *testing.T) {
-	s := Snapshot{Now: t0, Tallies: map[int64]float64{1: 1, 2: 10},
+	s := Snapshot{Now: t0, Tallies: map[int64]float64{1: 1, 2: 10}, HaltNonRestartable: true,
 		Slaves:  []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 1)...))},
 		Running: []Placed{ran("heavy-1", "gpu1", 0, 2, 2*time.Hour, time.Hour)},
 		Queued:  []Job{mkJob("light", 1, 1, 1, user(1))}}
@@ -29,7 +29,7 @@ func TestLAS(t *testing.T) {
 	one := []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 1)...))}
 	attained := func(d time.Duration) jobOpt { return func(j *Job) { j.Attained = d } }
 	// Queue order: the new job (level 0) before the older one with 20 GPU-hours (level 2).
-	s := Snapshot{Now: t0, Policy: PolicyLAS, Slaves: []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 2)...))},
+	s := Snapshot{Now: t0, Policy: PolicyLAS, HaltNonRestartable: true, Slaves: []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 2)...))},
 		Queued: []Job{mkJob("old", 2, 1, 1, submitted(-time.Hour), attained(20*time.Hour)), mkJob("new", 2, 1, 1)}}
 	if p := s.Plan(); len(p.Assignments) != 1 || p.Assignments[0].JobUUID != "new" {
 		t.Fatalf("assignments %+v, want new first", p.Assignments)
@@ -51,7 +51,7 @@ func TestLAS(t *testing.T) {
 		}(), 2 * time.Hour, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := Snapshot{Now: t0, Policy: PolicyLAS, Tallies: map[int64]float64{1: 100}, Slaves: one,
+			s := Snapshot{Now: t0, Policy: PolicyLAS, HaltNonRestartable: true, Tallies: map[int64]float64{1: 100}, Slaves: one,
 				Running: []Placed{c.running}, Queued: []Job{mkJob("small", 1, 1, 1, user(1), attained(c.starter))}}
 			p := s.Plan()
 			if got := len(p.Halts) == 1; got != c.halt {
@@ -66,10 +66,11 @@ func TestLAS(t *testing.T) {
 
 // TestHaltOptions: HaltFactor asks the victim for that many times the starter's fair rank
 // ((tally + 1) × hours of maxDuration (left); both 14 days here, so ranks go as tally + 1);
-// HaltRestartableOnly spares non-restartable victims, except for interactive starters.
+// SCORE halts spare non-restartable victims (unless HaltNonRestartable), except for
+// interactive starters.
 func TestHaltOptions(t *testing.T) {
 	snap := func(victimTally float64, opts ...runningOpt) Snapshot {
-		return Snapshot{Now: t0, Tallies: map[int64]float64{1: 1, 2: victimTally},
+		return Snapshot{Now: t0, Tallies: map[int64]float64{1: 1, 2: victimTally}, HaltNonRestartable: true,
 			Slaves:  []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 1)...))},
 			Running: []Placed{ran("heavy-1", "gpu1", 0, 2, 2*time.Hour, time.Hour, opts...)},
 			Queued:  []Job{mkJob("light", 1, 1, 1, user(1))}}
@@ -81,12 +82,13 @@ func TestHaltOptions(t *testing.T) {
 	}{
 		{"factor 2, victim 1.5 times", func() Snapshot { s := snap(2); s.HaltFactor = 2; return s }(), false},
 		{"factor 2, victim 2 times", func() Snapshot { s := snap(3); s.HaltFactor = 2; return s }(), true},
-		{"factor 0 is 1", snap(1.5), true},
-		{"restartable only, not restartable", func() Snapshot { s := snap(10); s.HaltRestartableOnly = true; return s }(), false},
-		{"restartable only, restartable", func() Snapshot { s := snap(10, restartable()); s.HaltRestartableOnly = true; return s }(), true},
+		{"factor 0 is 2", snap(2), false},
+		{"factor 1", func() Snapshot { s := snap(1.5); s.HaltFactor = 1; return s }(), true},
+		{"restartable only, not restartable", func() Snapshot { s := snap(10); s.HaltNonRestartable = false; return s }(), false},
+		{"restartable only, restartable", func() Snapshot { s := snap(10, restartable()); s.HaltNonRestartable = false; return s }(), true},
 		{"restartable only, interactive starter", func() Snapshot {
 			s := snap(10)
-			s.HaltRestartableOnly = true
+			s.HaltNonRestartable = false
 			s.Queued[0].Request.Scheduling.Interactive = true
 			return s
 		}(), true},
@@ -106,7 +108,7 @@ func TestHaltShortJobOfHeavyUser(t *testing.T) {
 		victim.Ends = t0.Add(left)
 		starter := mkJob("heavy-short", 1, 1, 1, user(2))
 		starter.Request.Scheduling.MaxDuration = job.Duration(time.Hour)
-		return Snapshot{Now: t0, Tallies: map[int64]float64{1: 1, 2: 9}, HaltFactor: 2, HaltRestartableOnly: true,
+		return Snapshot{Now: t0, Tallies: map[int64]float64{1: 1, 2: 9},
 			Slaves:  []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 1)...))},
 			Running: []Placed{victim}, Queued: []Job{starter}}
 	}

@@ -298,7 +298,7 @@ type planner struct {
 	// policies stay pure queue orders.
 	halting bool
 	las     bool // PolicyLAS: victims are chosen by attained service, not by tally (las.go)
-	// Snapshot.HaltFactor (at least 1) and HaltRestartableOnly.
+	// Snapshot.HaltFactor (at least 1; DefaultHaltFactor for 0) and !HaltNonRestartable.
 	haltFactor          float64
 	haltRestartableOnly bool
 	mayHalt             bool // some running job is started or halting: without one, makeRoom has nothing to do

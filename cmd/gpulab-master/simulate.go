@@ -31,8 +31,8 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 	to := fs.String("to", "", "replay only jobs submitted before this time (YYYY-MM-DD or RFC 3339)")
 	halfLife := fs.Duration("half-life", sim.DefaultHalfLife, "half-life of the usage tallies of the fair policy")
 	grace := fs.Duration("halt-grace", sim.DefaultHaltGrace, "time a halted job takes to stop (the slave's halt grace)")
-	haltFactor := fs.Float64("halt-factor", sim.DefaultHaltFactor, "a SCORE halt needs the victim's owner to have this many times the starter's owner's tally (1: any higher tally, as the master)")
-	restartableOnly := fs.Bool("halt-restartable-only", true, "SCORE halts spare non-restartable jobs (false: as the master, which only prefers restartable victims)")
+	haltFactor := fs.Float64("halt-factor", sim.DefaultHaltFactor, "a SCORE halt needs the victim's fair rank (owner's tally × maxDuration left) at this many times the starter's (1: any higher rank; default: the master's)")
+	restartableOnly := fs.Bool("halt-restartable-only", true, "SCORE halts spare non-restartable jobs (as the master; false: they only come last among victims)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the replays to this file (go tool pprof)")
 	rules := sim.DefaultRules
 	fs.Uint64Var(&rules.Seed, "seed", rules.Seed, "seed of the rules that fill the trace's missing columns")

@@ -22,8 +22,9 @@ type Config struct {
 	// Halting lets Plan halt running jobs (SPEC 7.4) under the policies that halt (fair, las);
 	// off, the snapshot says NoHalts, so the fair order can be measured with and without.
 	Halting bool
-	// HaltFactor and HaltRestartableOnly restrain halting (scheduler.Snapshot's fields of the
-	// same names).
+	// HaltFactor and HaltRestartableOnly restrain halting (scheduler.Snapshot's HaltFactor and
+	// HaltNonRestartable, inverted); here 0 and false mean no restraint (factor 1, any victim),
+	// and the simulate command passes the master's defaults.
 	HaltFactor          float64
 	HaltRestartableOnly bool
 	// HaltGrace is how long a halted job takes to stop (the slave's SIGUSR1 grace); 0 means
@@ -49,8 +50,9 @@ type Config struct {
 // DefaultHalfLife is GPULab's tally half-life (SPEC 7.2).
 const DefaultHalfLife = 7 * 24 * time.Hour
 
-// DefaultHaltFactor is the simulate command's --halt-factor (see Config.HaltFactor).
-const DefaultHaltFactor = 2
+// DefaultHaltFactor is the simulate command's --halt-factor (see Config.HaltFactor): the
+// master's default.
+const DefaultHaltFactor = scheduler.DefaultHaltFactor
 
 // DefaultHaltGrace is the slave's default halt grace (slave/container.DefaultHaltGrace).
 const DefaultHaltGrace = 15 * time.Second
@@ -391,7 +393,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 			fresh = fresh || !state[byUUID[q.UUID]].planned
 		}
 		snap := scheduler.Snapshot{Now: now, Policy: cfg.Policy, Tallies: tallies, Limits: cfg.Limits, Clusters: clusters, Slaves: slaves,
-			NoHalts: !halting, NoRanges: !fresh, HaltFactor: cfg.HaltFactor, HaltRestartableOnly: cfg.HaltRestartableOnly, Queued: given, Running: slices.Grow(runBuf[:0], len(runList))[:len(runList)]}
+			NoHalts: !halting, NoRanges: !fresh, HaltFactor: max(1, cfg.HaltFactor), HaltNonRestartable: !cfg.HaltRestartableOnly, Queued: given, Running: slices.Grow(runBuf[:0], len(runList))[:len(runList)]}
 		runBuf = snap.Running
 		for i, r := range runList {
 			snap.Running[i] = r.placed
