@@ -198,14 +198,9 @@ func (p *planner) haltable(pl *Placed) bool {
 	return ran >= pl.MinDuration && ran >= antiStorm
 }
 
-// victim says whether a running job may be halted for the starter: it has run its minDuration
-// (and at least antiStorm), is not interactive, not already halting, and has lower priority.
-func (p *planner) victim(pl *Placed, starterInteractive bool, starterScore float64) bool {
-	return p.haltable(pl) && !p.victims[pl.JobUUID] && p.scoreVictim(pl, starterInteractive, starterScore)
-}
-
-// scoreVictim is victim's priority test alone, for a job known to be haltable and not yet a
-// victim this pass.
+// scoreVictim says whether a running job, known to be haltable (past its minDuration and
+// antiStorm, not interactive, not halting) and not yet a victim this pass, may be halted for the
+// starter by priority: any for an interactive starter, else one of lower priority.
 func (p *planner) scoreVictim(pl *Placed, starterInteractive bool, starterScore float64) bool {
 	if starterInteractive {
 		return true

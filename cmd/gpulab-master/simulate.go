@@ -19,7 +19,7 @@ const phillyAttribution = `Trace: Microsoft Philly (msr-fiddle/philly-traces, CC
 
 // simulate replays a workload trace through the scheduler's Plan in simulated time (SPEC 7.5)
 // and prints one markdown table row per policy; it needs no database.
-func simulate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func simulate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	trace := fs.String("trace", "", "trace CSV in the Philly format (required), e.g. ../shared/traces/philly.csv")
@@ -68,15 +68,20 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 	// saves a good part of its CPU time for a few hundred MB more memory at most.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
+		f, ferr := os.Create(*cpuProfile)
+		if ferr != nil {
+			return fmt.Errorf("--cpuprofile: %w", ferr)
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
+		if perr := pprof.StartCPUProfile(f); perr != nil {
+			_ = f.Close()
+			return fmt.Errorf("--cpuprofile: %w", perr)
 		}
-		defer pprof.StopCPUProfile()
+		defer func() {
+			pprof.StopCPUProfile()
+			if cerr := f.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("--cpuprofile: %w", cerr)
+			}
+		}()
 	}
 	opt := sim.TraceOptions{Limit: *jobs}
 	for _, b := range []struct {
