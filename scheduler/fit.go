@@ -122,7 +122,7 @@ func newPlanner(s Snapshot) *planner {
 	}
 	// A running job belongs to the first slave of its name (in the sorted order). The held and
 	// haltable lists of all slaves share two arrays, sized by a first count.
-	where := make([]*slaveState, len(s.Running))
+	where, canHalt := make([]*slaveState, len(s.Running)), make([]bool, len(s.Running))
 	nHeld, nHalt := make([]int, len(p.slaves)), make([]int, len(p.slaves))
 	haltables := 0
 	for i := range s.Running {
@@ -133,7 +133,7 @@ func newPlanner(s Snapshot) *planner {
 		}
 		where[i] = p.slaves[k]
 		nHeld[k]++
-		if !r.Halting && p.haltable(r) {
+		if canHalt[i] = !r.Halting && p.haltable(r); canHalt[i] {
 			nHalt[k]++
 			haltables++
 		}
@@ -158,7 +158,7 @@ func newPlanner(s Snapshot) *planner {
 		// of young jobs).
 		if r.Halting {
 			st.halting = true
-		} else if p.haltable(&s.Running[i]) {
+		} else if canHalt[i] {
 			if !st.haltable {
 				st.topScore = -1
 			}
