@@ -48,31 +48,56 @@ func (p *planner) guarded(j *Job) bool {
 
 // reserve plans the head job's start on the busy slaves that could take it (ms, in slave
 // order); the earliest start wins, ties to the first slave. It returns nil when no start follows
-// from known Ends.
+// from known Ends. Only the winner's reservation is built; a slave whose first known end is not
+// before the best start so far cannot win and is not simulated (a head is planned at every pass,
+// over every busy slave).
 func (p *planner) reserve(j *Job, n *need, ms []miss) *reservation {
-	var best *reservation
+	var best *slaveState
+	var bestStart time.Time
 	for _, m := range ms {
-		if r := p.simulate(m.st, n); r != nil && (best == nil || r.start.Before(best.start)) {
-			best = r
+		if best != nil && !p.firstEnd(m.st).Before(bestStart) {
+			continue
+		}
+		if start, ok, _ := p.simulate(m.st, n, false); ok && (best == nil || start.Before(bestStart)) {
+			best, bestStart = m.st, start
 		}
 	}
-	if best != nil {
-		best.head = j.UUID
+	if best == nil {
+		return nil
 	}
-	return best
+	_, _, r := p.simulate(best, n, true)
+	r.head = j.UUID
+	return r
+}
+
+// firstEnd is the earliest a job may start on the slave by backfill's plan: the first known end
+// of a job there (now if overdue), zero when none is known.
+func (p *planner) firstEnd(st *slaveState) time.Time {
+	var first time.Time
+	for _, pl := range st.held {
+		if !pl.Ends.IsZero() && (first.IsZero() || pl.Ends.Before(first)) {
+			first = pl.Ends
+		}
+	}
+	if !first.IsZero() && first.Before(p.now) {
+		first = p.now
+	}
+	return first
 }
 
 // simulate releases the slave's running jobs in the order they end and stops at the first
-// release after which the job fits. It works on copies: the pass's state stays as it is.
-func (p *planner) simulate(st *slaveState, n *need) *reservation {
-	var ending []*Placed
+// release after which the job fits, returning that start (ok false when none), and with build
+// the reservation that plans it. It works on scratch copies: the pass's state stays as it is.
+func (p *planner) simulate(st *slaveState, n *need, build bool) (start time.Time, ok bool, r *reservation) {
+	ending := p.ending[:0]
 	for _, pl := range st.held {
 		if !pl.Ends.IsZero() {
 			ending = append(ending, pl)
 		}
 	}
+	p.ending = ending
 	if len(ending) == 0 {
-		return nil
+		return time.Time{}, false, nil
 	}
 	slices.SortStableFunc(ending, func(a, b *Placed) int {
 		if c := a.Ends.Compare(b.Ends); c != 0 {
@@ -80,7 +105,8 @@ func (p *planner) simulate(st *slaveState, n *need) *reservation {
 		}
 		return cmp.Compare(a.JobUUID, b.JobUUID)
 	})
-	gpuFree, cpuFree := slices.Clone(st.gpuFree), slices.Clone(st.cpuFree)
+	gpuFree, cpuFree := append(p.gpuScratch[:0], st.gpuFree...), append(p.cpuScratch[:0], st.cpuFree...)
+	p.gpuScratch, p.cpuScratch = gpuFree, cpuFree
 	cpusFree, memFree := st.cpus(true), st.s.MemoryGb-st.memUsed
 	for _, pl := range ending {
 		cpusFree, memFree = st.release(pl, gpuFree, cpuFree, cpusFree, memFree)
@@ -95,10 +121,14 @@ func (p *planner) simulate(st *slaveState, n *need) *reservation {
 		if gpusFree < n.gpus || cpusFree < n.cpus || memFree < n.memGb {
 			continue
 		}
-		r := &reservation{st: st, start: pl.Ends, blocker: pl.JobUUID, spareMem: memFree - n.memGb}
-		if r.start.Before(p.now) { // overdue: it should stop any moment
-			r.start = p.now
+		start = pl.Ends
+		if start.Before(p.now) { // overdue: it should stop any moment
+			start = p.now
 		}
+		if !build {
+			return start, true, nil
+		}
+		r = &reservation{st: st, start: start, blocker: pl.JobUUID, spareMem: memFree - n.memGb}
 		for k := range st.gpus {
 			if len(r.gpuK) < n.gpus && gpuFree[k] && st.gpuOK(n, k) {
 				r.gpuK = append(r.gpuK, k)
@@ -109,13 +139,18 @@ func (p *planner) simulate(st *slaveState, n *need) *reservation {
 				r.cpuIDs = append(r.cpuIDs, id)
 			}
 		}
-		return r
+		return start, true, r
 	}
-	return nil
+	return time.Time{}, false, nil
 }
 
 // gpuPos is the position in st.gpus of the GPU with that Index, or -1.
 func (st *slaveState) gpuPos(idx int) int {
+	// GPUs are mostly indexed 0..n-1: then the position is the index (the first with it, as
+	// the list is sorted), without a scan.
+	if g := st.gpus; idx >= 0 && idx < len(g) && g[idx].Index == idx && (idx == 0 || g[idx-1].Index != idx) {
+		return idx
+	}
 	return slices.IndexFunc(st.gpus, func(g protocol.GPU) bool { return g.Index == idx })
 }
 
@@ -129,6 +164,7 @@ func (r *reservation) mask() {
 	for _, k := range r.gpuK {
 		if st.gpuFree[k] {
 			st.gpuFree[k] = false
+			st.nFree--
 			r.maskedGPU = append(r.maskedGPU, k)
 		}
 	}
@@ -148,6 +184,7 @@ func (r *reservation) unmask() {
 	st := r.st
 	for _, k := range r.maskedGPU {
 		st.gpuFree[k] = true
+		st.nFree++
 	}
 	for _, id := range r.maskedCPU {
 		st.cpuFree[id] = true

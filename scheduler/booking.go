@@ -192,7 +192,7 @@ func (b *booking) where() string {
 // antiStorm), is not interactive nor halting already; and the starter stays within what the
 // reservation books (a GPU count is not a licence to take more).
 func (p *planner) bookingVictim(st *slaveState, starter *Job, n *need, pl *Placed) bool {
-	if !p.haltable(pl) || p.victims[pl.JobUUID] {
+	if len(p.bookedOn[st]) == 0 || !p.haltable(pl) || p.victims[pl.JobUUID] {
 		return false
 	}
 	for _, b := range p.bookedOn[st] {

@@ -16,6 +16,7 @@ type slaveState struct {
 	gpus     []protocol.GPU // a sorted copy (by Index), so the snapshot is never reordered
 	modelID  []int          // per gpus[i]: index into planner.models
 	gpuFree  []bool         // per gpus[i]
+	nFree    int            // how many of gpuFree are set: a full slave is passed over at once
 	cpuFree  []bool         // per CPU id
 	cpusUsed int
 	memUsed  int
@@ -25,41 +26,82 @@ type slaveState struct {
 	// haltables are the held jobs halt.go's haltable accepts, found once per pass: makeRoom
 	// looks for victims among them for every waiting job.
 	haltables []*Placed
+	// topScore is the highest haltScore among the haltables that a SCORE halt may take (the
+	// restartable ones unless HaltNonRestartable; -1 when none): makeRoom skips a slave whose
+	// top does not outrank the starter.
+	topScore float64
 }
 
 // newPlanner copies what it must change (free resources, sorted lists) and leaves the snapshot
 // alone; Slave structs are copied, their GPU slices only read.
 func newPlanner(s Snapshot) *planner {
-	p := &planner{now: s.Now, clusters: s.Clusters, limits: s.Limits, counts: newRunning(s.Running),
+	p := &planner{now: s.Now, clusters: s.Clusters, limits: s.Limits, counts: newRunning(s.Running, s.Limits),
 		halting: !s.NoHalts && (s.Policy == "" || s.Policy == PolicyFair || s.Policy == PolicyLAS), las: s.Policy == PolicyLAS,
-		tallies: s.Tallies, haltFactor: max(1, s.HaltFactor), haltRestartableOnly: s.HaltRestartableOnly}
-	slaves := slices.Clone(s.Slaves)
-	slices.SortStableFunc(slaves, func(a, b Slave) int {
+		tallies: s.Tallies, haltFactor: max(1, s.HaltFactor), haltRestartableOnly: !s.HaltNonRestartable}
+	if s.HaltFactor <= 0 {
+		p.haltFactor = DefaultHaltFactor
+	}
+	// The snapshot's slaves and GPU lists are only read, so they are used as they are where
+	// already in order (the loop reads them so, the simulator builds them so), and copied and
+	// sorted otherwise; the pass's own state is allocated in a few slices, not per slave: the
+	// simulator builds a planner at every event.
+	bySlave := func(a, b Slave) int {
 		if c := cmp.Compare(a.Name, b.Name); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.InstanceID, b.InstanceID)
-	})
-	modelIDs := map[string]int{}
-	byName := make(map[string]*slaveState, len(slaves))
+	}
+	slaves := s.Slaves
+	if !slices.IsSortedFunc(slaves, bySlave) {
+		slaves = slices.Clone(slaves)
+		slices.SortStableFunc(slaves, bySlave)
+	}
+	byIndex := func(a, b protocol.GPU) int { return cmp.Compare(a.Index, b.Index) }
+	nGPU, nCPU := 0, 0
+	for i := range slaves {
+		nGPU += len(slaves[i].GPUs)
+		nCPU += max(0, slaves[i].CPUs)
+	}
+	modelIDBuf, gpuFreeBuf, cpuFreeBuf := make([]int, nGPU), make([]bool, nGPU), make([]bool, nCPU)
+	states := make([]slaveState, len(slaves))
+	var modelIDs map[string]int
+	byName := make(map[string]int, len(slaves))
 	p.slaves = make([]*slaveState, len(slaves))
 	for i := range slaves {
-		st := &slaveState{s: &slaves[i]}
-		if c, ok := s.Clusters[slaves[i].ClusterID]; ok {
+		st := &states[i]
+		st.s = &slaves[i]
+		if i > 0 && slaves[i-1].ClusterID == slaves[i].ClusterID {
+			st.cluster = p.slaves[i-1].cluster
+		} else if c, ok := s.Clusters[slaves[i].ClusterID]; ok {
 			st.cluster = &c
 		}
-		st.gpus = slices.Clone(slaves[i].GPUs)
-		slices.SortStableFunc(st.gpus, func(a, b protocol.GPU) int { return cmp.Compare(a.Index, b.Index) })
-		st.modelID = make([]int, len(st.gpus))
-		st.gpuFree = make([]bool, len(st.gpus))
+		st.gpus = slaves[i].GPUs
+		if !slices.IsSortedFunc(st.gpus, byIndex) {
+			st.gpus = slices.Clone(st.gpus)
+			slices.SortStableFunc(st.gpus, byIndex)
+		}
+		g := len(st.gpus)
+		st.modelID, modelIDBuf = modelIDBuf[:g:g], modelIDBuf[g:]
+		st.gpuFree, gpuFreeBuf = gpuFreeBuf[:g:g], gpuFreeBuf[g:]
+		st.nFree = g
 		for k, g := range st.gpus {
+			st.gpuFree[k] = true
 			// A slave's GPUs are mostly of one model: reuse the previous one's id rather than
 			// lower-case and look up every name (a cost the simulator pays at every pass).
 			if k > 0 && g.Model == st.gpus[k-1].Model {
-				st.modelID[k], st.gpuFree[k] = st.modelID[k-1], true
+				st.modelID[k] = st.modelID[k-1]
 				continue
 			}
+			if k == 0 && i > 0 && len(p.slaves[i-1].gpus) > 0 {
+				if prev := p.slaves[i-1]; g.Model == prev.gpus[len(prev.gpus)-1].Model {
+					st.modelID[k] = prev.modelID[len(prev.gpus)-1]
+					continue
+				}
+			}
 			m := strings.ToLower(g.Model)
+			if modelIDs == nil {
+				modelIDs = map[string]int{}
+			}
 			id, ok := modelIDs[m]
 			if !ok {
 				id = len(p.models)
@@ -67,21 +109,45 @@ func newPlanner(s Snapshot) *planner {
 				p.models = append(p.models, m)
 			}
 			st.modelID[k] = id
-			st.gpuFree[k] = true
 		}
-		st.cpuFree = make([]bool, max(0, slaves[i].CPUs))
+		c := max(0, slaves[i].CPUs)
+		st.cpuFree, cpuFreeBuf = cpuFreeBuf[:c:c], cpuFreeBuf[c:]
 		for k := range st.cpuFree {
 			st.cpuFree[k] = true
 		}
 		p.slaves[i] = st
 		if _, dup := byName[st.s.Name]; !dup {
-			byName[st.s.Name] = st
+			byName[st.s.Name] = i
 		}
+	}
+	// A running job belongs to the first slave of its name (in the sorted order). The held and
+	// haltable lists of all slaves share two arrays, sized by a first count.
+	where, canHalt := make([]*slaveState, len(s.Running)), make([]bool, len(s.Running))
+	nHeld, nHalt := make([]int, len(p.slaves)), make([]int, len(p.slaves))
+	haltables := 0
+	for i := range s.Running {
+		r := &s.Running[i]
+		k, ok := byName[r.SlaveName]
+		if !ok {
+			continue
+		}
+		where[i] = p.slaves[k]
+		nHeld[k]++
+		if canHalt[i] = !r.Halting && p.haltable(r); canHalt[i] {
+			nHalt[k]++
+			haltables++
+		}
+	}
+	heldBuf, haltBuf := make([]*Placed, len(s.Running)), make([]*Placed, haltables)
+	for k, st := range p.slaves {
+		h, v := nHeld[k], nHalt[k]
+		st.held, heldBuf = heldBuf[:0:h], heldBuf[h:]
+		st.haltables, haltBuf = haltBuf[:0:v], haltBuf[v:]
 	}
 	// Taking resources is idempotent per GPU and CPU id and additive for memory, so the order of
 	// Running does not matter. Ids the slave does not have are ignored.
 	for i, r := range s.Running {
-		st := byName[r.SlaveName]
+		st := where[i]
 		if st == nil {
 			continue
 		}
@@ -92,14 +158,21 @@ func newPlanner(s Snapshot) *planner {
 		// of young jobs).
 		if r.Halting {
 			st.halting = true
-		} else if p.haltable(&s.Running[i]) {
+		} else if canHalt[i] {
+			if !st.haltable {
+				st.topScore = -1
+			}
 			st.haltable = true
 			st.haltables = append(st.haltables, &s.Running[i])
+			if p.halting && (!p.haltRestartableOnly || r.Restartable) {
+				st.topScore = max(st.topScore, p.haltScore(&s.Running[i]))
+			}
 		}
 		p.mayHalt = p.mayHalt || st.halting || st.haltable
 		for _, idx := range r.GPUIndices {
-			if k := slices.IndexFunc(st.gpus, func(g protocol.GPU) bool { return g.Index == idx }); k >= 0 {
+			if k := st.gpuPos(idx); k >= 0 && st.gpuFree[k] {
 				st.gpuFree[k] = false
+				st.nFree--
 			}
 		}
 		for _, id := range r.CPUIDs {
@@ -225,6 +298,9 @@ func (st *slaveState) check(n *need, free bool) verdict {
 	if n.gpus == 0 && st.s.CudaMajor < n.cuda {
 		return verdict{stageCUDA, max(0, st.s.CudaMajor)}
 	}
+	if free && st.nFree == 0 && n.gpus > 0 {
+		return verdict{stageGPU, 0}
+	}
 	gpus := 0
 	if st.s.CudaMajor >= n.cuda {
 		gpus = st.matchingGPUs(n, free)
@@ -286,6 +362,7 @@ func (st *slaveState) take(j *Job, n *need) *Assignment {
 		}
 		if st.gpuFree[k] && st.gpuOK(n, k) {
 			st.gpuFree[k] = false
+			st.nFree--
 			a.GPUs = append(a.GPUs, st.gpus[k])
 		}
 	}

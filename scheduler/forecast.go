@@ -192,6 +192,43 @@ func (h *fendHeap) Pop() any {
 	return x
 }
 
+// push and pop are heap.Push and heap.Pop (the same sift order, so the same ties) without
+// boxing each end in an interface: a replay pops hundreds of ends per pass.
+func (h *fendHeap) push(e fend) {
+	*h = append(*h, e)
+	hh := *h
+	for j := len(hh) - 1; j > 0; {
+		i := (j - 1) / 2
+		if !hh.Less(j, i) {
+			break
+		}
+		hh.Swap(i, j)
+		j = i
+	}
+}
+
+func (h *fendHeap) pop() fend {
+	hh := *h
+	n := len(hh) - 1
+	hh.Swap(0, n)
+	for i := 0; ; {
+		j := 2*i + 1
+		if j >= n {
+			break
+		}
+		if j2 := j + 1; j2 < n && hh.Less(j2, j) {
+			j = j2
+		}
+		if !hh.Less(j, i) {
+			break
+		}
+		hh.Swap(i, j)
+		i = j
+	}
+	*h = hh[:n]
+	return hh[n]
+}
+
 // forecastJob is a waiting job to estimate, with its candidate slaves (in scope, able to take
 // it by their totals, online and accepting) by index.
 type forecastJob struct {
@@ -233,16 +270,6 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 	}
 	jobs := make([]forecastJob, 0, min(len(waiting), ForecastCap))
 	c := candidates{p: p, scopes: map[scopeKey][]int{}, matching: map[gpuKey][]int{}, cands: map[candKey][]int{}}
-	c.owners = map[int64]bool{}
-	for _, cl := range p.clusters {
-		if cl.Private {
-			c.limits = append(c.limits, cl.guestLimit())
-			for _, pr := range cl.Projects {
-				c.owners[pr] = true
-			}
-		}
-	}
-	slices.Sort(c.limits)
 	for _, j := range waiting {
 		if len(jobs) == ForecastCap {
 			break
@@ -331,29 +358,41 @@ func maxTime(a, b time.Time) time.Time {
 
 // replay runs one scenario and returns each job's start (zero: none found).
 func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, index map[*slaveState]int, ratios RunRatios) []time.Time {
+	// The free lists of all slaves, and the GPU positions of all ends, each share one array.
+	nGPU, nEnds, nK := 0, len(assigned)+len(jobs), 0
+	for _, st := range p.slaves {
+		nGPU += len(st.gpuFree)
+		nEnds += len(st.held)
+		for _, pl := range st.held {
+			nK += len(pl.GPUIndices)
+		}
+	}
+	freeBuf, kBuf := make([]bool, 2*nGPU), make([]int, 0, nK)
 	sl := make([]fslave, len(p.slaves))
 	for i, st := range p.slaves {
-		f := fres{gpuFree: slices.Clone(st.gpuFree), cpus: st.cpus(true), mem: st.s.MemoryGb - st.memUsed}
-		for _, free := range f.gpuFree {
-			if free {
-				f.nGPU++
-			}
-		}
-		sl[i] = fslave{st: st, now: f, mark: -1, freeAt: make([]time.Time, len(f.gpuFree))}
-		sl[i].ever = fres{gpuFree: slices.Clone(f.gpuFree), nGPU: f.nGPU, cpus: f.cpus, mem: f.mem}
+		g := len(st.gpuFree)
+		now, ever := freeBuf[:g:g], freeBuf[g:2*g:2*g]
+		freeBuf = freeBuf[2*g:]
+		copy(now, st.gpuFree)
+		copy(ever, st.gpuFree)
+		f := fres{gpuFree: now, nGPU: st.nFree, cpus: st.cpus(true), mem: st.s.MemoryGb - st.memUsed}
+		sl[i] = fslave{st: st, now: f, mark: -1, freeAt: make([]time.Time, g)}
+		sl[i].ever = fres{gpuFree: ever, nGPU: f.nGPU, cpus: f.cpus, mem: f.mem}
 		for k := range sl[i].freeAt {
 			sl[i].freeAt[k] = p.now
 		}
 	}
-	var ends fendHeap
+	ends := make(fendHeap, 0, nEnds)
 	for i, st := range p.slaves {
 		for _, pl := range st.held {
-			e := fend{at: p.runningEnd(sc, pl, ratios), sl: i, mem: pl.MemoryGb, gpuK: make([]int, 0, len(pl.GPUIndices))}
+			e := fend{at: p.runningEnd(sc, pl, ratios), sl: i, mem: pl.MemoryGb}
+			from := len(kBuf)
 			for _, idx := range pl.GPUIndices {
 				if k := st.gpuPos(idx); k >= 0 {
-					e.gpuK = append(e.gpuK, k)
+					kBuf = append(kBuf, k)
 				}
 			}
+			e.gpuK = kBuf[from:len(kBuf):len(kBuf)]
 			for _, id := range pl.CPUIDs {
 				if id >= 0 && id < len(st.cpuFree) {
 					e.cpus++
@@ -399,7 +438,7 @@ func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, ind
 	for i := range jobs {
 		fj := &jobs[i]
 		for ends.Len() > 0 && !ends[0].at.After(clock) { // ended by now: free, since then
-			release(heap.Pop(&ends).(fend))
+			release(ends.pop())
 		}
 		g := fj.n.gpus
 		for len(floor) <= g { // floor is non-decreasing in the GPUs needed
@@ -437,14 +476,14 @@ func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, ind
 			continue // nothing that ends makes room: unknown, and the clock stays
 		}
 		for at < 0 && ends.Len() > 0 {
-			e := heap.Pop(&ends).(fend)
+			e := ends.pop()
 			release(e)
 			clock = maxTime(clock, e.at)
 			from = clock
 			touched = append(touched[:0], e.sl)
 			// Whatever ends at the same moment is given back too before anyone takes it.
 			for ends.Len() > 0 && !ends[0].at.After(clock) {
-				e2 := heap.Pop(&ends).(fend)
+				e2 := ends.pop()
 				release(e2)
 				touched = append(touched, e2.sl)
 			}
@@ -477,7 +516,7 @@ func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, ind
 		sl[at].now.take(e.gpuK, e.cpus, e.mem)
 		if d := duration(sc, fj.j.Request.Scheduling.MaxDuration.Std(), ratios.of(fj.j.UserID)); d > 0 {
 			e.at = start.Add(d)
-			heap.Push(&ends, e)
+			ends.push(e)
 		} else {
 			sl[at].ever.take(e.gpuK, e.cpus, e.mem)
 		}
@@ -493,10 +532,6 @@ type candidates struct {
 	scopes   map[scopeKey][]int // online, accepting slaves in scope
 	matching map[gpuKey][]int   // per slave: GPUs matching model, memory and CUDA
 	cands    map[candKey][]int
-	// The scope depends on the project only where it owns a private cluster, and on the
-	// minDuration only through which guest limits it stays within: keyed so, jobs share scopes.
-	owners map[int64]bool
-	limits []time.Duration
 }
 
 // scopeKey is what inScope looks at.
@@ -519,23 +554,69 @@ type candKey struct {
 	gpus, cpus, mem int
 }
 
-func (c *candidates) of(j *Job, n *need) []int {
+// candKeyOf is what decides which slaves could ever take a job: its scope and request. The scope
+// depends on the project only where it owns a private cluster, and on the minDuration only
+// through which guest limits it stays within: keyed so, jobs share scopes.
+func (p *planner) candKeyOf(j *Job, n *need) candKey {
+	if !p.scopeKeyed {
+		p.scopeKeyed = true
+		for _, cl := range p.clusters {
+			if cl.Private {
+				p.scopeLimits = append(p.scopeLimits, cl.guestLimit())
+				if p.scopeOwners == nil {
+					p.scopeOwners = map[int64]bool{}
+				}
+				for _, pr := range cl.Projects {
+					p.scopeOwners[pr] = true
+				}
+			}
+		}
+		slices.Sort(p.scopeLimits)
+	}
 	res := j.Request.Resources
 	sk := scopeKey{cluster: res.ClusterID, slave: res.SlaveName, inst: res.SlaveInstanceID}
-	if len(c.limits) > 0 {
-		if c.owners[j.ProjectID] {
+	if len(p.scopeLimits) > 0 {
+		if p.scopeOwners[j.ProjectID] {
 			sk.project = j.ProjectID
 		}
 		// The limits are sorted: the number exceeded names the set exceeded.
 		d := j.Request.Scheduling.MinDuration.Std()
-		for _, l := range c.limits {
+		for _, l := range p.scopeLimits {
 			if d > l {
 				sk.guest++
 			}
 		}
 	}
-	gk := gpuKey{strings.Join(n.models, "\x00"), n.gpuMemMiB, n.cuda}
-	ck := candKey{sk, gk, n.gpus, n.cpus, n.memGb}
+	gk := gpuKey{cuda: n.cuda, memMiB: n.gpuMemMiB}
+	switch len(n.models) {
+	case 0:
+	case 1:
+		gk.models = n.models[0]
+	default:
+		gk.models = strings.Join(n.models, "\x00")
+	}
+	return candKey{sk, gk, n.gpus, n.cpus, n.memGb}
+}
+
+// capableSet is a cached answer of decide's first filters: the slaves able to take a job by
+// their totals, and whether the job pins the one slave in its scope.
+type capableSet struct {
+	slaves []*slaveState
+	pinned bool
+}
+
+// capableKey is the key under which decide caches a job's capable slaves; ok is false for a job
+// using a reservation, whose scope is the reservation's slaves.
+func (p *planner) capableKey(j *Job, n *need, booked []*booking) (candKey, bool) {
+	if booked != nil {
+		return candKey{}, false
+	}
+	return p.candKeyOf(j, n), true
+}
+
+func (c *candidates) of(j *Job, n *need) []int {
+	ck := c.p.candKeyOf(j, n)
+	sk, gk := ck.scopeKey, ck.gpuKey
 	if out, ok := c.cands[ck]; ok {
 		return out
 	}

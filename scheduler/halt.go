@@ -30,7 +30,9 @@ type Halt struct {
 	// ForJobUUID is the queued job the room is made for.
 	ForJobUUID string
 	// VictimScore and StarterScore are the owners' usage tallies (lower is higher priority),
-	// recorded so that a user can see why the halt was fair.
+	// recorded so that a user can see why the halt was fair; under PolicyLAS, the jobs'
+	// attained-service levels. (A fair SCORE halt compares FairRanks, which weigh the tallies
+	// by the jobs' maxDuration and maxDuration left.)
 	VictimScore, StarterScore float64
 }
 
@@ -44,6 +46,11 @@ const HaltCluster = "CLUSTER"
 // antiStorm is how long a job must have been running before it may be halted, whatever its
 // minDuration: a job placed a pass ago is never undone by the next.
 const antiStorm = time.Minute
+
+// DefaultHaltFactor is Snapshot.HaltFactor's default: a SCORE halt needs the victim's fair rank
+// at twice the starter's. In the Philly replay, factor 1 halted more jobs for no gain in
+// fairness or completion times.
+const DefaultHaltFactor = 2
 
 // maxVictimCandidates bounds the subsets tried per slave (2^n): beyond it the least costly
 // candidates are kept, which are the ones chosen anyway.
@@ -75,7 +82,11 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 		}
 	}
 
-	starterScore := p.tallies[j.UserID]
+	// Under the fair policy a SCORE halt compares fair ranks (FairRank): the starter's by its
+	// maxDuration, a victim's by the maxDuration it has left, so a heavy user's short job may
+	// halt a lighter user's long one, as the queue order would have put it first.
+	starterTally := p.tallies[j.UserID]
+	starterScore := FairRank(starterTally, j.Request.Scheduling.MaxDuration.Std())
 	if p.las {
 		starterScore = float64(lasLevel(j.Attained))
 	}
@@ -88,9 +99,17 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 		if p.starter[st] || !st.haltable {
 			continue
 		}
+		// Most busy slaves hold no job of an owner above the starter's: skip them without
+		// looking at each job (makeRoom runs for every waiting job the pass reaches).
+		if !inter && !p.outranks(st.topScore, starterScore) && (st.cluster == nil || !st.cluster.Private) && len(p.bookedOn[st]) == 0 {
+			continue
+		}
 		var cands []*Placed
 		for _, pl := range st.haltables {
-			if p.victim(pl, inter, starterScore) || p.guestVictim(st, j, pl) || p.bookingVictim(st, j, n, pl) {
+			if p.victims[pl.JobUUID] {
+				continue
+			}
+			if p.scoreVictim(pl, inter, starterScore) || p.guestVictim(st, j, pl) || p.bookingVictim(st, j, n, pl) {
 				cands = append(cands, pl)
 			}
 		}
@@ -129,6 +148,7 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 		p.victims, p.starter = map[string]bool{}, map[*slaveState]bool{}
 	}
 	p.starter[best] = true
+	lighter := true // the starter's owner has a lower tally than every victim's
 	for _, pl := range bestSet {
 		reason := HaltScore
 		switch {
@@ -138,16 +158,20 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 			reason = HaltReservation
 		}
 		p.victims[pl.JobUUID] = true
-		vs := p.tallies[pl.UserID]
+		vs, ss := p.tallies[pl.UserID], starterTally
 		if p.las {
-			vs = float64(lasLevel(p.attained(pl)))
+			vs, ss = float64(lasLevel(p.attained(pl))), starterScore
 		}
+		lighter = lighter && starterTally < p.tallies[pl.UserID]
 		p.halts = append(p.halts, Halt{JobUUID: pl.JobUUID, Reason: reason, ForJobUUID: j.UUID,
-			VictimScore: vs, StarterScore: starterScore})
+			VictimScore: vs, StarterScore: ss})
 	}
-	why := fmt.Sprintf("its owner's usage %.4g is below theirs", starterScore)
-	if p.las {
+	why := fmt.Sprintf("its owner's usage %.4g is below theirs", starterTally)
+	switch {
+	case p.las:
 		why = "it has received less GPU time than they have"
+	case !lighter:
+		why = fmt.Sprintf("its owner's usage %.4g times its maxDuration is far below theirs times what they have left", starterTally)
 	}
 	switch {
 	case p.onBooked(best, p.activeNamed(j)):
@@ -174,23 +198,40 @@ func (p *planner) haltable(pl *Placed) bool {
 	return ran >= pl.MinDuration && ran >= antiStorm
 }
 
-// victim says whether a running job may be halted for the starter: it has run its minDuration
-// (and at least antiStorm), is not interactive, not already halting, and has lower priority.
-func (p *planner) victim(pl *Placed, starterInteractive bool, starterScore float64) bool {
-	if !p.haltable(pl) || p.victims[pl.JobUUID] {
-		return false
-	}
+// scoreVictim says whether a running job, known to be haltable (past its minDuration and
+// antiStorm, not interactive, not halting) and not yet a victim this pass, may be halted for the
+// starter by priority: any for an interactive starter, else one of lower priority.
+func (p *planner) scoreVictim(pl *Placed, starterInteractive bool, starterScore float64) bool {
 	if starterInteractive {
 		return true
 	}
 	if p.haltRestartableOnly && !pl.Restartable {
 		return false
 	}
+	return p.outranks(p.haltScore(pl), starterScore)
+}
+
+// haltScore is what a running job's priority is measured by when it may be halted: its
+// owner's tally, or under PolicyLAS its attained-service level (higher: lower priority).
+func (p *planner) haltScore(pl *Placed) float64 {
 	if p.las {
-		return p.lasVictim(pl, starterScore)
+		return float64(lasLevel(p.attained(pl)))
 	}
-	v := p.tallies[pl.UserID]
-	return starterScore < v && starterScore*p.haltFactor <= v
+	left := 14 * 24 * time.Hour
+	if !pl.Ends.IsZero() {
+		left = max(0, pl.Ends.Sub(p.now))
+	}
+	return FairRank(p.tallies[pl.UserID], left)
+}
+
+// outranks says whether a victim's score is far enough above a starter's for a SCORE halt.
+// It grows with the victim's score, so the highest score on a slave tells whether any of its
+// jobs can be a victim (slaveState.topScore).
+func (p *planner) outranks(victimScore, starterScore float64) bool {
+	if p.las {
+		return victimScore > starterScore
+	}
+	return starterScore < victimScore && starterScore*p.haltFactor <= victimScore
 }
 
 // guestVictim says whether a running job is a guest on a private cluster that the starter's

@@ -162,7 +162,10 @@ func TestHalts(t *testing.T) {
 			if policy == "" {
 				policy = PolicyFair
 			}
-			s := Snapshot{Now: t0, Policy: policy, Tallies: tallies, Slaves: tt.slaves, Running: tt.running, Queued: tt.queued}
+			// Factor 1 and any victim: these cases are about the choice of victims; the
+			// defaults' restraints have TestHaltOptions.
+			s := Snapshot{Now: t0, Policy: policy, Tallies: tallies, Slaves: tt.slaves, Running: tt.running, Queued: tt.queued,
+				HaltFactor: 1, HaltNonRestartable: true}
 			before := deepCopy(s)
 			p := s.Plan()
 			checkPlan(t, s, p)

@@ -48,12 +48,6 @@ func (p *planner) attained(pl *Placed) time.Duration {
 	return pl.Attained + time.Duration(len(pl.GPUIndices))*p.now.Sub(pl.Started)
 }
 
-// lasVictim says whether a running job is at a higher attained-service level than the starter's
-// (starterLevel, as a float to share makeRoom's score variable).
-func (p *planner) lasVictim(pl *Placed, starterLevel float64) bool {
-	return float64(lasLevel(p.attained(pl))) > starterLevel
-}
-
 // LASLevel is the attained-service level PolicyLAS orders by, exported so that the simulator
 // can pre-sort a long queue the way Plan will (sim.trim) without a copy of the levels.
 func LASLevel(attained time.Duration) int { return lasLevel(attained) }

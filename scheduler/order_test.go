@@ -74,3 +74,27 @@ func TestQueueOrderReservationHolders(t *testing.T) {
 		}
 	}
 }
+
+// TestFairRank: the fair order weighs the owner's tally by the job's maxDuration (Smith's rule):
+// a heavy user's short job goes before a lighter user's long one, until the tallies differ by
+// more than the lengths.
+func TestFairRank(t *testing.T) {
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	mk := func(id string, user int64, maxHours int) Job {
+		j := Job{UUID: id, UserID: user, Submitted: base}
+		j.Request.Scheduling.MaxDuration = job.Duration(time.Duration(maxHours) * time.Hour)
+		return j
+	}
+	queued := []Job{mk("light-week", 1, 168), mk("heavy-hour", 2, 1), mk("heavier-hour", 3, 1), mk("light-hour", 1, 1)}
+	// Ranks: light-week 168 × 2 = 336, heavy-hour 100, heavier-hour 401, light-hour 2.
+	s := Snapshot{Policy: PolicyFair, Tallies: map[int64]float64{1: 1, 2: 99, 3: 400}, Queued: queued}
+	want := []string{"light-hour", "heavy-hour", "light-week", "heavier-hour"}
+	for i, j := range queueOrder(s) {
+		if j.UUID != want[i] {
+			t.Fatalf("position %d: %s, want %v", i, j.UUID, want)
+		}
+	}
+	if r := FairRank(-5, 0); r != 14*24 {
+		t.Fatalf("rank of a negative tally and no maxDuration: %v, want %v", r, 14*24)
+	}
+}

@@ -27,15 +27,20 @@ type Snapshot struct {
 	// NoHalts turns halting for fairness off (halt.go), so that the simulator can measure the
 	// fair order with and without it; the master leaves it false.
 	NoHalts bool
-	// HaltFactor, above 1, asks more than a lower tally of a SCORE halt: the victim's owner
-	// must have HaltFactor times the starter's owner's tally, so that two users of similar
-	// usage do not halt each other back and forth as their tallies cross. 0 or 1: any lower
-	// tally will do (SPEC 7.4). HaltRestartableOnly limits SCORE halts (not those for an
-	// interactive starter, a private cluster's owners or a reservation) to restartable victims,
-	// which lose only the halt grace. Both are for the simulator to measure; the master leaves
-	// them zero.
-	HaltFactor          float64
-	HaltRestartableOnly bool
+	// HaltFactor asks more than a lower rank of a SCORE halt: the victim's fair rank must be
+	// HaltFactor times the starter's, so that two jobs of similar rank do not halt each other
+	// back and forth as their owners' tallies cross. 0 means DefaultHaltFactor; 1: any lower
+	// rank will do (SPEC 7.4). HaltNonRestartable lets SCORE halts (not those for an
+	// interactive starter, a private cluster's owners or a reservation, which may always take
+	// any job) take non-restartable victims, which lose all their work; by default only
+	// restartable ones are taken, which lose only the halt grace. The defaults are the options
+	// the simulator measured best on the Philly trace (README, scheduling).
+	HaltFactor         float64
+	HaltNonRestartable bool
+	// NoRanges skips the forecast (Plan.Ranges stays empty), the costliest part of a pass over
+	// a long queue after the decisions themselves: the simulator asks for ranges only in the
+	// passes whose ranges it records. The master leaves it false.
+	NoRanges bool
 	// Reservations are the current and future reservations.
 	Reservations []Reservation
 	// Clusters are the existing clusters by id; a job naming another id fails.

@@ -44,13 +44,16 @@ func TestHaltRestartable(t *testing.T) {
 func TestRestartMaxDuration(t *testing.T) {
 	jobs := heavyLight(true, time.Hour)
 	jobs[0].Duration = 2*time.Hour + 10*time.Second // ends within the grace
-	jobs[0].MaxDuration = 2*time.Hour + 10*time.Second
+	jobs[0].MaxDuration = 10 * time.Hour
 	r := Run(haltCfg, jobs)
 	if r.Halts != 1 || r.Lost != 0 || len(r.Outcomes) != 2 || r.Outcomes[0].End != t0.Add(jobs[0].Duration) {
 		t.Fatalf("a job ending within its grace: halts %d lost %d outcomes %+v", r.Halts, r.Lost, r.Outcomes)
 	}
 	jobs[0].Duration = 3 * time.Hour // 1h of work left, but 45 s of maxDuration
 	jobs[0].MaxDuration = 2*time.Hour + time.Minute
+	// A job with a minute of maxDuration left ranks far below a one-hour job (FairRank), so it
+	// is halted only for an interactive starter.
+	jobs[1].Interactive = true
 	r = Run(haltCfg, jobs)
 	if r.Lost != 1 || len(r.Outcomes) != 1 || r.LostGPUTime != 2*time.Hour+DefaultHaltGrace {
 		t.Fatalf("too little maxDuration left: lost %d (%s), outcomes %d", r.Lost, r.LostGPUTime, len(r.Outcomes))

@@ -22,8 +22,9 @@ type Config struct {
 	// Halting lets Plan halt running jobs (SPEC 7.4) under the policies that halt (fair, las);
 	// off, the snapshot says NoHalts, so the fair order can be measured with and without.
 	Halting bool
-	// HaltFactor and HaltRestartableOnly restrain halting (scheduler.Snapshot's fields of the
-	// same names).
+	// HaltFactor and HaltRestartableOnly restrain halting (scheduler.Snapshot's HaltFactor and
+	// HaltNonRestartable, inverted); here 0 and false mean no restraint (factor 1, any victim),
+	// and the simulate command passes the master's defaults.
 	HaltFactor          float64
 	HaltRestartableOnly bool
 	// HaltGrace is how long a halted job takes to stop (the slave's SIGUSR1 grace); 0 means
@@ -60,8 +61,9 @@ type Config struct {
 // DefaultHalfLife is GPULab's tally half-life (SPEC 7.2).
 const DefaultHalfLife = 7 * 24 * time.Hour
 
-// DefaultHaltFactor is the simulate command's --halt-factor (see Config.HaltFactor).
-const DefaultHaltFactor = 2
+// DefaultHaltFactor is the simulate command's --halt-factor (see Config.HaltFactor): the
+// master's default.
+const DefaultHaltFactor = scheduler.DefaultHaltFactor
 
 // DefaultHaltGrace is the slave's default halt grace (slave/container.DefaultHaltGrace).
 const DefaultHaltGrace = 15 * time.Second
@@ -255,7 +257,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		if !last.IsZero() && t.After(last) {
 			dt := t.Sub(last).Seconds()
 			f := math.Exp2(-dt / h)
-			acc := h / math.Ln2 * (1 - f)
+			acc := h / math.Ln2 * (1 - f) / 3600 // GPU-hours, the master's unit (weight 1 per GPU-hour)
 			for u, v := range tallies {
 				tallies[u] = v * f
 			}
@@ -297,6 +299,8 @@ func Run(cfg Config, jobs []TraceJob) Result {
 	}
 
 	var cand []*scheduler.Job
+	var givenBuf []scheduler.Job
+	var runBuf []scheduler.Placed
 	next := 0
 	for {
 		// The next instant: the earlier of the next arrival and the next event.
@@ -423,12 +427,20 @@ func Run(cfg Config, jobs []TraceJob) Result {
 			}
 			cand = trim(cand, cfg.Policy, tallies, free, reach)
 		}
-		given := make([]scheduler.Job, len(cand))
+		// Plan keeps nothing of its snapshot, so the Queued and Running arrays are reused.
+		given := slices.Grow(givenBuf[:0], len(cand))[:len(cand)]
+		givenBuf = given
+		fresh := false // some job meets Plan for the first time: its estimate is recorded
 		for i, q := range cand {
 			given[i] = *q
+			fresh = fresh || !state[byUUID[q.UUID]].planned
 		}
+		// Ranges only where something reads them: a job's first pass (Outcome.Estimate) or an
+		// estimate the accuracy measure is due to take (estimate.go).
 		snap := scheduler.Snapshot{Now: now, Policy: cfg.Policy, Tallies: tallies, Limits: cfg.Limits, Clusters: clusters, Slaves: slaves, Reservations: resv,
-			NoHalts: !halting, HaltFactor: cfg.HaltFactor, HaltRestartableOnly: cfg.HaltRestartableOnly, Queued: given, Running: make([]scheduler.Placed, len(runList))}
+			NoHalts: !halting, NoRanges: !fresh && !forecast, HaltFactor: max(1, cfg.HaltFactor), HaltNonRestartable: !cfg.HaltRestartableOnly,
+			Queued: given, Running: slices.Grow(runBuf[:0], len(runList))[:len(runList)]}
+		runBuf = snap.Running
 		for i, r := range runList {
 			snap.Running[i] = r.placed
 		}
@@ -601,7 +613,8 @@ func trim(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64, 
 			if c := interactive(a, b); c != 0 {
 				return c
 			}
-			if c := cmp.Compare(tallies[a.UserID], tallies[b.UserID]); c != 0 {
+			if c := cmp.Compare(scheduler.FairRank(tallies[a.UserID], a.Request.Scheduling.MaxDuration.Std()),
+				scheduler.FairRank(tallies[b.UserID], b.Request.Scheduling.MaxDuration.Std())); c != 0 {
 				return c
 			}
 			if c := cmp.Compare(a.Request.Scheduling.MaxDuration, b.Request.Scheduling.MaxDuration); c != 0 {
@@ -611,7 +624,7 @@ func trim(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64, 
 		}
 	}
 	if p != scheduler.PolicyFIFO { // the queue is kept in submission order already
-		slices.SortFunc(cand, key)
+		cand = firstInOrder(cand, key, total, reach)
 	}
 	cut := len(cand)
 	if total == 0 {
@@ -635,4 +648,45 @@ func trim(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64, 
 		}
 	}
 	return out
+}
+
+// firstInOrder puts in key order the part of cand that trim keeps by order: up to the total-th
+// one-GPU job and reach more (all of cand if it has fewer). The rest follows in no particular
+// order. A partial heap sort: a long queue is not sorted whole at every event for the few
+// dozen jobs at its head. key must be a total order, so the kept part is as a full sort has it.
+func firstInOrder(cand []*scheduler.Job, key func(a, b *scheduler.Job) int, total, reach int) []*scheduler.Job {
+	h := jobHeap{jobs: cand, key: key}
+	heap.Init(&h)
+	sorted := make([]*scheduler.Job, 0, len(cand))
+	ones, more := 0, -1 // more: jobs still to take once total one-GPU jobs are in
+	for h.Len() > 0 && more != 0 {
+		j := heap.Pop(&h).(*scheduler.Job)
+		sorted = append(sorted, j)
+		switch {
+		case more > 0:
+			more--
+		case j.Request.Resources.GPUs == 1 && total > 0:
+			if ones++; ones == total {
+				more = reach
+			}
+		case total == 0:
+			more = reach - 1
+		}
+	}
+	return append(sorted, h.jobs...)
+}
+
+type jobHeap struct {
+	jobs []*scheduler.Job
+	key  func(a, b *scheduler.Job) int
+}
+
+func (h *jobHeap) Len() int           { return len(h.jobs) }
+func (h *jobHeap) Less(i, j int) bool { return h.key(h.jobs[i], h.jobs[j]) < 0 }
+func (h *jobHeap) Swap(i, j int)      { h.jobs[i], h.jobs[j] = h.jobs[j], h.jobs[i] }
+func (h *jobHeap) Push(x any)         { h.jobs = append(h.jobs, x.(*scheduler.Job)) }
+func (h *jobHeap) Pop() any {
+	x := h.jobs[len(h.jobs)-1]
+	h.jobs = h.jobs[:len(h.jobs)-1]
+	return x
 }
