@@ -45,6 +45,10 @@ type Config struct {
 	// resource adds per hour (default store.DefaultTallyWeights).
 	TallyHalfLife time.Duration
 	TallyWeights  *store.TallyWeights
+	// HaltFactor and HaltNonRestartable restrain SCORE halts (scheduler.Snapshot's fields of
+	// the same names; zero values: the planner's defaults, which the simulator measured best).
+	HaltFactor         float64
+	HaltNonRestartable bool
 	// Idle is the idle-GPU check; a zero Idle.After turns it off.
 	Idle IdleConfig
 	// FullReadEvery is how often the leader reads again in full what it otherwise keeps in
@@ -526,7 +530,8 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	if err != nil {
 		return scheduler.Snapshot{}, hosts, err
 	}
-	snap := scheduler.Snapshot{Now: now, Clusters: map[int]scheduler.Cluster{}, Policy: scheduler.PolicyFair, Limits: scheduler.DefaultLimits}
+	snap := scheduler.Snapshot{Now: now, Clusters: map[int]scheduler.Cluster{}, Policy: scheduler.PolicyFair, Limits: scheduler.DefaultLimits,
+		HaltFactor: l.cfg.HaltFactor, HaltNonRestartable: l.cfg.HaltNonRestartable}
 	if l.cfg.Limits != nil {
 		snap.Limits = *l.cfg.Limits
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/mail"
 	"github.com/opengpulab/gpulab/pki"
+	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
 	"github.com/opengpulab/gpulab/web"
 )
@@ -60,6 +61,8 @@ type config struct {
 	MaxRunningUser                        int
 	MaxRunningProject                     int
 	TallyHalfLife                         time.Duration
+	HaltFactor                            float64
+	HaltNonRestartable                    bool
 	MaxNotebooksPerUser                   int
 	limits                                limitFlags
 	idle                                  idleFlags
@@ -121,6 +124,10 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 
 	c.retention.add(fs)
 	fs.DurationVar(&c.TallyHalfLife, "tally-half-life", envDuration(getenv, "GPULAB_TALLY_HALF_LIFE", 7*24*time.Hour), "usage tally half-life (env GPULAB_TALLY_HALF_LIFE)")
+	fs.Float64Var(&c.HaltFactor, "halt-factor", envFloat(getenv, "GPULAB_HALT_FACTOR", scheduler.DefaultHaltFactor),
+		"a fairness (SCORE) halt needs the victim's fair rank at this many times the waiting job's; 1: any higher rank (env GPULAB_HALT_FACTOR)")
+	fs.BoolVar(&c.HaltNonRestartable, "halt-non-restartable", getenv("GPULAB_HALT_NON_RESTARTABLE") == "1",
+		"let fairness (SCORE) halts take non-restartable jobs, which lose all their work; off, only restartable ones are taken (halts for interactive jobs, private clusters and reservations take any) (env GPULAB_HALT_NON_RESTARTABLE=1)")
 	fs.IntVar(&c.MaxRunningUser, "max-running-per-user", envInt(getenv, "GPULAB_MAX_RUNNING_PER_USER", 10), "running jobs one user may have at once (0: no cap; env GPULAB_MAX_RUNNING_PER_USER)")
 	fs.IntVar(&c.MaxRunningProject, "max-running-per-project", envInt(getenv, "GPULAB_MAX_RUNNING_PER_PROJECT", 20), "running jobs one project may have at once (0: no cap; env GPULAB_MAX_RUNNING_PER_PROJECT)")
 	fs.IntVar(&c.MaxNotebooksPerUser, "max-notebooks-per-user", envInt(getenv, "GPULAB_MAX_NOTEBOOKS_PER_USER", handlers.DefaultMaxNotebooksPerUser),

@@ -189,6 +189,7 @@ func TestConfigCheckRefusesWhatServeRefuses(t *testing.T) {
 		{"smtp-host = \"mx\"\nsmtp-from = \"g@example.org\"\nreminder-at = 1.5\n", "--reminder-at"},
 		{"idle-gpu-action = \"explode\"\n", "idle"},
 		{"retention-logs = \"-1s\"\n", "retention"},
+		{"halt-factor = 0.5\n", "--halt-factor"},
 	} {
 		code, _, errOut := runWith(nil, "config", "check", writeFile(t, tc.file))
 		if code == 0 || !strings.Contains(errOut, tc.want) {
