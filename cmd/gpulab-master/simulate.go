@@ -10,7 +10,6 @@ import (
 	"runtime/pprof"
 	"time"
 
-	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/scheduler/sim"
 )
 
@@ -128,23 +127,23 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		r := sim.Run(sim.Config{Policy: p.policy, Halting: p.halting, HaltGrace: *grace,
+		r := sim.Run(sim.Config{Policy: p.Policy, Halting: p.Halting, HaltGrace: *grace,
 			HaltFactor: *haltFactor, HaltRestartableOnly: *restartableOnly, Slaves: *slaves, GPUsPerSlave: *perSlave, HalfLife: *halfLife, NoEstimates: !*estimates, EstimateEvery: *estEvery, Scenario: sc}, tj)
-		scRows = append(scRows, scenarioRow(p.name, r))
-		accRows = append(accRows, accuracyRow(p.name, r.Accuracy))
+		scRows = append(scRows, scenarioRow(p.Name, r))
+		accRows = append(accRows, accuracyRow(p.Name, r.Accuracy))
 		m := r.Metrics
 		est := "| – | – | –"
 		if m.Estimates > 0 {
 			est = fmt.Sprintf("| %s | %s | %.2f", secs(m.EstMedianErr), secs(m.EstP90Err), m.EstMedianRel)
 		}
 		fmt.Fprintf(stdout, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %.2f | %.1f %% | %s | %.3f | %.3f | %d | %d | %.0f | %.1f | %d | %d %s | %s |\n",
-			p.name, m.Jobs, secs(m.AvgJCT), secs(m.P50JCT), secs(m.P95JCT), secs(m.P99JCT),
+			p.Name, m.Jobs, secs(m.AvgJCT), secs(m.P50JCT), secs(m.P95JCT), secs(m.P99JCT),
 			secs(m.AvgWait), secs(m.P50Wait), secs(m.P95Wait), secs(m.P99Wait), m.AvgSlowdown,
 			100*m.Utilisation, fmtSpan(m.Makespan), m.Jain, m.HaltsPerJob, r.HaltedEarly, r.Lost,
 			r.LostGPUTime.Hours(), r.GraceGPUTime.Hours(), r.InteractiveFailed, m.Estimates, est,
 			r.Wall.Round(10*time.Millisecond))
 		if r.Failed > 0 || r.Stuck > 0 {
-			fmt.Fprintf(stderr, "policy %s: %d jobs failed by Plan, %d never started\n", p.name, r.Failed, r.Stuck)
+			fmt.Fprintf(stderr, "policy %s: %d jobs failed by Plan, %d never started\n", p.Name, r.Failed, r.Stuck)
 		}
 	}
 	if *estimates {
@@ -161,30 +160,14 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 	return nil
 }
 
-// simPolicy is one row of the table: a queue order, with or without halting.
-type simPolicy struct {
-	name    string
-	policy  scheduler.Policy
-	halting bool
-}
-
-// allSimPolicies are the simulate command's policies, in the table's order.
-var allSimPolicies = []simPolicy{
-	{"fifo", scheduler.PolicyFIFO, false},
-	{"fair", scheduler.PolicyFair, false},
-	{"fair-halt", scheduler.PolicyFair, true},
-	{"sjf-oracle", scheduler.PolicySJFOracle, false},
-	{"las", scheduler.PolicyLAS, true},
-}
-
 // simPolicies reads --policy.
-func simPolicies(s string) ([]simPolicy, error) {
+func simPolicies(s string) ([]sim.NamedPolicy, error) {
 	if s == "all" {
-		return allSimPolicies, nil
+		return sim.Policies, nil
 	}
-	for _, p := range allSimPolicies {
-		if p.name == s {
-			return []simPolicy{p}, nil
+	for _, p := range sim.Policies {
+		if p.Name == s {
+			return []sim.NamedPolicy{p}, nil
 		}
 	}
 	return nil, fmt.Errorf("--policy %q: want fifo, fair, fair-halt, sjf-oracle, las or all: %w", s, errUsage)

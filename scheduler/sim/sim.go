@@ -690,3 +690,20 @@ func (h *jobHeap) Pop() any {
 	h.jobs = h.jobs[:len(h.jobs)-1]
 	return x
 }
+
+// NamedPolicy is one policy compared by `gpulab-master simulate --policy all` and the B7
+// benchmark: a queue order, with or without halting.
+type NamedPolicy struct {
+	Name    string
+	Policy  scheduler.Policy
+	Halting bool
+}
+
+// Policies are the compared policies, in the tables' order.
+var Policies = []NamedPolicy{
+	{"fifo", scheduler.PolicyFIFO, false},
+	{"fair", scheduler.PolicyFair, false},
+	{"fair-halt", scheduler.PolicyFair, true},
+	{"sjf-oracle", scheduler.PolicySJFOracle, false},
+	{"las", scheduler.PolicyLAS, true},
+}
