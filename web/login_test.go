@@ -120,7 +120,7 @@ func TestBrowserLogin(t *testing.T) {
 	// A wrong password stays at the provider.
 	action := formActionOf(t, body, resp.Request.URL)
 	status, body, resp = b.doForm(action, url.Values{"login": {"alice@example.org"}, "password": {"wrong"}})
-	if !strings.Contains(body, "Invalid") || strings.HasPrefix(resp.Request.URL.String(), m.URL) {
+	if !strings.Contains(body, `id="login-error"`) || strings.HasPrefix(resp.Request.URL.String(), m.URL) {
 		t.Fatalf("wrong password: %d at %s: %.300s", status, resp.Request.URL, body)
 	}
 	status, _, resp = b.doForm(action, url.Values{"login": {"alice@example.org"}, "password": {"alice-secret-1"}})
