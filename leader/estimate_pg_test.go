@@ -33,22 +33,27 @@ func newEstimateWorld(t *testing.T) *estimateWorld {
 	t.Helper()
 	ctx := context.Background()
 	st := storetest.New(t)
-	u, err := st.UpsertUser(ctx, "urn:publicid:IDN+test+user+alice", "alice", "alice@example.org", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := st.CreateProject(ctx, "urn:publicid:IDN+test+project+vision", "vision", "", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.AddMember(ctx, p.ID, u.ID); err != nil {
-		t.Fatal(err)
-	}
+	u, p := storetest.Member(t, st, "alice", "vision")
 	lead, ok, err := st.AcquireLeadership(ctx, "test-"+testenv.Suffix(), time.Hour)
 	if err != nil || !ok {
 		t.Fatalf("leadership: %v %v", ok, err)
 	}
 	return &estimateWorld{t: t, st: st, u: u, p: p, lead: lead}
+}
+
+// oneGPUSlave registers slave node1 with one fake V100 in cluster 1.
+func (w *estimateWorld) oneGPUSlave() {
+	w.t.Helper()
+	ctx := context.Background()
+	inv, _ := json.Marshal(protocol.Inventory{Name: "node1", CPUs: 8, MemoryMiB: 32768, CudaVersion: "12.4", GPUStatus: "fake",
+		GPUs: []protocol.GPU{{Index: 0, UUID: "GPU-0", Model: "V100-32GB", MemoryMiB: 32768, Fake: true}}})
+	c, err := w.st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if _, err := w.st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node1", InstanceID: "i1", Host: "node1", ClusterID: c.ID, Inventory: inv}); err != nil {
+		w.t.Fatal(err)
+	}
 }
 
 // submit queues a job needing one GPU for at most maxDur.
@@ -75,15 +80,7 @@ func (w *estimateWorld) submit(maxDur time.Duration) string {
 func TestLoopStoresEveryEstimate(t *testing.T) {
 	w := newEstimateWorld(t)
 	ctx := context.Background()
-	inv, _ := json.Marshal(protocol.Inventory{Name: "node1", CPUs: 8, MemoryMiB: 32768, CudaVersion: "12.4", GPUStatus: "fake",
-		GPUs: []protocol.GPU{{Index: 0, UUID: "GPU-0", Model: "V100-32GB", MemoryMiB: 32768, Fake: true}}})
-	c, err := w.st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node1", InstanceID: "i1", Host: "node1", ClusterID: c.ID, Inventory: inv}); err != nil {
-		t.Fatal(err)
-	}
+	w.oneGPUSlave()
 	var ids []string
 	for range 4 {
 		ids = append(ids, w.submit(time.Hour))

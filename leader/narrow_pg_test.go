@@ -2,7 +2,6 @@ package leader_test
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"testing"
@@ -10,9 +9,7 @@ import (
 
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/leader"
-	"github.com/opengpulab/gpulab/protocol"
 	"github.com/opengpulab/gpulab/scheduler"
-	"github.com/opengpulab/gpulab/store"
 )
 
 // TestNarrowedPassOnPostgres: on a full one-GPU slave with three jobs waiting, a pass after the
@@ -22,15 +19,7 @@ import (
 func TestNarrowedPassOnPostgres(t *testing.T) {
 	w := newEstimateWorld(t)
 	ctx := context.Background()
-	inv, _ := json.Marshal(protocol.Inventory{Name: "node1", CPUs: 8, MemoryMiB: 32768, CudaVersion: "12.4", GPUStatus: "fake",
-		GPUs: []protocol.GPU{{Index: 0, UUID: "GPU-0", Model: "V100-32GB", MemoryMiB: 32768, Fake: true}}})
-	c, err := w.st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node1", InstanceID: "i1", Host: "node1", ClusterID: c.ID, Inventory: inv}); err != nil {
-		t.Fatal(err)
-	}
+	w.oneGPUSlave()
 	var ids []string
 	for range 4 {
 		ids = append(ids, w.submit(time.Hour))

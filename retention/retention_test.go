@@ -35,18 +35,7 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	st := newStore(t)
-	ctx := context.Background()
-	u, err := st.UpsertUser(ctx, "urn:publicid:IDN+test+user+alice", "alice", "alice@example.org", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := st.CreateProject(ctx, "urn:publicid:IDN+test+project+vision", "vision", "", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.AddMember(ctx, p.ID, u.ID); err != nil {
-		t.Fatal(err)
-	}
+	u, p := storetest.Member(t, st, "alice", "vision")
 	return &world{t: t, st: st, u: u, p: p}
 }
 

@@ -25,22 +25,7 @@ const helloWorld = `{"name": "HelloWorld", "request": {"resources": {"clusterId"
 // fixture makes a user in a project and returns their ids.
 func fixture(t *testing.T, st *store.Store, user, project string) (store.User, store.Project) {
 	t.Helper()
-	ctx := context.Background()
-	u, err := st.UpsertUser(ctx, "urn:publicid:IDN+test+user+"+user, user, user+"@example.org", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := st.GetProjectByName(ctx, project)
-	if errors.Is(err, store.ErrNotFound) {
-		p, err = st.CreateProject(ctx, "urn:publicid:IDN+test+project+"+project, project, "", 0)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.AddMember(ctx, p.ID, u.ID); err != nil {
-		t.Fatal(err)
-	}
-	return u, p
+	return storetest.Member(t, st, user, project)
 }
 
 func createJob(t *testing.T, st *store.Store, u store.User, p store.Project, status job.Status) *job.Job {

@@ -4,6 +4,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/opengpulab/gpulab/internal/testenv"
@@ -25,4 +26,26 @@ func New(t testing.TB) *store.Store {
 		t.Fatalf("migrate: %v", err)
 	}
 	return st
+}
+
+// Member makes user (name, e-mail name@example.org) a member of project, creating either when
+// new, and returns both.
+func Member(t testing.TB, st *store.Store, user, project string) (store.User, store.Project) {
+	t.Helper()
+	ctx := context.Background()
+	u, err := st.UpsertUser(ctx, "urn:publicid:IDN+test+user+"+user, user, user+"@example.org", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := st.GetProjectByName(ctx, project)
+	if errors.Is(err, store.ErrNotFound) {
+		p, err = st.CreateProject(ctx, "urn:publicid:IDN+test+project+"+project, project, "", 0)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AddMember(ctx, p.ID, u.ID); err != nil {
+		t.Fatal(err)
+	}
+	return u, p
 }
