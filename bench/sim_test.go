@@ -13,8 +13,9 @@ import (
 // runB7 replays the whole Philly trace through the simulator (the library behind `gpulab-master
 // simulate --policy all`) on 80 slaves × 8 GPUs with the documented rules for the columns the
 // trace lacks (sim.DefaultRules), one row per policy, and reads issue 15's goals against the
-// rows: fair + halting against the non-preemptive oracle, its fairness, tail wait and halts, the
-// start estimates, and each replay's time.
+// rows (one job in ten measured for the estimates, as simulate does): fair + halting against the
+// non-preemptive oracle, its fairness, tail wait and halts, the start estimates, and each
+// replay's time.
 func runB7(t *testing.T, rep *report, sz sizes) {
 	if _, err := os.Stat(sz.b7Trace); err != nil {
 		t.Skipf("trace %s not found (GPULAB_BENCH_TRACE names another): %v", sz.b7Trace, err)
@@ -34,7 +35,7 @@ func runB7(t *testing.T, rep *report, sz sizes) {
 		sz.b7Trace, st.Rows, st.Malformed, st.Kept, secs(read), slaves, sim.DefaultRules)
 	results := map[string]sim.Result{}
 	for _, p := range sim.Policies {
-		r := sim.Run(sim.Config{Policy: p.Policy, Halting: p.Halting, HaltFactor: sim.DefaultHaltFactor, HaltRestartableOnly: true,
+		r := sim.Run(sim.Config{Policy: p.Policy, Halting: p.Halting, HaltFactor: sim.DefaultHaltFactor, HaltRestartableOnly: true, EstimateEvery: 10,
 			Slaves: slaves, GPUsPerSlave: 8}, slices.Clone(jobs))
 		results[p.Name] = r
 		m, a := r.Metrics, r.Accuracy
