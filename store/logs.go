@@ -38,25 +38,32 @@ WHERE $2 = 0 OR EXISTS (SELECT 1 FROM job_logs WHERE job_uuid = $1 AND seq = $2 
 	return nil
 }
 
-// ReadJobLog returns the log from byte offset `from` to the end, and the total log size.
+// ReadJobLog returns the log from byte offset `from` to the end, and the total log size, both
+// from one statement (one snapshot): read apart, a chunk appended in between would be counted
+// in the size but missing from the data, and a follower that goes on from the size (imec's
+// `log -f`) would never see it.
 func (s *Store) ReadJobLog(ctx context.Context, uuid string, from int64) ([]byte, int64, error) {
-	var chunks []struct {
-		Start int64  `db:"start_offset"`
+	var rows []struct {
+		Total int64  `db:"total"`
+		Start *int64 `db:"start_offset"`
 		Data  []byte `db:"data"`
 	}
-	if err := s.q.SelectContext(ctx, &chunks, `SELECT start_offset, data FROM job_logs
-WHERE job_uuid = $1 AND start_offset + length(data) > $2 ORDER BY seq`, uuid, from); err != nil {
+	if err := s.q.SelectContext(ctx, &rows, `SELECT t.total, c.start_offset, c.data
+FROM (SELECT COALESCE(SUM(length(data)), 0) AS total FROM job_logs WHERE job_uuid = $1) t
+LEFT JOIN job_logs c ON c.job_uuid = $1 AND c.start_offset + length(c.data) > $2
+ORDER BY c.seq`, uuid, from); err != nil {
 		return nil, 0, mapErr(err, "read log of job "+uuid)
 	}
 	var size int64
-	if err := s.q.GetContext(ctx, &size, `SELECT COALESCE(SUM(length(data)), 0) FROM job_logs WHERE job_uuid = $1`, uuid); err != nil {
-		return nil, 0, mapErr(err, "read log size of job "+uuid)
-	}
 	var buf bytes.Buffer
-	for _, c := range chunks {
+	for _, c := range rows {
+		size = c.Total
+		if c.Start == nil {
+			continue // no chunk past from: the LEFT JOIN's one row carries the total alone
+		}
 		d := c.Data
-		if c.Start < from {
-			d = d[from-c.Start:]
+		if *c.Start < from {
+			d = d[from-*c.Start:]
 		}
 		buf.Write(d)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"slices"
 	"sync"
 	"testing"
@@ -325,6 +326,60 @@ func TestJobLogIsOrderedAndWhole(t *testing.T) {
 	data, _, _ = st.ReadJobLog(ctx, j.UUID, 8)
 	if string(data) != "rld!\n" {
 		t.Fatalf("log from 8 = %q", data)
+	}
+}
+
+// TestJobLogReadIsOneSnapshot reads a log while chunks are appended: every read's size must be
+// where its data ends. A read whose size counts a chunk its data lacks makes a follower (imec's
+// `log -f` continues from the size it was given) skip that chunk for good.
+func TestJobLogReadIsOneSnapshot(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	j := createJob(t, st, u, p, job.StatusRunning)
+	const chunks = 400
+	appended := make(chan error, 1)
+	go func() {
+		for i := 0; i < chunks; i++ {
+			if err := st.AppendJobLog(ctx, j.UUID, i, []byte(fmt.Sprintf("line-%d\n", i))); err != nil {
+				appended <- err
+				return
+			}
+		}
+		appended <- nil
+	}()
+	var from int64
+	var got []byte
+	for done := false; !done; {
+		select {
+		case err := <-appended:
+			if err != nil {
+				t.Fatal(err)
+			}
+			done = true
+		default:
+		}
+		data, size, err := st.ReadJobLog(ctx, j.UUID, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if from+int64(len(data)) != size {
+			t.Fatalf("read from %d gave %d bytes but size %d: a follower would skip %d bytes", from, len(data), size, size-from-int64(len(data)))
+		}
+		got = append(got, data...)
+		from = size
+	}
+	data, _, err := st.ReadJobLog(ctx, j.UUID, from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, data...)
+	var want strings.Builder
+	for i := 0; i < chunks; i++ {
+		fmt.Fprintf(&want, "line-%d\n", i)
+	}
+	if string(got) != want.String() {
+		t.Fatalf("followed log differs from the log written (%d bytes vs %d)", len(got), want.Len())
 	}
 }
 

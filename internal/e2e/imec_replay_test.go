@@ -272,7 +272,7 @@ func (r *imecReplay) follow(id, want string) (string, error) {
 			break
 		}
 		if time.Now().After(deadline) {
-			return string(out), fmt.Errorf("log -f did not show %q within %s", want, waitLimit)
+			return string(out), fmt.Errorf("log -f did not show %q within %s: it printed %q, the log is %q", want, waitLimit, out, r.e.logOf(id))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
