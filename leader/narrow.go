@@ -25,6 +25,11 @@ const DefaultSweep = scheduler.ForecastCap
 //     for, the starters that halts make room for and the jobs the forecast covers are among
 //     them.
 //
+// A job waiting for time alone (scheduler.Snapshot.WaitsForTime: notBefore ahead, or its
+// reservations not begun) is left out, and counts neither in the sweep nor as a cut: Plan would
+// take nothing for it and decide nothing else because of it. Without this, a backlog booked for
+// a reservation days ahead (B2x: 20,000 jobs) was planned at every pass, and filled the sweep.
+//
 // early are the jobs whose turn comes before that of any job left out: Plan decides for them
 // exactly what it decides in a full pass (it gives turns in queue order, and only what comes
 // before a job's turn bears on it). A job left out could not start, so it takes nothing and
@@ -43,8 +48,14 @@ func narrow(snap scheduler.Snapshot, planned map[string]bool, sweep int) (jobs [
 	rest, cut := 0, false
 	for _, j := range order {
 		switch {
-		case !planned[j.UUID], fits(j), j.Request.Scheduling.Interactive,
+		case !planned[j.UUID], j.Request.Scheduling.Interactive,
 			j.Request.Scheduling.NotAfter != nil && !j.Request.Scheduling.NotAfter.After(snap.Now):
+			keep[j.UUID] = true
+		case snap.WaitsForTime(&j):
+			// Plan would only say again what it waits for; leaving it out changes nothing
+			// for the jobs after it, so it is no cut either.
+			continue
+		case fits(j):
 			keep[j.UUID] = true
 		case rest < sweep:
 			keep[j.UUID] = true

@@ -16,7 +16,8 @@ import (
 // randomCluster is a busy cluster with a long queue: slaves of two GPU models over three
 // clusters, some offline or draining, running jobs filling most of them, and queued jobs of
 // many shapes (some pinned to a cluster or a model, some interactive, some past their
-// notAfter), owned by users of different tallies. A running job stops filling a slave with a
+// notAfter, some not before a time, some naming a reservation that runs now or begins later),
+// owned by users of different tallies. A running job stops filling a slave with a
 // chance of 1 in fill.
 func randomCluster(rng *rand.Rand, slaves, queued, fill int) scheduler.Snapshot {
 	now := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
@@ -55,6 +56,11 @@ func randomCluster(rng *rand.Rand, slaves, queued, fill int) scheduler.Snapshot 
 			n++
 		}
 	}
+	// A reservation days ahead and one running now, both held by users 1–4.
+	snap.Reservations = []scheduler.Reservation{
+		{ID: "later", ClusterID: 1, GPUs: 8, Start: now.Add(48 * time.Hour), End: now.Add(72 * time.Hour), Users: []int64{1, 2, 3, 4}},
+		{ID: "now", ClusterID: 2, GPUs: 4, Start: now.Add(-time.Hour), End: now.Add(5 * time.Hour), Users: []int64{1, 2, 3, 4}},
+	}
 	for i := range queued {
 		gpus := []int{1, 1, 1, 2, 4, 8}[rng.IntN(6)]
 		req := job.Request{Resources: job.Resources{GPUs: gpus, CPUs: 2 * gpus, CPUMemoryGb: 8 * gpus},
@@ -69,9 +75,21 @@ func randomCluster(rng *rand.Rand, slaves, queued, fill int) scheduler.Snapshot 
 		case 3:
 			past := now.Add(-time.Minute)
 			req.Scheduling.NotAfter = &past
+		case 4:
+			// Not before a time ahead, or one already past.
+			nb := now.Add(time.Duration(rng.IntN(3)-1) * time.Hour)
+			req.Scheduling.NotBefore = &nb
+		case 5:
+			// A reservation ahead or running now, which its owner holds (a job naming one he
+			// does not hold fails at its first pass, so no planned job does).
+			req.Scheduling.ReservationIDs = []string{[]string{"later", "now"}[rng.IntN(2)]}
+		}
+		user := 1 + rng.Int64N(8)
+		if len(req.Scheduling.ReservationIDs) > 0 {
+			user = 1 + rng.Int64N(4)
 		}
 		snap.Queued = append(snap.Queued, scheduler.Job{UUID: fmt.Sprintf("q-%05d", i), Request: req,
-			Submitted: now.Add(-time.Duration(queued-i) * time.Second), UserID: 1 + rng.Int64N(8), ProjectID: 1})
+			Submitted: now.Add(-time.Duration(queued-i) * time.Second), UserID: user, ProjectID: 1})
 	}
 	return snap
 }

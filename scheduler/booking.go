@@ -135,6 +135,9 @@ func (p *planner) onBooked(st *slaveState, bs []*booking) bool {
 // blocks returns the booking that keeps a job off a slave, nil when none does. A job is never
 // kept off a reservation it names (it holds it: uses checked that).
 func (p *planner) blocks(j *Job, st *slaveState, n *need) *booking {
+	if p.bookedOn == nil {
+		return nil // no reservation covers any slave: the common case, asked for every fit
+	}
 	for _, b := range p.bookedOn[st] {
 		if slices.Contains(j.Request.Scheduling.ReservationIDs, b.r.ID) || !p.reaches(j, b) {
 			continue

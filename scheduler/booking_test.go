@@ -3,6 +3,7 @@ package scheduler
 import (
 	"maps"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -174,5 +175,43 @@ func TestReservations(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWaitsForTime: the jobs a pass may leave out until their time comes are exactly those
+// Plan leaves waiting for notBefore or a reservation not begun; a job Plan would fail or start
+// is never one of them.
+func TestWaitsForTime(t *testing.T) {
+	const h = time.Hour
+	later := Reservation{ID: "r-later", Name: "demo", ClusterID: 1, GPUs: 1, Start: t0.Add(2 * h), End: t0.Add(4 * h), Users: []int64{7}}
+	now := Reservation{ID: "r-now", Name: "course", ClusterID: 1, GPUs: 1, Start: t0.Add(-h), End: t0.Add(3 * h), Users: []int64{7}}
+	cases := []struct {
+		job  Job
+		want bool
+	}{
+		{mkJob("plain", 1, 1, 1, user(7)), false},
+		{mkJob("not-before-ahead", 1, 1, 1, user(7), notBefore(h)), true},
+		{mkJob("not-before-past", 1, 1, 1, user(7), notBefore(-h)), false},
+		{mkJob("reservation-ahead", 1, 1, 1, user(7), uses("r-later")), true},
+		{mkJob("reservation-now", 1, 1, 1, user(7), uses("r-now")), false},
+		{mkJob("one-of-two-begun", 1, 1, 1, user(7), uses("r-later", "r-now")), false},
+		{mkJob("reservation-not-held", 1, 1, 1, user(8), uses("r-later")), false},
+		{mkJob("reservation-unknown", 1, 1, 1, user(7), uses("r-gone")), false},
+	}
+	s := Snapshot{Now: t0, Policy: PolicyFair, Slaves: []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 2)...))},
+		Reservations: []Reservation{later, now}}
+	for _, c := range cases {
+		s.Queued = append(s.Queued, c.job)
+	}
+	plan := s.Plan()
+	for _, c := range cases {
+		got := s.WaitsForTime(&c.job)
+		if got != c.want {
+			t.Errorf("%s: WaitsForTime = %v, want %v", c.job.UUID, got, c.want)
+		}
+		why := plan.Explanations[c.job.UUID]
+		if waits := len(why) > 0 && (strings.HasPrefix(why[0], "waiting for notBefore") || strings.HasPrefix(why[0], "waiting for reservation")); got != waits {
+			t.Errorf("%s: WaitsForTime = %v but Plan explains %q", c.job.UUID, got, why)
+		}
 	}
 }

@@ -11,16 +11,20 @@ import (
 // slaveState is a slave during one pass: its inventory (read-only, from the snapshot) and what
 // is still free after Running and the assignments made so far.
 type slaveState struct {
-	s        *Slave
-	cluster  *Cluster       // nil when the snapshot does not list the slave's cluster: public
-	gpus     []protocol.GPU // a sorted copy (by Index), so the snapshot is never reordered
-	modelID  []int          // per gpus[i]: index into planner.models
-	gpuFree  []bool         // per gpus[i]
-	nFree    int            // how many of gpuFree are set: a full slave is passed over at once
-	cpuFree  []bool         // per CPU id
-	cpusUsed int
-	memUsed  int
-	held     []*Placed // the snapshot's running jobs here, read-only: backfill releases them
+	s *Slave
+	// online, accepting and memGb are the Slave's, kept here because every job's scan reads
+	// them on every capable slave: one memory load less each (B1x: 5,000 slaves).
+	online, accepting bool
+	memGb             int
+	cluster           *Cluster       // nil when the snapshot does not list the slave's cluster: public
+	gpus              []protocol.GPU // a sorted copy (by Index), so the snapshot is never reordered
+	modelID           []int          // per gpus[i]: index into planner.models
+	gpuFree           []bool         // per gpus[i]
+	nFree             int            // how many of gpuFree are set: a full slave is passed over at once
+	cpuFree           []bool         // per CPU id
+	cpusUsed          int
+	memUsed           int
+	held              []*Placed // the snapshot's running jobs here, read-only: backfill releases them
 	// halting: some held job is halting; haltable: some could be halted (halt.go's haltable).
 	halting, haltable bool
 	// haltables are the held jobs halt.go's haltable accepts, found once per pass: makeRoom
@@ -70,6 +74,7 @@ func newPlanner(s Snapshot) *planner {
 	for i := range slaves {
 		st := &states[i]
 		st.s = &slaves[i]
+		st.online, st.accepting, st.memGb = slaves[i].Online, slaves[i].Accepting, slaves[i].MemoryGb
 		if i > 0 && slaves[i-1].ClusterID == slaves[i].ClusterID {
 			st.cluster = p.slaves[i-1].cluster
 		} else if c, ok := s.Clusters[slaves[i].ClusterID]; ok {
@@ -286,9 +291,16 @@ func (st *slaveState) cpus(free bool) int {
 
 func (st *slaveState) memory(free bool) int {
 	if free {
-		return max(0, st.s.MemoryGb-st.memUsed)
+		return max(0, st.memGb-st.memUsed)
 	}
-	return max(0, st.s.MemoryGb)
+	return max(0, st.memGb)
+}
+
+// mayFit is what check(n, true) needs before it can answer stageFits, by counts alone: the
+// slave online and accepting, as many free GPUs (of any model), CPUs and GB as the job asks.
+// It reads no GPU list, so a scan passes over full slaves at little cost.
+func (st *slaveState) mayFit(n *need) bool {
+	return st.online && st.accepting && st.nFree >= n.gpus && st.cpus(true) >= n.cpus && st.memory(true) >= n.memGb
 }
 
 // check runs the resource filters on the slave's totals (free=false: could it ever take the

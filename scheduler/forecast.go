@@ -651,13 +651,3 @@ func (c *candidates) of(j *Job, n *need) []int {
 	c.cands[ck] = out
 	return out
 }
-
-// slaveOf finds the slave state an assignment was made on.
-func (p *planner) slaveOf(a *Assignment) *slaveState {
-	for _, st := range p.slaves {
-		if st.s.Name == a.SlaveName && st.s.InstanceID == a.SlaveInstanceID {
-			return st
-		}
-	}
-	return nil
-}

@@ -74,9 +74,7 @@ func (s Snapshot) Plan() Plan {
 		switch {
 		case d.assign != nil:
 			out.Assignments = append(out.Assignments, *d.assign)
-			if st := p.slaveOf(d.assign); st != nil {
-				assigned = append(assigned, assignedJob{j: j, a: d.assign, st: st})
-			}
+			assigned = append(assigned, assignedJob{j: j, a: d.assign, st: d.on})
 		case d.fail != "":
 			out.Failures = append(out.Failures, Failure{JobUUID: j.UUID, Reason: d.fail})
 		default:
@@ -279,6 +277,7 @@ func bucketOf(j *Job) string {
 // may come with wait.
 type decision struct {
 	assign   *Assignment
+	on       *slaveState // the slave assigned
 	fail     string
 	wait     []string
 	estimate time.Time
@@ -331,6 +330,38 @@ type planner struct {
 	// Reservations (booking.go): those not ended, and the ones covering each slave.
 	bookings []*booking
 	bookedOn map[*slaveState][]*booking
+
+	// version counts the assignments of the pass: the only change to what slaves have free
+	// once the pass began (backfill's masks are undone before decide returns). scans are the
+	// scans that found no slave for a job, valid while version is theirs.
+	version int
+	scans   map[scanKey]scan
+}
+
+// scanShortcuts turns on the scans' two shortcuts (reusing a scan, looking first only at
+// slaves with room); tests turn them off to check that the plan stays the same.
+var scanShortcuts = true
+
+// scanKey is what a scan of the capable slaves depends on besides their free resources: the
+// capable set and need (capableKey), whether the backfill head's slave is masked for the job
+// (guard) and which head that is.
+type scanKey struct {
+	cand     candKey
+	guard    bool
+	reserved *reservation
+}
+
+// scan is what a scan that found no slave saw (the misses, offline and draining slaves, in
+// slave order) and the explanation made of it. A later job with the same scanKey, in the same
+// version, would see the same: free resources only shrink within a pass, and a slave where no
+// job fits is never asked whether a reservation blocks it (the only check that depends on the
+// job itself). In a long queue on a full cluster, most jobs reuse a scan: B1x's first pass
+// (5,000 slaves, 100,000 jobs) scanned 5,000 slaves for each of the 78,000 jobs left waiting.
+type scan struct {
+	version           int
+	misses            []miss
+	offline, draining []*slaveState
+	why               []string
 }
 
 // decide runs the filters for one job in the order that gives the most useful answer: timing,
@@ -439,15 +470,31 @@ func (p *planner) decide(j *Job) decision {
 	var bestRank rank
 	heldBack := false
 	guard := p.guarded(j)
-	offline, draining := p.offline[:0], p.draining[:0]
-	misses = p.misses[:0]
+	var offline, draining []*slaveState
 	bookedLine := ""
+	quick := scanShortcuts
+	// A job like one seen since the last assignment (same capable set and need, same guard)
+	// finds what that one found: nothing; the scan over every capable slave, most of a long
+	// queue's pass, is skipped (scan).
+	sk := scanKey{key, guard, p.reserved}
+	sc, seen := p.scans[sk]
+	if keyed && seen && sc.version == p.version && scanShortcuts {
+		misses, offline, draining = sc.misses, sc.offline, sc.draining
+		goto explain
+	}
+	// The first scan looks only at the slaves with room by counts (mayFit), which is where the
+	// job goes if anywhere; only when none takes it are all scanned, for the explanation.
+scan:
+	offline, draining = p.offline[:0], p.draining[:0]
+	misses = p.misses[:0]
 	for _, st := range capable {
 		switch {
-		case !st.s.Online:
+		case quick && !st.mayFit(&n):
+			continue
+		case !st.online:
 			offline = append(offline, st)
 			continue
-		case !st.s.Accepting:
+		case !st.accepting:
 			draining = append(draining, st)
 			continue
 		}
@@ -486,7 +533,12 @@ func (p *planner) decide(j *Job) decision {
 		}
 	}
 	p.offline, p.draining, p.misses = offline, draining, misses
+	if best == nil && quick {
+		quick, heldBack, bookedLine = false, false, ""
+		goto scan
+	}
 	if best != nil {
+		p.version++
 		p.counts.add(j.UserID, j.ProjectID, bucketOf(j))
 		if booked != nil {
 			p.tookBooked(j, best, n.gpus)
@@ -496,13 +548,26 @@ func (p *planner) decide(j *Job) decision {
 			a := best.take(j, &n)
 			p.reserved.unmask()
 			p.reserved.spareMem -= n.memGb
-			return decision{assign: a}
+			return decision{assign: a, on: best}
 		}
-		return decision{assign: best.take(j, &n)}
+		return decision{assign: best.take(j, &n), on: best}
 	}
 	if heldBack {
 		return decision{wait: []string{p.reserved.heldBack()}}
 	}
+	if keyed && bookedLine == "" {
+		// The lists are copied into the arrays of the scan this one replaces (sc, when seen):
+		// nothing keeps them beyond a decide.
+		sc = scan{version: p.version, misses: append(sc.misses[:0], misses...),
+			offline: append(sc.offline[:0], offline...), draining: append(sc.draining[:0], draining...)}
+		sc.why = waiting(&n, pinned, sc.misses, sc.offline, sc.draining)
+		misses, offline, draining = sc.misses, sc.offline, sc.draining
+		if p.scans == nil {
+			p.scans = map[scanKey]scan{}
+		}
+		p.scans[sk] = sc
+	}
+explain:
 	var why []string
 	switch {
 	case bookedLine != "" && len(misses)+len(offline)+len(draining) == 0:
@@ -511,6 +576,8 @@ func (p *planner) decide(j *Job) decision {
 		// The reservation comes first: without it the job would start now.
 		w := waiting(&n, pinned, misses, offline, draining)
 		why = append([]string{bookedLine}, w[:min(len(w), 2)]...)
+	case keyed:
+		why = slices.Clone(sc.why) // the decision's lines are appended to below
 	default:
 		why = waiting(&n, pinned, misses, offline, draining)
 	}

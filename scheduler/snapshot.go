@@ -201,3 +201,31 @@ func (s *Snapshot) holdsActive(j *Job) bool {
 	}
 	return false
 }
+
+// WaitsForTime reports whether Plan would leave a job waiting for time alone: its notBefore is
+// ahead, or every reservation it names exists, is held by its owner (or his project) and has
+// not begun. Plan then decides nothing else for it: it takes nothing, is neither the backfill
+// head nor a halt's beneficiary, and is not forecast behind others, so a pass may leave it out
+// until the time comes (leader's narrowing). A job Plan would fail (a reservation gone, not
+// held, or a request no slave can meet) is not waiting for time: the answer is then false, or
+// true only as long as the job was judged possible before.
+func (s *Snapshot) WaitsForTime(j *Job) bool {
+	sch := j.Request.Scheduling
+	if sch.NotBefore != nil && s.Now.Before(*sch.NotBefore) {
+		return true
+	}
+	if len(sch.ReservationIDs) == 0 {
+		return false
+	}
+	for _, id := range sch.ReservationIDs {
+		i := slices.IndexFunc(s.Reservations, func(r Reservation) bool { return r.ID == id })
+		if i < 0 {
+			return false
+		}
+		r := &s.Reservations[i]
+		if !r.holds(j) || !s.Now.Before(r.Start) {
+			return false
+		}
+	}
+	return true
+}
