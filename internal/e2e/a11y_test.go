@@ -85,7 +85,8 @@ func a11yWorld(t *testing.T) (*portal, []a11yPage, map[string]string) {
 // 390 px phone width: axe-core finds no serious or critical violation, the phone width never
 // scrolls sideways, and every control can be reached with Tab and shows where the focus is.
 func TestPortalAccessibilityAndPhones(t *testing.T) {
-	p, pages, _ := a11yWorld(t)
+	p, pages, ids := a11yWorld(t)
+	p.focusSurvivesRefresh(ids["running"])
 	for _, width := range []int64{1280, 390} {
 		p.do(chromedp.EmulateViewport(width, 844))
 		for _, pg := range pages {
@@ -167,6 +168,12 @@ func (p *portal) keyboard() []string {
 				getComputedStyle(el).visibility !== "hidden" &&
 				// In a closed menu: reached once the menu is opened (its summary is checked).
 				!(el.tagName !== "SUMMARY" && el.closest("details:not([open])")));
+		// Controls are known by what they are, not as DOM nodes: the live refresh of a running
+		// job's page swaps its parts (new nodes, same controls) while the walk goes on.
+		const base = el => [el.tagName, el.getAttribute("data-testid"), el.getAttribute("href"), el.getAttribute("name"),
+			el.id, el.getAttribute("aria-label"), el.textContent.trim().slice(0, 40)].join("|");
+		window.__key = el => base(el) + "#" + [...document.querySelectorAll(el.tagName)].filter(x => base(x) === base(el)).indexOf(el);
+		window.__tabbable = window.__tabbable.map(el => ({el, key: window.__key(el)}));
 		window.__reached = new Set(); window.__unmarked = [];
 		return window.__tabbable.length;
 	})()`))
@@ -181,13 +188,13 @@ func (p *portal) keyboard() []string {
 		all, err := chromedp.Run(p.ctx, chromedp.Evaluate[bool](`(() => {
 			const el = document.activeElement;
 			if (!el || el === document.body) return false;
-			window.__reached.add(el);
+			window.__reached.add(window.__key(el));
 			const s = getComputedStyle(el);
 			const outline = s.outlineStyle !== "none" && parseFloat(s.outlineWidth) > 0;
 			// A date or time input marks the focused field inside it (Chromium's own highlight).
 			const fields = ["date", "time", "datetime-local", "month", "week"].includes(el.type);
 			if (!outline && s.boxShadow === "none" && !fields) window.__unmarked.push(el.outerHTML.slice(0, 120));
-			return window.__tabbable.every(t => window.__reached.has(t));
+			return window.__tabbable.every(t => window.__reached.has(t.key));
 		})()`))
 		if err != nil {
 			p.t.Fatalf("read the focus: %v", err)
@@ -197,7 +204,7 @@ func (p *portal) keyboard() []string {
 		}
 	}
 	out, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](`JSON.stringify({
-		missed: window.__tabbable.filter(el => !window.__reached.has(el)).slice(0, 6).map(el => el.outerHTML.slice(0, 120)),
+		missed: window.__tabbable.filter(t => !window.__reached.has(t.key)).slice(0, 6).map(t => t.el.outerHTML.slice(0, 120)),
 		unmarked: [...new Set(window.__unmarked)].slice(0, 6)})`))
 	if err != nil {
 		p.t.Fatalf("read the walk: %v", err)
@@ -266,5 +273,36 @@ func TestPortalWithoutJavaScript(t *testing.T) {
 	}
 	if raw := html(target + "/log"); !strings.Contains(raw, "epoch 3") {
 		t.Errorf("the raw log without JavaScript does not show the log")
+	}
+}
+
+// focusSurvivesRefresh: the running job's page replaces its live part every few seconds; a
+// keyboard user on its Cancel button is still there after the refresh (htmx gives the focus
+// back to the element of the same id), not sent back to the top of the page.
+func (p *portal) focusSurvivesRefresh(running string) {
+	p.t.Helper()
+	p.do(chromedp.EmulateViewport(1280, 844), testenv.Navigate(p.m.URL+"/jobs/"+running),
+		chromedp.WaitVisible(chromedp.CSS(`#job-live [data-testid=action-cancel]`)))
+	ok, err := chromedp.Run(p.ctx, chromedp.Evaluate[bool](`(() => {
+		window.__live = document.getElementById("job-live");
+		document.querySelector("#job-live [data-testid=action-cancel]").focus();
+		return document.activeElement.dataset.testid === "action-cancel";
+	})()`))
+	if err != nil || !ok {
+		p.t.Fatalf("focus the Cancel button: %v %v", ok, err)
+	}
+	waitUntil(p.t, "a live refresh of the job page", func() bool {
+		swapped, err := chromedp.Run(p.ctx, chromedp.Evaluate[bool](`document.getElementById("job-live") !== window.__live`))
+		return err == nil && swapped
+	})
+	focused, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](`(() => {
+		const el = document.activeElement;
+		return el && el.closest("#job-live") && el.dataset.testid === "action-cancel" ? "" : el ? el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") : "nothing";
+	})()`))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if focused != "" {
+		p.t.Errorf("after a live refresh of the job page the focus is on %q, not on the Cancel button it was on", focused)
 	}
 }
