@@ -120,8 +120,13 @@ func runMaster() error {
 	}
 	defer func() { _ = logOut.Close() }()
 	var assigned atomic.Int64
-	// serve logs at info by default (every request, every pass that changed something).
-	log := slog.New(passCounter{Handler: slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo}), assigned: &assigned})
+	// serve logs at info by default (every request, every pass that changed something);
+	// GPULAB_BENCH_MASTER_LOG=debug adds each pass's phases (housekeeping, read, plan, apply).
+	level := slog.LevelInfo
+	if os.Getenv("GPULAB_BENCH_MASTER_LOG") == "debug" {
+		level = slog.LevelDebug
+	}
+	log := slog.New(passCounter{Handler: slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}), assigned: &assigned})
 
 	st, err := store.Open(ctx, cfg.DatabaseURL)
 	if err != nil {

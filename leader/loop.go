@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/opengpulab/gpulab/job"
@@ -343,6 +344,18 @@ type Timed struct {
 	Took time.Duration
 }
 
+// stepsString lists a pass's steps for the debug log: "clock=1ms tallies=3ms ...".
+func stepsString(steps []Timed) string {
+	var b strings.Builder
+	for i, s := range steps {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%s", strings.ReplaceAll(s.Step, " ", "_"), s.Took.Round(time.Microsecond))
+	}
+	return b.String()
+}
+
 // LastPass is where the time of the last pass went. Only the goroutine that runs the passes
 // may call it (tests and benchmarks that call Pass themselves).
 func (l *Loop) LastPass() Phases { return l.phases }
@@ -405,7 +418,8 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 		l.remember(snap.Queued, plan)
 		l.cfg.Metrics.ObservePass(time.Since(start), placed)
 		l.log.Debug("scheduler pass phases", "housekeeping", ph.Housekeeping, "read", ph.Read, "plan", ph.Plan, "apply", ph.Apply,
-			"slaves", ph.Slaves, "queued", ph.Queued, "planned", ph.Planned, "running", ph.Running, "assigned", placed)
+			"slaves", ph.Slaves, "queued", ph.Queued, "planned", ph.Planned, "running", ph.Running, "assigned", placed,
+			"steps", stepsString(l.phases.Steps))
 	}
 	return err
 }

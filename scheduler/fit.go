@@ -45,6 +45,10 @@ func newPlanner(s Snapshot) *planner {
 	if s.HaltFactor <= 0 {
 		p.haltFactor = DefaultHaltFactor
 	}
+	p.haltGrace = s.HaltGrace
+	if p.haltGrace <= 0 {
+		p.haltGrace = DefaultHaltGrace
+	}
 	// The snapshot's slaves and GPU lists are only read, so they are used as they are where
 	// already in order (the loop reads them so, the simulator builds them so), and copied and
 	// sorted otherwise; the pass's own state is allocated in a few slices, not per slave: the

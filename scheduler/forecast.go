@@ -252,10 +252,11 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 		return out
 	}
 	// Without a known end nothing is ever given back: no job that waits now gets a start.
-	ends := false
+	ends, leaving := false, false
 	for _, st := range p.slaves {
 		for _, pl := range st.held {
-			ends = ends || !pl.Ends.IsZero() || pl.Halting || p.victims[pl.JobUUID]
+			leaving = leaving || pl.Halting || p.victims[pl.JobUUID]
+			ends = ends || !pl.Ends.IsZero() || leaving
 		}
 	}
 	for _, a := range assigned {
@@ -281,8 +282,9 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 	}
 	var starts [3][]time.Time
 	starts[scLate] = p.replay(scLate, jobs, assigned, index, ratios)
-	if ratios.Global.clean() == (RunRatio{1, 1}) && len(ratios.Users) == 0 {
-		// Nothing learned: every job runs its maxDuration in all three.
+	if ratios.Global.clean() == (RunRatio{1, 1}) && len(ratios.Users) == 0 && !leaving {
+		// Nothing learned and no job on its way out (which may be gone at once, or only after
+		// its halt grace): every job runs its maxDuration in all three.
 		starts[scLikely], starts[scEarly] = starts[scLate], starts[scLate]
 	} else {
 		starts[scLikely] = p.replay(scLikely, jobs, assigned, index, ratios)
@@ -325,7 +327,14 @@ func duration(sc int, maxDur time.Duration, r RunRatio) time.Duration {
 // expected share of maxDuration is expected to run that share of what remains.
 func (p *planner) runningEnd(sc int, pl *Placed, ratios RunRatios) time.Time {
 	if pl.Halting || p.victims[pl.JobUUID] {
-		return p.now // on its way out (halted this pass or before)
+		// On its way out (halted this pass or before): gone at once at the earliest, after
+		// the halt grace at the latest and, as a halted job uses its grace to checkpoint, most
+		// likely too. Taken as gone now, a starter waiting for its victims was told it would
+		// start at this very pass (late = now) and started after its range, every time.
+		if sc == scEarly {
+			return p.now
+		}
+		return p.now.Add(p.haltGrace)
 	}
 	if pl.Ends.IsZero() {
 		return time.Time{}

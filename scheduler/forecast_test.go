@@ -233,3 +233,40 @@ func TestForecastBackfill(t *testing.T) {
 		}
 	}
 }
+
+// TestForecastWaitsForTheHaltGrace: a job that waits for a victim to stop may start at once
+// (a victim that stops at SIGUSR1) and most likely when the victim's halt grace is over, not at
+// the very pass that halted it (the estimate then said "now" and the job always started after
+// its range); a job already halting counts the same, and the snapshot's own grace is used.
+func TestForecastWaitsForTheHaltGrace(t *testing.T) {
+	const h = time.Hour
+	for _, c := range []struct {
+		name  string
+		grace time.Duration
+		run   Placed
+		halts int
+	}{
+		{"halted this pass", 0, ran("heavy-1", "gpu1", 0, 2, 2*h, h, restartable()), 1},
+		{"already halting", 0, ran("heavy-1", "gpu1", 0, 2, 2*h, h, halting()), 0},
+		{"a longer grace", 2 * time.Minute, ran("heavy-1", "gpu1", 0, 2, 2*h, h, restartable()), 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.run.Ends = t0.Add(5 * h)
+			s := Snapshot{Now: t0, Policy: PolicyFair, HaltGrace: c.grace, Tallies: map[int64]float64{1: 1, 2: 10},
+				Slaves: []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 1)...))}, Running: []Placed{c.run},
+				Queued: []Job{mkJob("light", 1, 1, 1, user(1), maxDur(h))}}
+			p := s.Plan()
+			if len(p.Halts) != c.halts {
+				t.Fatalf("halts %+v, want %d (%q)", p.Halts, c.halts, p.Explanations)
+			}
+			grace := c.grace
+			if grace == 0 {
+				grace = DefaultHaltGrace
+			}
+			want := Range{Early: t0, Likely: t0.Add(grace), Late: t0.Add(grace)}
+			if got := p.Ranges["light"]; got != want {
+				t.Errorf("range %+v, want %+v", got, want)
+			}
+		})
+	}
+}

@@ -336,7 +336,13 @@ type planner struct {
 	// scans that found no slave for a job, valid while version is theirs.
 	version int
 	scans   map[scanKey]scan
+
+	haltGrace time.Duration // Snapshot.HaltGrace, DefaultHaltGrace for 0
 }
+
+// DefaultHaltGrace is the slave's halt grace (slave/container.DefaultHaltGrace), which the
+// forecast assumes when the snapshot gives none.
+const DefaultHaltGrace = 15 * time.Second
 
 // scanShortcuts turns on the scans' two shortcuts (reusing a scan, looking first only at
 // slaves with room); tests turn them off to check that the plan stays the same.

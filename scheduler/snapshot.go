@@ -58,6 +58,9 @@ type Snapshot struct {
 	// Ratios are the learned shares of maxDuration that jobs really run (finished jobs' run
 	// time over maxDuration), for the estimates' likely and early starts; zero: unknown.
 	Ratios RunRatios
+	// HaltGrace is how long a halted job may take to stop (the slave's grace after SIGUSR1;
+	// 0: DefaultHaltGrace): the forecast's latest and likely end of a job on its way out.
+	HaltGrace time.Duration
 	// Waiting are queued jobs that the caller knows cannot start in this pass (the simulator
 	// leaves most of a long queue out of the decision to save time): Plan does not decide them,
 	// explain them or fail them, only forecasts their start (Plan.Ranges) behind and among the

@@ -438,7 +438,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		// Ranges only where something reads them: a job's first pass (Outcome.Estimate) or an
 		// estimate the accuracy measure is due to take (estimate.go).
 		snap := scheduler.Snapshot{Now: now, Policy: cfg.Policy, Tallies: tallies, Limits: cfg.Limits, Clusters: clusters, Slaves: slaves, Reservations: resv,
-			NoHalts: !halting, NoRanges: !fresh && !forecast, HaltFactor: max(1, cfg.HaltFactor), HaltNonRestartable: !cfg.HaltRestartableOnly,
+			NoHalts: !halting, NoRanges: !fresh && !forecast, HaltFactor: max(1, cfg.HaltFactor), HaltNonRestartable: !cfg.HaltRestartableOnly, HaltGrace: cfg.HaltGrace,
 			Queued: given, Running: slices.Grow(runBuf[:0], len(runList))[:len(runList)]}
 		runBuf = snap.Running
 		for i, r := range runList {
