@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -68,6 +69,10 @@ type Range struct {
 
 // ForecastCap bounds the waiting jobs a pass estimates; those beyond it get no range ("unknown").
 const ForecastCap = 5000
+
+// parallelReplay is the least number of waiting jobs for which the forecast's three replays
+// run at once, in goroutines: below it, starting them costs more than it saves.
+const parallelReplay = 64
 
 // scenarios of the replay.
 const (
@@ -281,14 +286,23 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 		}
 	}
 	var starts [3][]time.Time
-	starts[scLate] = p.replay(scLate, jobs, assigned, index, ratios)
 	if ratios.Global.clean() == (RunRatio{1, 1}) && len(ratios.Users) == 0 && !leaving {
 		// Nothing learned and no job on its way out (which may be gone at once, or only after
 		// its halt grace): every job runs its maxDuration in all three.
+		starts[scLate] = p.replay(scLate, jobs, assigned, index, ratios)
 		starts[scLikely], starts[scEarly] = starts[scLate], starts[scLate]
+	} else if len(jobs) < parallelReplay {
+		for sc := range starts {
+			starts[sc] = p.replay(sc, jobs, assigned, index, ratios)
+		}
 	} else {
-		starts[scLikely] = p.replay(scLikely, jobs, assigned, index, ratios)
-		starts[scEarly] = p.replay(scEarly, jobs, assigned, index, ratios)
+		// The three replays only read the planner and the jobs (each has its own slaves and
+		// heap): on a long queue they run side by side.
+		var wg sync.WaitGroup
+		for sc := range starts {
+			wg.Go(func() { starts[sc] = p.replay(sc, jobs, assigned, index, ratios) })
+		}
+		wg.Wait()
 	}
 	for i, fj := range jobs {
 		late, likely, early := starts[scLate][i], starts[scLikely][i], starts[scEarly][i]
