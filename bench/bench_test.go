@@ -41,6 +41,7 @@ var scenarios = []scenario{
 	{"B5", runB5},
 	{"B7", runB7},
 	{"B8", runB8},
+	{"B8x", runB8x},
 }
 
 // sizes are the scenarios' parameters: the issue's in a real run, toy ones in TestSmoke.
@@ -70,6 +71,9 @@ type sizes struct {
 	b8Slaves, b8Backlog, b8Readers int
 	b8Duration, b8Window, b8Fill   time.Duration
 	b8MeanRun                      time.Duration
+	// B8x: the same soak at issue 16's size (GPULAB_BENCH_SOAK sets both lengths).
+	b8xSlaves, b8xBacklog            int
+	b8xDuration, b8xFill, b8xMeanRun time.Duration
 }
 
 func fullSizes() sizes {
@@ -85,12 +89,13 @@ func fullSizes() sizes {
 		b7Trace:  filepath.Join(moduleRoot(), "..", "shared", "traces", "philly.csv"),
 		b8Slaves: 500, b8Backlog: 1000, b8Readers: 4,
 		b8Duration: 10 * time.Minute, b8Window: time.Minute, b8Fill: 60 * time.Second, b8MeanRun: 200 * time.Second,
+		b8xSlaves: 5000, b8xBacklog: 20000, b8xDuration: 30 * time.Minute, b8xFill: 2 * time.Minute, b8xMeanRun: 800 * time.Second,
 	}
 	if tr := os.Getenv("GPULAB_BENCH_TRACE"); tr != "" {
 		s.b7Trace = tr
 	}
 	if d, err := time.ParseDuration(os.Getenv("GPULAB_BENCH_SOAK")); err == nil && d > 0 {
-		s.b8Duration = d
+		s.b8Duration, s.b8xDuration = d, d
 	}
 	return s
 }
@@ -109,6 +114,7 @@ func smokeSizes() sizes {
 		b7Trace:  filepath.Join(moduleRoot(), "scheduler", "sim", "testdata", "small.csv"),
 		b8Slaves: 4, b8Backlog: 10, b8Readers: 1,
 		b8Duration: time.Second, b8Window: 500 * time.Millisecond, b8Fill: 500 * time.Millisecond, b8MeanRun: time.Second,
+		b8xSlaves: 6, b8xBacklog: 12, b8xDuration: time.Second, b8xFill: 500 * time.Millisecond, b8xMeanRun: time.Second,
 	}
 }
 
@@ -125,7 +131,7 @@ func selected(spec string) ([]scenario, error) {
 		}
 		i := slices.IndexFunc(scenarios, func(s scenario) bool { return strings.EqualFold(s.id, id) })
 		if i < 0 {
-			return nil, fmt.Errorf("unknown scenario %q (B1, B2, B2x, B3, B4, B5, B7, B8 or all)", id)
+			return nil, fmt.Errorf("unknown scenario %q (B1, B2, B2x, B3, B4, B5, B7, B8, B8x or all)", id)
 		}
 		out = append(out, scenarios[i])
 	}
