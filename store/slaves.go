@@ -321,7 +321,7 @@ func (s *Store) SetQueuedExplanations(ctx context.Context, expl map[string][]str
 	_, err = s.q.ExecContext(ctx, `WITH changed AS (
     UPDATE jobs j SET scheduling = jsonb_set(j.scheduling, '{queuedExplanations}', e.value)
     FROM jsonb_each($1::jsonb) e
-    WHERE j.uuid::text = e.key AND j.status = 'QUEUED' AND j.scheduling->'queuedExplanations' IS DISTINCT FROM e.value
+    WHERE j.uuid = e.key::uuid AND j.status = 'QUEUED' AND j.scheduling->'queuedExplanations' IS DISTINCT FROM e.value
     RETURNING j.uuid, e.value)
 INSERT INTO job_events (job_uuid, kind, actor, message)
 SELECT uuid, 'scheduler', 'scheduler', (SELECT string_agg(x, '; ') FROM jsonb_array_elements_text(value) x) FROM changed`, data)
