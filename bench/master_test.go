@@ -153,7 +153,13 @@ func runMaster() error {
 		limits = nil // scheduler.DefaultLimits, as serve's flag defaults
 	}
 	d := &driver{assigned: &assigned, log: log}
-	d.loop = leader.NewLoop(st, leader.Config{Interval: cfg.Interval, HeartbeatGrace: cfg.HeartbeatGrace,
+	// As serve does: the scheduler on a pool of its own (store.LeaderConns).
+	lst, err := store.OpenPool(ctx, cfg.DatabaseURL, store.LeaderConns)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lst.Close() }()
+	d.loop = leader.NewLoop(lst, leader.Config{Interval: cfg.Interval, HeartbeatGrace: cfg.HeartbeatGrace,
 		JobGrace: cfg.JobGrace, Limits: limits, TallyHalfLife: halfLife, OnPass: d.onPass}, log, wake, work)
 
 	listen := func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }

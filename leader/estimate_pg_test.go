@@ -150,3 +150,46 @@ func TestLoopStoresEveryEstimate(t *testing.T) {
 		t.Errorf("last job with ratios: %v in %v–%v, want a real range", last.EstimatedStart, last.EstimatedStartEarliest, last.EstimatedStartLatest)
 	}
 }
+
+// TestLoopStretchesByArrivals: the loop gives the forecast the day's submissions, so a job that
+// today's arrivals rank ahead of (shorter jobs of the same user) is told it will wait longer:
+// twelve one-hour GPU jobs in a day on one GPU are half of it, and double the four-hour job's
+// wait behind the running one.
+func TestLoopStretchesByArrivals(t *testing.T) {
+	w := newEstimateWorld(t)
+	ctx := context.Background()
+	w.oneGPUSlave()
+	running := w.submit(time.Hour)
+	long := w.submit(4 * time.Hour)
+	for range 11 {
+		id := w.submit(time.Hour)
+		if _, err := w.st.DB().ExecContext(ctx, `UPDATE jobs SET status = 'FINISHED' WHERE uuid = $1`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loop := leader.NewLoop(w.st, leader.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)), scheduler.NewSignal(), scheduler.NewSignal())
+	if err := loop.Pass(ctx, w.lead); err != nil {
+		t.Fatalf("pass: %v", err)
+	}
+	rec, err := w.st.GetJob(ctx, running)
+	if err != nil || rec.Job.State.Status != job.StatusAssigned {
+		t.Fatalf("the one-hour job: %v %v, want ASSIGNED", rec, err)
+	}
+	assigned := rec.Job.State.EventTimes[job.StatusAssigned]
+	rec, err = w.st.GetJob(ctx, long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rec.Job.State.Scheduling
+	if s.EstimatedStart == nil || s.EstimatedStartEarliest == nil {
+		t.Fatalf("the waiting job has no estimate: %+v", s)
+	}
+	// Raw: it starts when the running job ends, an hour after its assignment; stretched by
+	// 1/(1−0.5) from the pass, about two hours.
+	if got := s.EstimatedStart.Sub(assigned); got < 115*time.Minute || got > 125*time.Minute {
+		t.Errorf("the four-hour job is expected %s after the assignment, want about 2 h (1 h stretched by the arrivals ranked ahead)", got)
+	}
+	if got := s.EstimatedStartEarliest.Sub(assigned); got < 55*time.Minute || got > 65*time.Minute {
+		t.Errorf("its earliest start is %s after the assignment, want the raw 1 h", got)
+	}
+}

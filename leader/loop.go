@@ -104,6 +104,9 @@ type Loop struct {
 	// when the last full pass began (see narrow).
 	planned map[string]bool
 	fullAt  time.Time
+	// arrived are the recent submissions (arrivals) as of arrivalsAt.
+	arrived    []scheduler.Arrival
+	arrivalsAt time.Time
 	// slaveDocs are the slaves' decoded inventories, by name.
 	slaveDocs map[string]*slaveDocs
 }
@@ -150,6 +153,29 @@ func (l *Loop) runRatios(ctx context.Context, now time.Time) scheduler.RunRatios
 	}
 	l.ratios, l.ratiosAt = ratiosOf(rows, RatioMinJobs), now
 	return l.ratios
+}
+
+// ArrivalsMax bounds the recent submissions the forecast weighs (scheduler.Snapshot.Arrivals),
+// the newest first: a day of a very busy site, read every RatioRefresh.
+const ArrivalsMax = 200000
+
+// arrivals returns the submissions of the last scheduler.ArrivalWindow, read again when older
+// than RatioRefresh; a failed read keeps the old ones.
+func (l *Loop) arrivals(ctx context.Context, now time.Time) []scheduler.Arrival {
+	if !l.arrivalsAt.IsZero() && now.Sub(l.arrivalsAt) < RatioRefresh {
+		return l.arrived
+	}
+	rows, err := l.st.Arrivals(ctx, now.Add(-scheduler.ArrivalWindow), ArrivalsMax)
+	if err != nil {
+		l.log.Warn("reading recent submissions for start estimates failed", "err", err)
+		return l.arrived
+	}
+	out := make([]scheduler.Arrival, len(rows))
+	for i, r := range rows {
+		out[i] = scheduler.Arrival{UserID: r.UserID, GPUs: r.GPUs, MaxDuration: time.Duration(r.MaxDurationS) * time.Second}
+	}
+	l.arrived, l.arrivalsAt = out, now
+	return out
 }
 
 // ratiosOf turns the store's rows into the planner's input; a global row over fewer than
@@ -559,6 +585,7 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	l.timed("tallies", t)
 	t = time.Now()
 	snap.Ratios = l.runRatios(ctx, now)
+	snap.Arrivals = l.arrivals(ctx, now)
 	l.timed("run ratios", t)
 	t = time.Now()
 	reservations, err := l.st.ListReservations(ctx, now)

@@ -93,6 +93,9 @@ func (s Snapshot) Plan() Plan {
 			waiting = withWaiting(s, waiting)
 		}
 		out.Ranges = p.forecast(waiting, assigned, s.Ratios)
+		if s.Policy == "" || s.Policy == PolicyFair {
+			p.overtake(out.Ranges, waiting, s)
+		}
 	}
 	return out
 }

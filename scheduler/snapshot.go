@@ -58,6 +58,10 @@ type Snapshot struct {
 	// Ratios are the learned shares of maxDuration that jobs really run (finished jobs' run
 	// time over maxDuration), for the estimates' likely and early starts; zero: unknown.
 	Ratios RunRatios
+	// Arrivals are the jobs submitted in the last ArrivalWindow (queued, running or ended):
+	// under the fair order the forecast stretches a job's estimate by the share of the cluster
+	// that jobs ranked ahead of it bring (overtake.go). Empty: no stretching.
+	Arrivals []Arrival
 	// HaltGrace is how long a halted job may take to stop (the slave's grace after SIGUSR1;
 	// 0: DefaultHaltGrace): the forecast's latest and likely end of a job on its way out.
 	HaltGrace time.Duration

@@ -46,3 +46,19 @@ FROM r GROUP BY GROUPING SETS ((user_id), ()) HAVING count(*) >= $2 OR GROUPING(
 	}
 	return out, nil
 }
+
+// Arrival is one recently submitted job, for the forecast's overtaking (scheduler.Arrival).
+type Arrival struct {
+	UserID       int64 `db:"user_id"`
+	GPUs         int   `db:"gpus"`
+	MaxDurationS int64 `db:"max_duration_s"`
+}
+
+// Arrivals returns the jobs submitted since `since` (any state; restarts included, as they
+// arrive in the queue too), at most limit of the newest.
+func (s *Store) Arrivals(ctx context.Context, since time.Time, limit int) ([]Arrival, error) {
+	var out []Arrival
+	err := s.q.SelectContext(ctx, &out, `SELECT user_id, gpus, max_duration_s FROM jobs
+WHERE created_at >= $1 ORDER BY created_at DESC LIMIT $2`, since, limit)
+	return out, mapErr(err, "recent arrivals")
+}

@@ -65,14 +65,25 @@ type Store struct {
 const maxConns = 20
 
 // Open connects to Postgres at url and checks the connection.
-func Open(ctx context.Context, url string) (*Store, error) {
+func Open(ctx context.Context, url string) (*Store, error) { return OpenPool(ctx, url, maxConns) }
+
+// LeaderConns is the pool of the scheduler's own store (OpenPool): a pass, the lease's renewal
+// and the housekeeping need a few connections, and must not queue behind the API's requests.
+// With one pool for all, 5,000 slaves' heartbeats (B8x, 1,000 a second) held every connection
+// and the leader lost its lease for want of one ("renew the scheduler lease: database
+// unavailable: context deadline exceeded").
+const LeaderConns = 4
+
+// OpenPool is Open with a pool of at most conns connections.
+func OpenPool(ctx context.Context, url string, conns int) (*Store, error) {
 	pc, err := pq.NewConnector(url)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
+	conns = max(conns, 1)
 	db := sqlx.NewDb(sql.OpenDB(connector{pc}), "postgres")
-	db.SetMaxOpenConns(maxConns)
-	db.SetMaxIdleConns(maxConns)
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()

@@ -108,7 +108,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		MemoryReserveGb: c.MemoryReserveGb, UserCertValidity: c.UserCertValidity, SlaveCertValidity: c.SlaveCertValidity,
 		SSHJump: jump, MaxNotebooksPerUser: c.MaxNotebooksPerUser, IdleThreshold: idle.Threshold, MaxJobLog: c.retention.maxJobLog}, log, wake, work)
 	srv := web.New(wcfg, st, h, log)
-	loop := leader.NewLoop(st, leader.Config{Interval: c.SchedulerInterval, HeartbeatGrace: c.HeartbeatGrace,
+	// The scheduler has a pool of its own, so that a flood of API requests cannot keep it
+	// from renewing its lease (store.LeaderConns).
+	lst, err := store.OpenPool(ctx, c.DatabaseURL, store.LeaderConns)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lst.Close() }()
+	lst.SetLeases(c.leases())
+	loop := leader.NewLoop(lst, leader.Config{Interval: c.SchedulerInterval, HeartbeatGrace: c.HeartbeatGrace,
 		JobGrace: c.JobGrace, FenceMargin: c.FenceMargin, MemoryReserveGb: c.MemoryReserveGb,
 		Limits: &scheduler.Limits{PerUser: c.MaxRunningUser, PerProject: c.MaxRunningProject}, TallyHalfLife: c.TallyHalfLife, Metrics: mets, Idle: idle,
 		HaltFactor: c.HaltFactor, HaltNonRestartable: c.HaltNonRestartable,

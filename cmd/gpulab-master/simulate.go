@@ -40,6 +40,7 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 	fs.DurationVar(&rules.MinFloor, "min-floor", rules.MinFloor, "shortest minDuration")
 	fs.Float64Var(&rules.Interactive, "interactive", rules.Interactive, "share of short one-GPU jobs that are interactive (0..1)")
 	estimates := fs.Bool("estimates", true, "measure every job's start estimate (Plan's forecast range) at submission and as it waits against its real start: a second table")
+	overtaking := fs.Bool("overtaking", true, "let the forecast stretch estimates by what recent arrivals ranked ahead would bring (scheduler.Snapshot.Arrivals), as the master does; false: the queue as it stands")
 	scenario := fs.String("scenario", "", "TOML file declaring reservations, private clusters, notBefore/notAfter windows and the rules for missing columns (see bench/scenarios/philly-example.toml)")
 	estEvery := fs.Int("estimate-every", 10, "measure the estimates of one job in N (by trace order; 1: every job, slower: each costs a forecast of the whole queue)")
 	if err := fs.Parse(args); err != nil {
@@ -128,7 +129,7 @@ func simulate(ctx context.Context, args []string, getenv func(string) string, st
 			return err
 		}
 		r := sim.Run(sim.Config{Policy: p.Policy, Halting: p.Halting, HaltGrace: *grace,
-			HaltFactor: *haltFactor, HaltRestartableOnly: *restartableOnly, Slaves: *slaves, GPUsPerSlave: *perSlave, HalfLife: *halfLife, NoEstimates: !*estimates, EstimateEvery: *estEvery, Scenario: sc}, tj)
+			HaltFactor: *haltFactor, HaltRestartableOnly: *restartableOnly, Slaves: *slaves, GPUsPerSlave: *perSlave, HalfLife: *halfLife, NoEstimates: !*estimates, EstimateEvery: *estEvery, NoOvertaking: !*overtaking, Scenario: sc}, tj)
 		scRows = append(scRows, scenarioRow(p.Name, r))
 		accRows = append(accRows, accuracyRow(p.Name, r.Accuracy))
 		m := r.Metrics

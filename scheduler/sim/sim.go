@@ -46,6 +46,9 @@ type Config struct {
 	// noTrim passes every candidate to Plan (see trim); tests compare both ways.
 	noTrim bool
 
+	// NoOvertaking leaves the forecast without the recent arrivals (scheduler.Snapshot.Arrivals),
+	// so that it does not stretch estimates by what overtakes in the fair order (to compare).
+	NoOvertaking bool
 	// NoEstimates skips measuring the start estimates (Result.Accuracy): the passes that would
 	// forecast the whole queue cost time, and change no decision.
 	NoEstimates bool
@@ -301,6 +304,8 @@ func Run(cfg Config, jobs []TraceJob) Result {
 	var cand []*scheduler.Job
 	var givenBuf []scheduler.Job
 	var runBuf []scheduler.Placed
+	var arrivals []arrival
+	var arrivalBuf []scheduler.Arrival
 	next := 0
 	for {
 		// The next instant: the earlier of the next arrival and the next event.
@@ -386,6 +391,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 			}
 			state[next] = simJob{left: j.Duration, maxDur: maxDur, minDur: min(j.MinDuration, maxDur)}
 			enqueue(next, j.Submit)
+			arrivals = append(arrivals, arrival{at: j.Submit, a: scheduler.Arrival{UserID: uid[j.User], GPUs: j.GPUs, MaxDuration: maxDur}})
 			if !cfg.NoEstimates {
 				est.arrived(next)
 			}
@@ -446,6 +452,15 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		}
 		if forecast {
 			snap.Waiting, snap.Ratios = waitingBeside(queued, cand), est.learn.ratios(now)
+			if !cfg.NoOvertaking {
+				k, _ := slices.BinarySearchFunc(arrivals, now.Add(-scheduler.ArrivalWindow), func(a arrival, t time.Time) int { return a.at.Compare(t) })
+				arrivals = arrivals[k:]
+				snap.Arrivals = arrivalBuf[:0]
+				for _, a := range arrivals {
+					snap.Arrivals = append(snap.Arrivals, a.a)
+				}
+				arrivalBuf = snap.Arrivals
+			}
 		}
 		plan := snap.Plan()
 		if !forecastOnly {
@@ -706,4 +721,10 @@ var Policies = []NamedPolicy{
 	{"fair-halt", scheduler.PolicyFair, true},
 	{"sjf-oracle", scheduler.PolicySJFOracle, false},
 	{"las", scheduler.PolicyLAS, true},
+}
+
+// arrival is a submission, kept for ArrivalWindow for the forecast (Snapshot.Arrivals).
+type arrival struct {
+	at time.Time
+	a  scheduler.Arrival
 }
