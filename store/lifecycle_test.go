@@ -269,38 +269,52 @@ func TestLeadershipIsALeaseProvenInTransactions(t *testing.T) {
 	if err := a.RenewLeadership(ctx, la, time.Minute); !errors.Is(err, store.ErrNotLeader) {
 		t.Fatalf("the old leader renewed: %v", err)
 	}
-	// While a transaction of the leader is open, nobody can end or take its lease: the lease
-	// cannot run out under a plan being applied.
+	// While a transaction of the leader is open, the leader can renew its lease (a long pass
+	// must not lose it: B8x's did, its renewals queued behind its own pass), but nobody can take
+	// it, even once it ran out: a takeover waits for the transaction to end, so no plan is
+	// applied while another master leads.
 	inTx, release := make(chan struct{}), make(chan struct{})
-	done, expired := make(chan error, 1), make(chan error, 1)
+	done := make(chan error, 1)
 	go func() {
 		done <- b.AsLeader(ctx, lb, func(tx *store.Store) error { close(inTx); <-release; return nil })
 	}()
 	<-inTx
+	rctx, cancel := context.WithTimeout(ctx, testenv.WaitTimeout)
+	defer cancel()
+	if err := b.RenewLeadership(rctx, lb, time.Minute); err != nil {
+		t.Fatalf("the leader could not renew its lease during its own transaction: %v", err)
+	}
+	if _, err := a.DB().ExecContext(ctx, `UPDATE scheduler_leader SET expires_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	type took struct {
+		l   store.Leadership
+		ok  bool
+		err error
+	}
+	taken := make(chan took, 1)
 	go func() {
-		_, err := a.DB().ExecContext(ctx, `UPDATE scheduler_leader SET expires_at = now() - interval '1 second'`)
-		expired <- err
+		l, ok, err := a.AcquireLeadership(ctx, "a", time.Minute)
+		taken <- took{l, ok, err}
 	}()
 	select {
-	case err := <-expired:
-		t.Fatalf("the lease changed under an open leader transaction (%v)", err)
+	case r := <-taken:
+		t.Fatalf("the lease was taken under an open leader transaction: %+v", r)
 	case <-time.After(300 * time.Millisecond):
 	}
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if err := <-expired; err != nil {
+	r := <-taken
+	if r.err != nil || !r.ok || r.l.Epoch != lb.Epoch+1 {
+		t.Fatalf("a after b's transaction ended: %+v", r)
+	}
+	if err := a.ResignLeadership(ctx, r.l); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.DB().ExecContext(ctx, `UPDATE scheduler_leader SET expires_at = now() + interval '1 minute'`); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.ResignLeadership(ctx, lb); err != nil {
-		t.Fatal(err)
-	}
-	if l, ok, err := a.AcquireLeadership(ctx, "a", time.Minute); err != nil || !ok || l.Epoch != lb.Epoch+1 {
-		t.Fatalf("after b resigned: %+v %v %v", l, ok, err)
+	if l, ok, err := b.AcquireLeadership(ctx, "b", time.Minute); err != nil || !ok || l.Epoch != r.l.Epoch+1 {
+		t.Fatalf("after a resigned: %+v %v %v", l, ok, err)
 	}
 }
 

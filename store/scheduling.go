@@ -59,12 +59,14 @@ func (s *Store) ResignLeadership(ctx context.Context, l Leadership) error {
 }
 
 // AsLeader runs fn in one transaction that first proves the leadership: it reads the lease row
-// FOR SHARE, so no other master can take the lease before this transaction ends, and refuses
-// (ErrNotLeader, nothing written) when the lease expired or another epoch holds it.
+// FOR KEY SHARE, so no other master can take the lease before this transaction ends (a takeover
+// changes the epoch, a key: migration 0014), while the leader's own renewals, which change only
+// expires_at, go on during a long pass; it refuses (ErrNotLeader, nothing written) when the
+// lease expired or another epoch holds it.
 func (s *Store) AsLeader(ctx context.Context, l Leadership, fn func(tx *Store) error) error {
 	return s.WithTx(ctx, func(tx *Store) error {
 		var ok bool
-		err := tx.q.GetContext(ctx, &ok, `SELECT TRUE FROM scheduler_leader WHERE id = 1 AND epoch = $1 AND expires_at > now() FOR SHARE`, l.Epoch)
+		err := tx.q.GetContext(ctx, &ok, `SELECT TRUE FROM scheduler_leader WHERE id = 1 AND epoch = $1 AND expires_at > now() FOR KEY SHARE`, l.Epoch)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("act as scheduler (epoch %d): %w", l.Epoch, ErrNotLeader)
 		}
