@@ -155,9 +155,9 @@ func (l *Loop) runRatios(ctx context.Context, now time.Time) scheduler.RunRatios
 	return l.ratios
 }
 
-// ArrivalsMax bounds the recent submissions the forecast weighs (scheduler.Snapshot.Arrivals),
-// the newest first: a day of a very busy site, read every RatioRefresh.
-const ArrivalsMax = 200000
+// ArrivalsMax bounds the groups of recent submissions (owner, GPUs, maxDuration) the forecast
+// weighs (scheduler.Snapshot.Arrivals), the largest first, read every RatioRefresh.
+const ArrivalsMax = 50000
 
 // arrivals returns the submissions of the last scheduler.ArrivalWindow, read again when older
 // than RatioRefresh; a failed read keeps the old ones.
@@ -172,7 +172,7 @@ func (l *Loop) arrivals(ctx context.Context, now time.Time) []scheduler.Arrival 
 	}
 	out := make([]scheduler.Arrival, len(rows))
 	for i, r := range rows {
-		out[i] = scheduler.Arrival{UserID: r.UserID, GPUs: r.GPUs, MaxDuration: time.Duration(r.MaxDurationS) * time.Second}
+		out[i] = scheduler.Arrival{UserID: r.UserID, GPUs: r.GPUs, MaxDuration: time.Duration(r.MaxDurationS) * time.Second, Count: r.Count}
 	}
 	l.arrived, l.arrivalsAt = out, now
 	return out
@@ -443,9 +443,11 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 	if err == nil {
 		l.remember(snap.Queued, plan)
 		l.cfg.Metrics.ObservePass(time.Since(start), placed)
-		l.log.Debug("scheduler pass phases", "housekeeping", ph.Housekeeping, "read", ph.Read, "plan", ph.Plan, "apply", ph.Apply,
-			"slaves", ph.Slaves, "queued", ph.Queued, "planned", ph.Planned, "running", ph.Running, "assigned", placed,
-			"steps", stepsString(l.phases.Steps))
+		if l.log.Enabled(ctx, slog.LevelDebug) {
+			l.log.Debug("scheduler pass phases", "housekeeping", ph.Housekeeping, "read", ph.Read, "plan", ph.Plan, "apply", ph.Apply,
+				"slaves", ph.Slaves, "queued", ph.Queued, "planned", ph.Planned, "running", ph.Running, "assigned", placed,
+				"steps", stepsString(l.phases.Steps))
+		}
 	}
 	return err
 }

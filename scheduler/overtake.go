@@ -18,11 +18,13 @@ import (
 // (Snapshot.Arrivals), ranked as they would be now (FairRank with today's tallies) and each
 // weighing its GPUs times the run time its owner's ratio expects of its maxDuration.
 
-// Arrival is one job submitted recently: its owner, GPUs and maxDuration.
+// Arrival is Count jobs (1 when zero) submitted recently by one owner with the same GPUs and
+// maxDuration: the master reads them grouped so, a day of a busy site in a few thousand rows.
 type Arrival struct {
 	UserID      int64
 	GPUs        int
 	MaxDuration time.Duration
+	Count       int
 }
 
 // ArrivalWindow is how far back Snapshot.Arrivals reach: a day follows the daily rhythm of
@@ -51,7 +53,7 @@ func newOvertaking(arrivals []Arrival, tallies map[int64]float64, ratios RunRati
 			continue // a CPU job takes no GPU from anyone
 		}
 		run := float64(a.MaxDuration) * ratios.of(a.UserID).Mid
-		as = append(as, ar{FairRank(tallies[a.UserID], a.MaxDuration), float64(a.GPUs) * run})
+		as = append(as, ar{FairRank(tallies[a.UserID], a.MaxDuration), float64(max(a.Count, 1)) * float64(a.GPUs) * run})
 	}
 	if len(as) == 0 {
 		return nil

@@ -36,6 +36,11 @@ func TestOvertaking(t *testing.T) {
 	if got, want := o.of(20), 3.0/24; math.Abs(got-want) > 1e-12 {
 		t.Errorf("σ with ratio 0.5 = %v, want %v", got, want)
 	}
+	// A group counts as many jobs.
+	grouped := []Arrival{{UserID: 1, GPUs: 2, MaxDuration: h, Count: 3}}
+	if got, want := newOvertaking(grouped, tallies, RunRatios{}, 1).of(20), 6.0/24; math.Abs(got-want) > 1e-12 {
+		t.Errorf("σ of three grouped jobs = %v, want %v", got, want)
+	}
 	// A flood ranked ahead is capped.
 	flood := []Arrival{{UserID: 1, GPUs: 8, MaxDuration: 100 * h}}
 	if got := newOvertaking(flood, tallies, RunRatios{}, 1).of(1e9); got != maxOvertake {

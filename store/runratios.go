@@ -47,18 +47,21 @@ FROM r GROUP BY GROUPING SETS ((user_id), ()) HAVING count(*) >= $2 OR GROUPING(
 	return out, nil
 }
 
-// Arrival is one recently submitted job, for the forecast's overtaking (scheduler.Arrival).
+// Arrival is the jobs submitted recently by one user with the same GPUs and maxDuration, and
+// how many (scheduler.Arrival).
 type Arrival struct {
 	UserID       int64 `db:"user_id"`
 	GPUs         int   `db:"gpus"`
 	MaxDurationS int64 `db:"max_duration_s"`
+	Count        int   `db:"n"`
 }
 
 // Arrivals returns the jobs submitted since `since` (any state; restarts included, as they
-// arrive in the queue too), at most limit of the newest.
+// arrive in the queue too), grouped by owner, GPUs and maxDuration: at 50 submissions a second
+// a day is 4 million jobs, but a few thousand groups. At most limit groups, the largest first.
 func (s *Store) Arrivals(ctx context.Context, since time.Time, limit int) ([]Arrival, error) {
 	var out []Arrival
-	err := s.q.SelectContext(ctx, &out, `SELECT user_id, gpus, max_duration_s FROM jobs
-WHERE created_at >= $1 ORDER BY created_at DESC LIMIT $2`, since, limit)
+	err := s.q.SelectContext(ctx, &out, `SELECT user_id, gpus, max_duration_s, count(*) AS n FROM jobs
+WHERE created_at >= $1 GROUP BY user_id, gpus, max_duration_s ORDER BY n DESC LIMIT $2`, since, limit)
 	return out, mapErr(err, "recent arrivals")
 }
