@@ -14,7 +14,8 @@ import (
 // assigned) release what they hold when they end, and each waiting job takes the first slave of
 // its scope where it fits once enough has been released. Three replays give the range:
 //
-//   - late: every job runs to its maxDuration (the worst case, given no halts);
+//   - late: every job runs to its maxDuration (the worst case, given no halts; a job already
+//     on its way out ends after the halt grace, Snapshot.HaltGrace);
 //   - likely: every job runs RunRatio.Mid (the mean) of its maxDuration (learned from finished jobs);
 //   - early: every job runs RunRatio.Low of its maxDuration.
 //
@@ -26,7 +27,9 @@ import (
 // a heap of ends, and per job one scan of its candidate slaves plus one check per end popped,
 // so a pass over thousands of jobs and hundreds of slaves stays within milliseconds. Jobs
 // naming reservations, capped by running-job limits or by notBefore keep what decide said
-// (reservation starts count; caps and halts are not modelled).
+// (reservation starts count; caps and halts still to come are not modelled). Under the fair
+// order, the likely and late starts are then stretched by what later arrivals ranked ahead
+// would bring (overtake.go).
 
 // RunRatio describes how long jobs run as a share of their maxDuration: Low is a low quantile
 // (the early end of the range) and Mid the mean (the likely start; see RatioLowQuantile). Zero

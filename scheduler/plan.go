@@ -343,10 +343,6 @@ type planner struct {
 	haltGrace time.Duration // Snapshot.HaltGrace, DefaultHaltGrace for 0
 }
 
-// DefaultHaltGrace is the slave's halt grace (slave/container.DefaultHaltGrace), which the
-// forecast assumes when the snapshot gives none.
-const DefaultHaltGrace = 15 * time.Second
-
 // scanShortcuts turns on the scans' two shortcuts (reusing a scan, looking first only at
 // slaves with room); tests turn them off to check that the plan stays the same.
 var scanShortcuts = true

@@ -72,6 +72,10 @@ type Snapshot struct {
 	Waiting []Job
 }
 
+// DefaultHaltGrace is the slave's halt grace (slave/container.DefaultHaltGrace): what the
+// forecast assumes when the snapshot gives none, and the simulator's default.
+const DefaultHaltGrace = 15 * time.Second
+
 // Cluster is what placement needs to know about a cluster: whether it exists and who may use it.
 type Cluster struct {
 	ID int

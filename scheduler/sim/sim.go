@@ -68,8 +68,8 @@ const DefaultHalfLife = 7 * 24 * time.Hour
 // master's default.
 const DefaultHaltFactor = scheduler.DefaultHaltFactor
 
-// DefaultHaltGrace is the slave's default halt grace (slave/container.DefaultHaltGrace).
-const DefaultHaltGrace = 15 * time.Second
+// DefaultHaltGrace is the slave's default halt grace, as the planner's forecast assumes it.
+const DefaultHaltGrace = scheduler.DefaultHaltGrace
 
 // haltAge is the least run time before any halt (the planner's antiStorm): a job that crosses
 // max(minDuration, haltAge) becomes a possible victim, so the simulator plans again then.
