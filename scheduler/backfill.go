@@ -146,8 +146,15 @@ func (p *planner) simulate(st *slaveState, n *need, build bool) (start time.Time
 
 // gpuPos is the position in st.gpus of the GPU with that Index, or -1.
 func (st *slaveState) gpuPos(idx int) int {
-	// GPUs are mostly indexed 0..n-1: then the position is the index (the first with it, as
-	// the list is sorted), without a scan.
+	// GPUs are mostly indexed 0..n-1: then the position is the index, known without reading
+	// the list (a slave found so when the pass began), or found so now (the first with it, as
+	// the list is sorted).
+	if st.direct {
+		if idx >= 0 && idx < len(st.gpus) {
+			return idx
+		}
+		return -1
+	}
 	if g := st.gpus; idx >= 0 && idx < len(g) && g[idx].Index == idx && (idx == 0 || g[idx-1].Index != idx) {
 		return idx
 	}

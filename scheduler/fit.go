@@ -18,6 +18,7 @@ type slaveState struct {
 	memGb             int
 	cluster           *Cluster       // nil when the snapshot does not list the slave's cluster: public
 	gpus              []protocol.GPU // a sorted copy (by Index), so the snapshot is never reordered
+	direct            bool           // gpus[k].Index == k for every k: gpuPos needs no look
 	modelID           []int          // per gpus[i]: index into planner.models
 	gpuFree           []bool         // per gpus[i]
 	nFree             int            // how many of gpuFree are set: a full slave is passed over at once
@@ -36,8 +37,121 @@ type slaveState struct {
 	topScore float64
 }
 
-// newPlanner copies what it must change (free resources, sorted lists) and leaves the snapshot
-// alone; Slave structs are copied, their GPU slices only read.
+// SlaveIndex is what a pass derives from the slaves and clusters alone: their order, each
+// slave's sorted GPUs and GPU model ids, the slaves by name, and the all-free state a pass
+// starts from. Plan derives it at every pass unless the snapshot carries one (Snapshot.Index):
+// the simulator, whose cluster never changes, builds it once rather than at each of its
+// hundred thousand passes.
+type SlaveIndex struct {
+	of               *Slave // &Slaves[0] of the slice it was built from (nil when empty), and its length:
+	n                int    // Plan uses the index only for that very slice
+	slaves           []Slave
+	states           []slaveState // all free: gpuFree and cpuFree lie in the two buffers, all true
+	gpuFree, cpuFree []bool
+	models           []string       // distinct lower-case GPU models; a model id indexes it
+	byName           map[string]int // the first slave of each name, in the sorted order
+}
+
+// NewSlaveIndex derives a SlaveIndex. The snapshot that carries it must have these very
+// slaves and these clusters, unchanged: a caller rebuilds it when either changes.
+func NewSlaveIndex(slaves []Slave, clusters map[int]Cluster) *SlaveIndex {
+	ix := &SlaveIndex{n: len(slaves)}
+	if len(slaves) > 0 {
+		ix.of = &slaves[0]
+	}
+	// The slaves and their GPU lists are only read, so they are used as they are where
+	// already in order (the loop reads them so, the simulator builds them so), and copied and
+	// sorted otherwise.
+	bySlave := func(a, b Slave) int {
+		if c := cmp.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.InstanceID, b.InstanceID)
+	}
+	if !slices.IsSortedFunc(slaves, bySlave) {
+		slaves = slices.Clone(slaves)
+		slices.SortStableFunc(slaves, bySlave)
+	}
+	ix.slaves = slaves
+	byIndex := func(a, b protocol.GPU) int { return cmp.Compare(a.Index, b.Index) }
+	nGPU, nCPU := 0, 0
+	for i := range slaves {
+		nGPU += len(slaves[i].GPUs)
+		nCPU += max(0, slaves[i].CPUs)
+	}
+	modelIDBuf, gpuFreeBuf, cpuFreeBuf := make([]int, nGPU), make([]bool, nGPU), make([]bool, nCPU)
+	ix.gpuFree, ix.cpuFree = gpuFreeBuf, cpuFreeBuf
+	ix.states = make([]slaveState, len(slaves))
+	var modelIDs map[string]int
+	ix.byName = make(map[string]int, len(slaves))
+	for i := range slaves {
+		st := &ix.states[i]
+		st.s = &slaves[i]
+		st.online, st.accepting, st.memGb = slaves[i].Online, slaves[i].Accepting, slaves[i].MemoryGb
+		if i > 0 && slaves[i-1].ClusterID == slaves[i].ClusterID {
+			st.cluster = ix.states[i-1].cluster
+		} else if c, ok := clusters[slaves[i].ClusterID]; ok {
+			st.cluster = &c
+		}
+		st.gpus = slaves[i].GPUs
+		if !slices.IsSortedFunc(st.gpus, byIndex) {
+			st.gpus = slices.Clone(st.gpus)
+			slices.SortStableFunc(st.gpus, byIndex)
+		}
+		g := len(st.gpus)
+		st.direct = true
+		for k := range st.gpus {
+			st.direct = st.direct && st.gpus[k].Index == k
+		}
+		st.modelID, modelIDBuf = modelIDBuf[:g:g], modelIDBuf[g:]
+		st.gpuFree, gpuFreeBuf = gpuFreeBuf[:g:g], gpuFreeBuf[g:]
+		st.nFree = g
+		for k, g := range st.gpus {
+			st.gpuFree[k] = true
+			// A slave's GPUs are mostly of one model: reuse the previous one's id rather than
+			// lower-case and look up every name.
+			if k > 0 && g.Model == st.gpus[k-1].Model {
+				st.modelID[k] = st.modelID[k-1]
+				continue
+			}
+			if k == 0 && i > 0 && len(ix.states[i-1].gpus) > 0 {
+				if prev := &ix.states[i-1]; g.Model == prev.gpus[len(prev.gpus)-1].Model {
+					st.modelID[k] = prev.modelID[len(prev.gpus)-1]
+					continue
+				}
+			}
+			m := strings.ToLower(g.Model)
+			if modelIDs == nil {
+				modelIDs = map[string]int{}
+			}
+			id, ok := modelIDs[m]
+			if !ok {
+				id = len(ix.models)
+				modelIDs[m] = id
+				ix.models = append(ix.models, m)
+			}
+			st.modelID[k] = id
+		}
+		c := max(0, slaves[i].CPUs)
+		st.cpuFree, cpuFreeBuf = cpuFreeBuf[:c:c], cpuFreeBuf[c:]
+		for k := range st.cpuFree {
+			st.cpuFree[k] = true
+		}
+		if _, dup := ix.byName[st.s.Name]; !dup {
+			ix.byName[st.s.Name] = i
+		}
+	}
+	return ix
+}
+
+// fits says whether the index was built from these very slaves.
+func (ix *SlaveIndex) fits(slaves []Slave) bool {
+	return ix != nil && ix.n == len(slaves) && (len(slaves) == 0 || ix.of == &slaves[0])
+}
+
+// newPlanner copies what it must change (free resources) and leaves the snapshot alone; Slave
+// structs and their GPU slices are only read. The pass's own state is allocated in a few
+// slices, not per slave: the simulator builds a planner at every event.
 func newPlanner(s Snapshot) *planner {
 	p := &planner{now: s.Now, clusters: s.Clusters, limits: s.Limits, counts: newRunning(s.Running, s.Limits),
 		halting: !s.NoHalts && (s.Policy == "" || s.Policy == PolicyFair || s.Policy == PolicyLAS), las: s.Policy == PolicyLAS,
@@ -49,85 +163,21 @@ func newPlanner(s Snapshot) *planner {
 	if p.haltGrace <= 0 {
 		p.haltGrace = DefaultHaltGrace
 	}
-	// The snapshot's slaves and GPU lists are only read, so they are used as they are where
-	// already in order (the loop reads them so, the simulator builds them so), and copied and
-	// sorted otherwise; the pass's own state is allocated in a few slices, not per slave: the
-	// simulator builds a planner at every event.
-	bySlave := func(a, b Slave) int {
-		if c := cmp.Compare(a.Name, b.Name); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.InstanceID, b.InstanceID)
+	ix := s.Index
+	if !ix.fits(s.Slaves) {
+		ix = NewSlaveIndex(s.Slaves, s.Clusters)
 	}
-	slaves := s.Slaves
-	if !slices.IsSortedFunc(slaves, bySlave) {
-		slaves = slices.Clone(slaves)
-		slices.SortStableFunc(slaves, bySlave)
-	}
-	byIndex := func(a, b protocol.GPU) int { return cmp.Compare(a.Index, b.Index) }
-	nGPU, nCPU := 0, 0
-	for i := range slaves {
-		nGPU += len(slaves[i].GPUs)
-		nCPU += max(0, slaves[i].CPUs)
-	}
-	modelIDBuf, gpuFreeBuf, cpuFreeBuf := make([]int, nGPU), make([]bool, nGPU), make([]bool, nCPU)
-	states := make([]slaveState, len(slaves))
-	var modelIDs map[string]int
-	byName := make(map[string]int, len(slaves))
-	p.slaves = make([]*slaveState, len(slaves))
-	for i := range slaves {
+	p.models = ix.models
+	byName := ix.byName
+	states := slices.Clone(ix.states)
+	gpuFree, cpuFree := slices.Clone(ix.gpuFree), slices.Clone(ix.cpuFree)
+	p.slaves = make([]*slaveState, len(states))
+	for i := range states {
 		st := &states[i]
-		st.s = &slaves[i]
-		st.online, st.accepting, st.memGb = slaves[i].Online, slaves[i].Accepting, slaves[i].MemoryGb
-		if i > 0 && slaves[i-1].ClusterID == slaves[i].ClusterID {
-			st.cluster = p.slaves[i-1].cluster
-		} else if c, ok := s.Clusters[slaves[i].ClusterID]; ok {
-			st.cluster = &c
-		}
-		st.gpus = slaves[i].GPUs
-		if !slices.IsSortedFunc(st.gpus, byIndex) {
-			st.gpus = slices.Clone(st.gpus)
-			slices.SortStableFunc(st.gpus, byIndex)
-		}
-		g := len(st.gpus)
-		st.modelID, modelIDBuf = modelIDBuf[:g:g], modelIDBuf[g:]
-		st.gpuFree, gpuFreeBuf = gpuFreeBuf[:g:g], gpuFreeBuf[g:]
-		st.nFree = g
-		for k, g := range st.gpus {
-			st.gpuFree[k] = true
-			// A slave's GPUs are mostly of one model: reuse the previous one's id rather than
-			// lower-case and look up every name (a cost the simulator pays at every pass).
-			if k > 0 && g.Model == st.gpus[k-1].Model {
-				st.modelID[k] = st.modelID[k-1]
-				continue
-			}
-			if k == 0 && i > 0 && len(p.slaves[i-1].gpus) > 0 {
-				if prev := p.slaves[i-1]; g.Model == prev.gpus[len(prev.gpus)-1].Model {
-					st.modelID[k] = prev.modelID[len(prev.gpus)-1]
-					continue
-				}
-			}
-			m := strings.ToLower(g.Model)
-			if modelIDs == nil {
-				modelIDs = map[string]int{}
-			}
-			id, ok := modelIDs[m]
-			if !ok {
-				id = len(p.models)
-				modelIDs[m] = id
-				p.models = append(p.models, m)
-			}
-			st.modelID[k] = id
-		}
-		c := max(0, slaves[i].CPUs)
-		st.cpuFree, cpuFreeBuf = cpuFreeBuf[:c:c], cpuFreeBuf[c:]
-		for k := range st.cpuFree {
-			st.cpuFree[k] = true
-		}
+		g, c := len(st.gpuFree), len(st.cpuFree)
+		st.gpuFree, gpuFree = gpuFree[:g:g], gpuFree[g:]
+		st.cpuFree, cpuFree = cpuFree[:c:c], cpuFree[c:]
 		p.slaves[i] = st
-		if _, dup := byName[st.s.Name]; !dup {
-			byName[st.s.Name] = i
-		}
 	}
 	// A running job belongs to the first slave of its name (in the sorted order). The held and
 	// haltable lists of all slaves share two arrays, sized by a first count.
@@ -155,12 +205,12 @@ func newPlanner(s Snapshot) *planner {
 	}
 	// Taking resources is idempotent per GPU and CPU id and additive for memory, so the order of
 	// Running does not matter. Ids the slave does not have are ignored.
-	for i, r := range s.Running {
-		st := where[i]
+	for i := range s.Running {
+		r, st := &s.Running[i], where[i]
 		if st == nil {
 			continue
 		}
-		st.held = append(st.held, &s.Running[i])
+		st.held = append(st.held, r)
 		// Only a job past its minDuration can ever be a victim, and only a halting one makes a
 		// starter wait: a slave with neither is skipped by makeRoom, which otherwise looks at
 		// every job of every busy slave for every waiting job (most of a pass on a full cluster
@@ -172,9 +222,9 @@ func newPlanner(s Snapshot) *planner {
 				st.topScore = -1
 			}
 			st.haltable = true
-			st.haltables = append(st.haltables, &s.Running[i])
+			st.haltables = append(st.haltables, r)
 			if p.halting && (!p.haltRestartableOnly || r.Restartable) {
-				st.topScore = max(st.topScore, p.haltScore(&s.Running[i]))
+				st.topScore = max(st.topScore, p.haltScore(r))
 			}
 		}
 		p.mayHalt = p.mayHalt || st.halting || st.haltable

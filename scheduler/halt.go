@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -348,4 +349,101 @@ func (st *slaveState) release(pl *Placed, gpuFree, cpuFree []bool, cpusFree, mem
 		}
 	}
 	return cpusFree, memFree + pl.MemoryGb
+}
+
+// MayHalt is a quick necessary condition for Plan to halt anything: false means no queued job
+// outranks, by the halt factor, enough haltable jobs on one slave to get the GPUs it asks there
+// (with what is free), so Plan decides no halt. It is true whenever it cannot tell cheaply:
+// interactive starters (which may halt anything), private clusters and reservations. The
+// simulator asks it before the passes that only a running job passing its minDuration prompts
+// (most passes of a halting replay, nearly all of which halt nothing): such a pass can decide
+// nothing but halts, so it may be skipped with the same outcome, at a fraction of Plan's cost.
+func (s Snapshot) MayHalt() bool {
+	p := &planner{now: s.Now, tallies: s.Tallies, las: s.Policy == PolicyLAS,
+		halting:    !s.NoHalts && (s.Policy == "" || s.Policy == PolicyFair || s.Policy == PolicyLAS),
+		haltFactor: max(1, s.HaltFactor), haltRestartableOnly: !s.HaltNonRestartable}
+	if s.HaltFactor <= 0 {
+		p.haltFactor = DefaultHaltFactor
+	}
+	if !p.halting || len(s.Queued) == 0 {
+		return false
+	}
+	if len(s.Reservations) > 0 {
+		return true
+	}
+	for _, c := range s.Clusters {
+		if c.Private {
+			return true
+		}
+	}
+	// The strongest starter (lowest score) of each GPU count: outranks falls as the starter's
+	// score rises, so it is the one that could halt the most.
+	var best []float64 // by GPU count; NaN: no starter of that count
+	lowest := math.Inf(1)
+	for i := range s.Queued {
+		j := &s.Queued[i]
+		if j.Request.Scheduling.Interactive {
+			return true
+		}
+		score := FairRank(s.Tallies[j.UserID], j.Request.Scheduling.MaxDuration.Std())
+		if p.las {
+			score = float64(lasLevel(j.Attained))
+		}
+		g := max(0, j.Request.Resources.GPUs)
+		for len(best) <= g {
+			best = append(best, math.NaN())
+		}
+		if math.IsNaN(best[g]) || score < best[g] {
+			best[g] = score
+		}
+		lowest = min(lowest, score)
+	}
+	type victim struct {
+		slave string
+		gpus  int
+		score float64
+	}
+	var victims []victim
+	highest := math.Inf(-1)
+	for i := range s.Running {
+		r := &s.Running[i]
+		if p.haltable(r) && (!p.haltRestartableOnly || r.Restartable) {
+			v := victim{r.SlaveName, len(r.GPUIndices), p.haltScore(r)}
+			victims = append(victims, v)
+			highest = max(highest, v.score)
+		}
+	}
+	// Mostly no victim outranks even the strongest starter: the answer without a map.
+	if len(victims) == 0 || !p.outranks(highest, lowest) {
+		return false
+	}
+	// Each slave's free GPUs by name (a slave listed twice counts all its GPUs as free: the
+	// condition only grows).
+	free := make(map[string]int, len(s.Slaves))
+	for i := range s.Slaves {
+		free[s.Slaves[i].Name] += len(s.Slaves[i].GPUs)
+	}
+	for i := range s.Running {
+		free[s.Running[i].SlaveName] -= len(s.Running[i].GPUIndices)
+	}
+	room := map[string]int{}
+	for g, starter := range best {
+		if math.IsNaN(starter) {
+			continue
+		}
+		clear(room)
+		for _, v := range victims {
+			if !p.outranks(v.score, starter) {
+				continue
+			}
+			if _, ok := room[v.slave]; !ok {
+				room[v.slave] = max(0, free[v.slave])
+			}
+			room[v.slave] += v.gpus
+			if room[v.slave] >= g {
+				return true
+			}
+		}
+	}
+	return false
 }

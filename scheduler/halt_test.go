@@ -1,12 +1,16 @@
 package scheduler
 
 import (
+	"fmt"
 	"maps"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/opengpulab/gpulab/job"
 )
 
 // runningOpt changes a test running job.
@@ -315,4 +319,93 @@ func TestClusterHaltsGuests(t *testing.T) {
 	if p := s.Plan(); len(p.Halts) != 0 {
 		t.Fatalf("a guest within its minDuration was halted: %+v", p.Halts)
 	}
+}
+
+// TestMayHaltIsNecessary plans random busy public clusters under the halting policies and
+// checks that whenever Plan halts something, MayHalt said it might: the simulator skips the
+// passes MayHalt rules out, so a false "no" would change decisions. It also checks that MayHalt
+// does say no often (else it skips nothing) and that interactive starters, private clusters and
+// reservations always get a yes. The 2,000 seeds are fixed; GPULAB_TEST_SEED adds one.
+func TestMayHaltIsNecessary(t *testing.T) {
+	seeds := fixedSeeds(t, 2000)
+	halted, ruledOut := 0, 0
+	for _, seed := range seeds {
+		s := haltingSnapshot(seed)
+		p := s.Plan()
+		may := s.MayHalt()
+		if len(p.Halts) > 0 {
+			halted++
+			if !may {
+				t.Fatalf("seed %d (%s, factor %g): Plan halts %v but MayHalt says no", seed, s.Policy, s.HaltFactor, p.Halts)
+			}
+		}
+		if !may {
+			ruledOut++
+		}
+		withInteractive := s
+		withInteractive.Queued = append(slices.Clone(s.Queued), mkJob("inter", 1, 1, 1, interactive()))
+		if len(s.Running) > 0 && !withInteractive.MayHalt() {
+			t.Fatalf("seed %d: an interactive starter may halt anything, MayHalt says no", seed)
+		}
+		private := s
+		private.Clusters = map[int]Cluster{9: {ID: 9, Private: true, Projects: []int64{2}}}
+		if !private.MayHalt() {
+			t.Fatalf("seed %d: a private cluster's owners may halt guests, MayHalt says no", seed)
+		}
+		booked := s
+		booked.Reservations = []Reservation{{ID: "r1", GPUs: 1, Start: t0, End: t0.Add(time.Hour), Users: []int64{1}}}
+		if !booked.MayHalt() {
+			t.Fatalf("seed %d: a reservation's holders may halt others, MayHalt says no", seed)
+		}
+		noHalts := s
+		noHalts.NoHalts = true
+		if noHalts.MayHalt() {
+			t.Fatalf("seed %d: NoHalts, yet MayHalt says yes", seed)
+		}
+	}
+	t.Logf("%d seeds: %d plans halted, MayHalt ruled out %d", len(seeds), halted, ruledOut)
+	if halted < len(seeds)/10 || ruledOut < len(seeds)/10 {
+		t.Fatalf("the random snapshots test too little: %d of %d halt, %d ruled out", halted, len(seeds), ruledOut)
+	}
+}
+
+// haltingSnapshot is a full public cluster of a few slaves of 8 GPUs, its jobs of a few users
+// with random tallies, ages, minDurations, maxDurations and restartability, and a short queue
+// of jobs of 1 to 8 GPUs; the policy (fair or las) and the halt options vary with the seed.
+func haltingSnapshot(seed uint64) Snapshot {
+	r := rand.New(rand.NewPCG(seed, 2))
+	s := Snapshot{Now: t0, Policy: []Policy{PolicyFair, PolicyLAS}[r.IntN(2)], HaltFactor: []float64{0, 1, 2, 4}[r.IntN(4)],
+		HaltNonRestartable: r.IntN(3) == 0, Tallies: map[int64]float64{}}
+	for u := int64(1); u <= 5; u++ {
+		s.Tallies[u] = float64(r.IntN(4)) * float64(r.IntN(200))
+	}
+	for i := range 1 + r.IntN(4) {
+		name := fmt.Sprintf("gpu%d", i)
+		s.Slaves = append(s.Slaves, mkSlave(name, gpus(gpuList(v100, 32, 0, 8)...), cpus(64), memory(512)))
+		for g := 0; g < 8; {
+			n := min(8-g, 1<<r.IntN(4))
+			if r.IntN(6) == 0 { // a GPU or more left free
+				g += n
+				continue
+			}
+			pl := Placed{JobUUID: fmt.Sprintf("run%d-%d", i, g), SlaveName: name, UserID: int64(1 + r.IntN(5)), ProjectID: 1,
+				MemoryGb: 1, Started: t0.Add(-time.Duration(r.IntN(48*60)) * time.Minute),
+				MinDuration: time.Duration(r.IntN(12)) * time.Hour, Restartable: r.IntN(2) == 0,
+				Attained: time.Duration(r.IntN(100)) * time.Hour, Halting: r.IntN(15) == 0}
+			pl.Ends = pl.Started.Add(time.Duration(1+r.IntN(96)) * time.Hour)
+			for k := range n {
+				pl.GPUIndices = append(pl.GPUIndices, g+k)
+				pl.CPUIDs = append(pl.CPUIDs, g+k)
+			}
+			s.Running = append(s.Running, pl)
+			g += n
+		}
+	}
+	for i := range 1 + r.IntN(6) {
+		j := mkJob(fmt.Sprintf("q%d", i), []int{1, 1, 2, 4, 8}[r.IntN(5)], 1, 1, user(int64(1+r.IntN(5))), minDur(10*time.Minute))
+		j.Request.Scheduling.MaxDuration = job.Duration(time.Duration(1+r.IntN(72)) * time.Hour)
+		j.Attained = time.Duration(r.IntN(50)) * time.Hour
+		s.Queued = append(s.Queued, j)
+	}
+	return s
 }

@@ -2,11 +2,13 @@ package scheduler
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/protocol"
 )
@@ -213,4 +215,17 @@ func checkPlan(t *testing.T, s Snapshot, p Plan) {
 			t.Errorf("slave %s memory over-committed: %d > %d", sl.Name, usedMem[sl.Name], sl.MemoryGb)
 		}
 	}
+}
+
+// fixedSeeds are the seeds 0 to n-1, the same at every run (a failing one is replayed by
+// name), and one more from GPULAB_TEST_SEED when it is set, to explore or replay.
+func fixedSeeds(t *testing.T, n int) []uint64 {
+	seeds := make([]uint64, n)
+	for i := range seeds {
+		seeds[i] = uint64(i)
+	}
+	if os.Getenv(testenv.SeedEnv) != "" {
+		seeds = append(seeds, testenv.Seed(t))
+	}
+	return seeds
 }

@@ -88,7 +88,7 @@ func (s Snapshot) Plan() Plan {
 		}
 	}
 	out.Halts = p.halts
-	if !s.NoRanges {
+	if !s.NoRanges && s.leavesWaiting(s.RangesFor, out.Explanations) {
 		if len(s.Waiting) > 0 {
 			waiting = withWaiting(s, waiting)
 		}
@@ -98,6 +98,25 @@ func (s Snapshot) Plan() Plan {
 		}
 	}
 	return out
+}
+
+// leavesWaiting says whether a pass that decided explained (the jobs it left waiting) leaves
+// one of jobs waiting, counting s.Waiting; nil jobs: any.
+func (s *Snapshot) leavesWaiting(jobs []string, explained map[string][]string) bool {
+	if jobs == nil {
+		return true
+	}
+	for _, u := range jobs {
+		if _, ok := explained[u]; ok {
+			return true
+		}
+	}
+	for i := range s.Waiting {
+		if slices.Contains(jobs, s.Waiting[i].UUID) {
+			return true
+		}
+	}
+	return false
 }
 
 // Policy names a queue order.
@@ -233,8 +252,8 @@ func newRunning(placed []Placed, l Limits) running {
 	if l.PerProject > 0 {
 		c.project = map[int64]int{}
 	}
-	for _, pl := range placed {
-		if !pl.Releasing {
+	for i := range placed {
+		if pl := &placed[i]; !pl.Releasing && (c.user != nil || c.project != nil || pl.Bucket != "") {
 			c.add(pl.UserID, pl.ProjectID, pl.Bucket)
 		}
 	}

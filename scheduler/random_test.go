@@ -3,12 +3,11 @@ package scheduler
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
-	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/protocol"
 )
@@ -105,13 +104,7 @@ func withEnds(s Snapshot) Snapshot {
 // in another order. The seeds are 0 to 29, every run the same (a failing one is re-run with
 // -run 'TestPlanRandom/seed7$'); GPULAB_TEST_SEED adds one more, to explore or replay.
 func TestPlanRandom(t *testing.T) {
-	seeds := make([]uint64, 30)
-	for i := range seeds {
-		seeds[i] = uint64(i)
-	}
-	if os.Getenv(testenv.SeedEnv) != "" {
-		seeds = append(seeds, testenv.Seed(t))
-	}
+	seeds := fixedSeeds(t, 30)
 	for i, seed := range seeds {
 		ends := seed%2 == 1
 		fixed := i < 30
@@ -131,6 +124,24 @@ func TestPlanRandom(t *testing.T) {
 			}
 			if again := s.Plan(); !reflect.DeepEqual(p, again) {
 				t.Fatal("planning the same snapshot twice gave different plans")
+			}
+			// An index over the slaves (NewSlaveIndex, built once by a caller whose slaves do not
+			// change) gives the same plan, pass after pass; one built from another slice of the
+			// same slaves is not used.
+			indexed := s
+			indexed.Index = NewSlaveIndex(s.Slaves, s.Clusters)
+			for pass := range 2 {
+				if got := indexed.Plan(); !reflect.DeepEqual(p, got) {
+					t.Fatalf("pass %d with the slaves' index planned differently:\n%v\n%v", pass, outcome(p), outcome(got))
+				}
+			}
+			other := s
+			other.Index = NewSlaveIndex(slices.Clone(s.Slaves[1:]), s.Clusters)
+			if got := other.Plan(); !reflect.DeepEqual(p, got) {
+				t.Fatalf("an index of other slaves was used:\n%v\n%v", outcome(p), outcome(got))
+			}
+			if !reflect.DeepEqual(s, twin) {
+				t.Fatal("Plan with an index modified its snapshot")
 			}
 
 			r := rand.New(rand.NewPCG(seed, 2))

@@ -2,8 +2,12 @@ package scheduler
 
 import (
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/opengpulab/gpulab/internal/testenv"
 )
 
 // TestLearnRatios: a user with RatioMinJobs samples gets his own ratio, one with fewer counts
@@ -60,5 +64,31 @@ func TestForecastWaiting(t *testing.T) {
 	}
 	if len(want.Ranges) != 4 {
 		t.Fatalf("ranges %+v", want.Ranges)
+	}
+}
+
+// TestPercentileWithoutSorting: the selected quantile equals the sorted one, for random lists
+// with ties and every size up to 60, at quantiles from 0 to 1.
+func TestPercentileWithoutSorting(t *testing.T) {
+	seed := testenv.Seed(t)
+	r := rand.New(rand.NewPCG(seed, 3))
+	for range 3000 {
+		xs := make([]float64, r.IntN(60))
+		for i := range xs {
+			xs[i] = float64(r.IntN(12)) / 11 // ties are common: ratios of 1
+		}
+		p := []float64{0, RatioLowQuantile, 0.5, 0.37, 0.99, 1}[r.IntN(6)]
+		sorted := slices.Sorted(slices.Values(xs))
+		want := PercentileCont(sorted, p)
+		if got := percentileContUnsorted(slices.Clone(xs), p); got != want {
+			t.Fatalf("%v at %g: %g, sorted gives %g", xs, p, got, want)
+		}
+		if len(xs) > 0 {
+			k := r.IntN(len(xs))
+			c := slices.Clone(xs)
+			if got := selectKth(c, k); got != sorted[k] || slices.Max(c[:k+1]) != got || slices.Min(c[k:]) != got {
+				t.Fatalf("%v: element %d is %g, want %g, in place: %v", xs, k, got, sorted[k], c)
+			}
+		}
 	}
 }

@@ -41,6 +41,10 @@ type Snapshot struct {
 	// a long queue after the decisions themselves: the simulator asks for ranges only in the
 	// passes whose ranges it records. The master leaves it false.
 	NoRanges bool
+	// RangesFor, when not nil, limits the forecast to the passes that leave one of these jobs
+	// waiting (undecided, or in Waiting): the simulator measures a sample of jobs, and a sampled
+	// job placed at its first pass needs no range. Nil: every pass forecasts (the master).
+	RangesFor []string
 	// Reservations are the current and future reservations.
 	Reservations []Reservation
 	// Clusters are the existing clusters by id; a job naming another id fails.
@@ -48,6 +52,9 @@ type Snapshot struct {
 	// Slaves are every registered slave, online or not: offline ones still count when deciding
 	// whether a request could ever be satisfied, and name themselves in explanations.
 	Slaves []Slave
+	// Index, when built from these Slaves and Clusters (NewSlaveIndex), spares Plan deriving it
+	// again; nil or built from another slice: Plan derives its own.
+	Index *SlaveIndex
 	// Queued are the QUEUED jobs. Plan puts them in its own order (queueOrder), so the order
 	// given does not matter, but oldest first is what the loop naturally reads.
 	Queued []Job

@@ -103,6 +103,23 @@ func (e *estimator) wants(now time.Time) bool {
 	return !e.due.IsZero() && !now.Before(e.due) && now.Sub(e.last) >= sampleGap(0)
 }
 
+// rangesFor lists the sampled jobs among considered whose range observe records if the pass
+// leaves them waiting: on their first pass, when a sample is due, or while none was recorded
+// (Snapshot.RangesFor). idx is observe's.
+func (e *estimator) rangesFor(now time.Time, considered []*scheduler.Job, idx func(uuid string) (int, bool)) []string {
+	out := []string{}
+	for _, q := range considered {
+		i, ok := idx(q.UUID)
+		if !ok || !e.sampled(i) {
+			continue
+		}
+		if ej := &e.jobs[i]; !ej.passed || ej.next.IsZero() || !now.Before(ej.next) {
+			out = append(out, q.UUID)
+		}
+	}
+	return out
+}
+
 // observe records a forecasting pass: considered are the jobs the pass saw (decided or only
 // forecast), idx maps their uuids to trace indices, first says whether the job is on its first
 // run and has not started.

@@ -171,6 +171,7 @@ type running struct {
 	placed scheduler.Placed
 	slave  int
 	haltAt time.Time // when Plan halted it; zero while not halting
+	pos    int       // index in runList and runPlaced
 }
 
 // simJob is a trace job's state across its restarts.
@@ -240,7 +241,11 @@ func Run(cfg Config, jobs []TraceJob) Result {
 
 	var queued []*scheduler.Job // in submission order
 	run := map[string]*running{}
-	var runList []*running // in start order, for a deterministic Running slice
+	// runList are the running jobs and runPlaced their Placed, in the same order: the
+	// snapshots' Running, kept up to date rather than copied at every pass. A job that leaves
+	// takes the last one's place (Plan does not depend on the order of Running).
+	var runList []*running
+	var runPlaced []scheduler.Placed
 	var events eventHeap
 	tallies := map[int64]float64{}
 	userGPUs := map[int64]int{} // GPUs each user holds now
@@ -292,6 +297,11 @@ func Run(cfg Config, jobs []TraceJob) Result {
 	// release frees what a running job holds and returns the GPU time of its run.
 	release := func(r *running, at time.Time) time.Duration {
 		delete(run, r.placed.JobUUID)
+		last := len(runList) - 1
+		runList[r.pos], runPlaced[r.pos] = runList[last], runPlaced[last]
+		runList[r.pos].pos = r.pos
+		runList[last], runPlaced[last] = nil, scheduler.Placed{}
+		runList, runPlaced = runList[:last], runPlaced[:last]
 		g := len(r.placed.GPUIndices)
 		free[r.slave] += g
 		userGPUs[r.placed.UserID] -= g
@@ -303,9 +313,16 @@ func Run(cfg Config, jobs []TraceJob) Result {
 
 	var cand []*scheduler.Job
 	var givenBuf []scheduler.Job
-	var runBuf []scheduler.Placed
 	var arrivals []arrival
 	var arrivalBuf []scheduler.Arrival
+	// The slaves and clusters never change during a replay: Plan's index over them is built once.
+	index := scheduler.NewSlaveIndex(slaves, clusters)
+	// firstRun maps a uuid to its trace index, and whether the job is on its first run and has
+	// not started: the jobs whose estimates the accuracy measure takes.
+	firstRun := func(u string) (int, bool) {
+		i := byUUID[u]
+		return i, state[i].seg == 0 && state[i].first.IsZero()
+	}
 	next := 0
 	for {
 		// The next instant: the earlier of the next arrival and the next event.
@@ -322,7 +339,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 			break
 		}
 		advance(now)
-		changed, left := false, false
+		changed := false
 		for len(events) > 0 && !events[0].at.After(now) {
 			e := heap.Pop(&events).(event)
 			if e.uuid == "" {
@@ -341,14 +358,14 @@ func Run(cfg Config, jobs []TraceJob) Result {
 				done[r.idx] = true
 				outcomes[r.idx] = Outcome{Job: jobs[r.idx], Start: st.first, End: now, Slave: r.placed.SlaveName,
 					Halts: st.halts, Held: st.held, Estimate: st.estimate}
-				changed, left = true, true
+				changed = true
 			case evStop:
 				if r.haltAt.IsZero() {
 					continue
 				}
 				held := release(r, now)
 				st.attained += held
-				changed, left = true, true
+				changed = true
 				ran := now.Sub(r.placed.Started)
 				// As job.RestartOf: maxDuration less the time run, minDuration at most that; a
 				// job with too little left is not restarted.
@@ -366,17 +383,6 @@ func Run(cfg Config, jobs []TraceJob) Result {
 			case evWake:
 				changed = true
 			}
-		}
-		if left {
-			k := 0
-			for _, r := range runList {
-				if _, ok := run[r.placed.JobUUID]; ok {
-					runList[k] = r
-					k++
-				}
-			}
-			clear(runList[k:])
-			runList = runList[:k]
 		}
 		for next < len(jobs) && !jobs[next].Submit.After(now) {
 			j := jobs[next]
@@ -410,10 +416,13 @@ func Run(cfg Config, jobs []TraceJob) Result {
 			maxFree = max(maxFree, f)
 		}
 		cand = cand[:0]
+		anyFits := false // some job fits the emptiest slave, is interactive or expired
 		for _, q := range queued {
 			inter := q.Request.Scheduling.Interactive
 			anyInteractive = anyInteractive || inter
-			if halting || inter || q.Request.Resources.GPUs <= maxFree || expired(q, now) {
+			fits := inter || q.Request.Resources.GPUs <= maxFree || expired(q, now)
+			anyFits = anyFits || fits
+			if halting || fits {
 				cand = append(cand, q)
 				anyExpired = anyExpired || expired(q, now)
 			}
@@ -436,20 +445,14 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		// Plan keeps nothing of its snapshot, so the Queued and Running arrays are reused.
 		given := slices.Grow(givenBuf[:0], len(cand))[:len(cand)]
 		givenBuf = given
-		fresh := false // some job meets Plan for the first time: its estimate is recorded
 		for i, q := range cand {
 			given[i] = *q
-			fresh = fresh || !state[byUUID[q.UUID]].planned
 		}
-		// Ranges only where something reads them: a job's first pass (Outcome.Estimate) or an
-		// estimate the accuracy measure is due to take (estimate.go).
-		snap := scheduler.Snapshot{Now: now, Policy: cfg.Policy, Tallies: tallies, Limits: cfg.Limits, Clusters: clusters, Slaves: slaves, Reservations: resv,
-			NoHalts: !halting, NoRanges: !fresh && !forecast, HaltFactor: max(1, cfg.HaltFactor), HaltNonRestartable: !cfg.HaltRestartableOnly, HaltGrace: cfg.HaltGrace,
-			Queued: given, Running: slices.Grow(runBuf[:0], len(runList))[:len(runList)]}
-		runBuf = snap.Running
-		for i, r := range runList {
-			snap.Running[i] = r.placed
-		}
+		// Ranges only where something reads them: the passes whose estimates the accuracy
+		// measure takes (estimate.go). (Outcome.Estimate is Plan.Estimates, made without them.)
+		snap := scheduler.Snapshot{Now: now, Policy: cfg.Policy, Tallies: tallies, Limits: cfg.Limits, Clusters: clusters, Slaves: slaves, Index: index, Reservations: resv,
+			NoHalts: !halting, NoRanges: !forecast, HaltFactor: max(1, cfg.HaltFactor), HaltNonRestartable: !cfg.HaltRestartableOnly, HaltGrace: cfg.HaltGrace,
+			Queued: given, Running: runPlaced}
 		if forecast {
 			snap.Waiting, snap.Ratios = waitingBeside(queued, cand), est.learn.ratios(now)
 			if !cfg.NoOvertaking {
@@ -462,15 +465,24 @@ func Run(cfg Config, jobs []TraceJob) Result {
 				arrivalBuf = snap.Arrivals
 			}
 		}
+		// With halting every queued job is given, since any may halt; but when none can be
+		// assigned and none can halt (Snapshot.MayHalt, a cheap necessary condition), the pass
+		// decides nothing: most passes of a halting replay, prompted by a running job passing its
+		// minDuration or by an arrival on a full cluster.
+		if halting && !forecast && !anyFits && !snap.MayHalt() {
+			continue
+		}
+		var seen []*scheduler.Job
+		if forecast {
+			seen = considered(given, snap.Waiting)
+			snap.RangesFor = est.rangesFor(now, seen, firstRun)
+		}
 		plan := snap.Plan()
 		if !forecastOnly {
 			res.PlanCalls++
 		}
 		if forecast {
-			est.observe(now, plan, considered(given, snap.Waiting), func(u string) (int, bool) {
-				i := byUUID[u]
-				return i, state[i].seg == 0 && state[i].first.IsZero()
-			})
+			est.observe(now, plan, seen, firstRun)
 		}
 		for _, q := range given {
 			if st := &state[byUUID[q.UUID]]; !st.planned {
@@ -491,7 +503,8 @@ func Run(cfg Config, jobs []TraceJob) Result {
 				GPUIndices: gi, CPUIDs: a.CPUIDs, MemoryGb: a.MemoryGb, Ends: now.Add(st.maxDur), Started: now,
 				MinDuration: st.minDur, Restartable: j.Restartable, Interactive: j.Interactive, Attained: st.attained}}
 			run[a.JobUUID] = r
-			runList = append(runList, r)
+			r.pos = len(runList)
+			runList, runPlaced = append(runList, r), append(runPlaced, r.placed)
 			free[si] -= len(gi)
 			userGPUs[uid[j.User]] += len(gi)
 			if st.first.IsZero() {
@@ -526,7 +539,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 			if now.Sub(r.placed.Started) < r.placed.MinDuration {
 				res.HaltedEarly++
 			}
-			r.haltAt, r.placed.Halting = now, true
+			r.haltAt, r.placed.Halting, runPlaced[r.pos].Halting = now, true, true
 			heap.Push(&events, event{at: now.Add(cfg.HaltGrace), kind: evStop, uuid: hl.JobUUID})
 		}
 		if len(gone) > 0 {
