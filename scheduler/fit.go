@@ -179,6 +179,12 @@ func newPlanner(s Snapshot) *planner {
 		st.cpuFree, cpuFree = cpuFree[:c:c], cpuFree[c:]
 		p.slaves[i] = st
 	}
+	// The scratch lists of decide hold at most every slave each: sized so once, rather than
+	// grown again at every pass (the simulator makes a planner at every event).
+	n := len(states)
+	scratch := make([]*slaveState, 4*n)
+	p.scope, p.capable, p.offline, p.draining = scratch[:0:n], scratch[n:n:2*n], scratch[2*n:2*n:3*n], scratch[3*n:3*n]
+	p.misses = make([]miss, 0, n)
 	// A running job belongs to the first slave of its name (in the sorted order). The held and
 	// haltable lists of all slaves share two arrays, sized by a first count.
 	where, canHalt := make([]*slaveState, len(s.Running)), make([]bool, len(s.Running))

@@ -417,30 +417,51 @@ func (s Snapshot) MayHalt() bool {
 	if len(victims) == 0 || !p.outranks(highest, lowest) {
 		return false
 	}
-	// Each slave's free GPUs by name (a slave listed twice counts all its GPUs as free: the
-	// condition only grows).
-	free := make(map[string]int, len(s.Slaves))
-	for i := range s.Slaves {
-		free[s.Slaves[i].Name] += len(s.Slaves[i].GPUs)
+	// Each slave's free GPUs, by the first slave of each name (a slave listed twice counts all
+	// its GPUs as free: the condition only grows); the index's names when it has them.
+	slaves, byName := s.Slaves, map[string]int(nil)
+	if s.Index.fits(s.Slaves) {
+		slaves, byName = s.Index.slaves, s.Index.byName
+	} else {
+		byName = make(map[string]int, len(slaves))
+		for i := range slaves {
+			if _, dup := byName[slaves[i].Name]; !dup {
+				byName[slaves[i].Name] = i
+			}
+		}
+	}
+	free := make([]int, len(slaves))
+	for i := range slaves {
+		free[byName[slaves[i].Name]] += len(slaves[i].GPUs)
 	}
 	for i := range s.Running {
-		free[s.Running[i].SlaveName] -= len(s.Running[i].GPUIndices)
+		if k, ok := byName[s.Running[i].SlaveName]; ok {
+			free[k] -= len(s.Running[i].GPUIndices)
+		}
 	}
-	room := map[string]int{}
+	at := make([]int, len(victims)) // each victim's slave; -1: not a listed slave
+	for i, v := range victims {
+		if k, ok := byName[v.slave]; ok {
+			at[i] = k
+		} else {
+			at[i] = -1
+		}
+	}
+	room, seen := make([]int, len(slaves)), make([]bool, len(slaves))
 	for g, starter := range best {
 		if math.IsNaN(starter) {
 			continue
 		}
-		clear(room)
-		for _, v := range victims {
-			if !p.outranks(v.score, starter) {
+		clear(seen)
+		for i, v := range victims {
+			k := at[i]
+			if k < 0 || !p.outranks(v.score, starter) {
 				continue
 			}
-			if _, ok := room[v.slave]; !ok {
-				room[v.slave] = max(0, free[v.slave])
+			if !seen[k] {
+				seen[k], room[k] = true, max(0, free[k])
 			}
-			room[v.slave] += v.gpus
-			if room[v.slave] >= g {
+			if room[k] += v.gpus; room[k] >= g {
 				return true
 			}
 		}

@@ -342,6 +342,11 @@ func TestMayHaltIsNecessary(t *testing.T) {
 		if !may {
 			ruledOut++
 		}
+		indexed := s
+		indexed.Index = NewSlaveIndex(s.Slaves, s.Clusters)
+		if indexed.MayHalt() != may {
+			t.Fatalf("seed %d: MayHalt says %v, with the slaves' index %v", seed, may, !may)
+		}
 		withInteractive := s
 		withInteractive.Queued = append(slices.Clone(s.Queued), mkJob("inter", 1, 1, 1, interactive()))
 		if len(s.Running) > 0 && !withInteractive.MayHalt() {

@@ -293,10 +293,11 @@ func fmtHorizon(d time.Duration) string {
 // samples and every ratioRefreshLong after: ratios drift slowly once learned, and sorting weeks
 // of samples every five simulated minutes would cost more than the replay.
 type ratioLearner struct {
-	samples []ratioSample // in end order
+	samples []ratioSample // in end order, those of the window at the last refresh and after
+	runs    int           // runs ended so far
 	cur     scheduler.RunRatios
 	at      time.Time
-	n       int // samples at the last refresh
+	n       int // runs ended at the last refresh
 }
 
 type ratioSample struct {
@@ -318,6 +319,7 @@ func (l *ratioLearner) ended(created time.Time, user int64, ran, maxDur time.Dur
 	if maxDur <= 0 {
 		return
 	}
+	l.runs++
 	l.samples = append(l.samples, ratioSample{created: created, s: scheduler.RatioSample{UserID: user, Ratio: ran.Seconds() / maxDur.Seconds()}})
 }
 
@@ -330,14 +332,20 @@ func (l *ratioLearner) ratios(now time.Time) scheduler.RunRatios {
 	if !l.at.IsZero() && now.Sub(l.at) < every {
 		return l.cur
 	}
+	// The window only moves forward: samples older than it are dropped for good, so that a
+	// replay of months does not go over every ended job at every refresh.
 	from := now.Add(-ratioWindow)
+	kept := l.samples[:0]
 	in := make([]scheduler.RatioSample, 0, len(l.samples))
 	for _, s := range l.samples {
 		if !s.created.Before(from) {
+			kept = append(kept, s)
 			in = append(in, s.s)
 		}
 	}
-	l.cur, l.at, l.n = scheduler.LearnRatios(in, ratioMinJobs), now, len(l.samples)
+	clear(l.samples[len(kept):])
+	l.samples = kept
+	l.cur, l.at, l.n = scheduler.LearnRatios(in, ratioMinJobs), now, l.runs
 	return l.cur
 }
 
