@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/opengpulab/gpulab/protocol"
 )
@@ -149,6 +150,48 @@ func (ix *SlaveIndex) fits(slaves []Slave) bool {
 	return ix != nil && ix.n == len(slaves) && (len(slaves) == 0 || ix.of == &slaves[0])
 }
 
+// passBufs are a pass's working arrays, kept from pass to pass in passPool: the simulator plans
+// at every event, and allocating them afresh each time was a tenth of a replay. Nothing a plan
+// returns points into them; Plan hands them back when it is done (planner.release).
+type passBufs struct {
+	states                 []slaveState
+	gpuFree, cpuFree       []bool
+	slaves, where, scratch []*slaveState
+	canHalt                []bool
+	nHeld, nHalt           []int
+	placed                 []*Placed
+	misses                 []miss
+}
+
+var passPool = sync.Pool{New: func() any { return new(passBufs) }}
+
+// sized is s with length n, every element zero, reusing its array when large enough.
+func sized[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// release hands the pass's arrays back for another pass, cleared of pointers into this
+// snapshot so that the pool keeps none of it alive.
+func (p *planner) release() {
+	b := p.bufs
+	if b == nil {
+		return
+	}
+	p.bufs = nil
+	clear(b.states)
+	clear(b.slaves)
+	clear(b.where)
+	clear(b.scratch)
+	clear(b.placed)
+	clear(b.misses[:cap(b.misses)])
+	passPool.Put(b)
+}
+
 // newPlanner copies what it must change (free resources) and leaves the snapshot alone; Slave
 // structs and their GPU slices are only read. The pass's own state is allocated in a few
 // slices, not per slave: the simulator builds a planner at every event.
@@ -169,9 +212,13 @@ func newPlanner(s Snapshot) *planner {
 	}
 	p.models = ix.models
 	byName := ix.byName
-	states := slices.Clone(ix.states)
-	gpuFree, cpuFree := slices.Clone(ix.gpuFree), slices.Clone(ix.cpuFree)
-	p.slaves = make([]*slaveState, len(states))
+	b := passPool.Get().(*passBufs)
+	p.bufs = b
+	b.states = append(b.states[:0], ix.states...)
+	b.gpuFree, b.cpuFree = append(b.gpuFree[:0], ix.gpuFree...), append(b.cpuFree[:0], ix.cpuFree...)
+	states, gpuFree, cpuFree := b.states, b.gpuFree, b.cpuFree
+	b.slaves = sized(b.slaves, len(states))
+	p.slaves = b.slaves
 	for i := range states {
 		st := &states[i]
 		g, c := len(st.gpuFree), len(st.cpuFree)
@@ -182,13 +229,18 @@ func newPlanner(s Snapshot) *planner {
 	// The scratch lists of decide hold at most every slave each: sized so once, rather than
 	// grown again at every pass (the simulator makes a planner at every event).
 	n := len(states)
-	scratch := make([]*slaveState, 4*n)
+	b.scratch = sized(b.scratch, 4*n)
+	scratch := b.scratch
 	p.scope, p.capable, p.offline, p.draining = scratch[:0:n], scratch[n:n:2*n], scratch[2*n:2*n:3*n], scratch[3*n:3*n]
-	p.misses = make([]miss, 0, n)
+	if cap(b.misses) < n {
+		b.misses = make([]miss, 0, n)
+	}
+	p.misses = b.misses[:0]
 	// A running job belongs to the first slave of its name (in the sorted order). The held and
 	// haltable lists of all slaves share two arrays, sized by a first count.
-	where, canHalt := make([]*slaveState, len(s.Running)), make([]bool, len(s.Running))
-	nHeld, nHalt := make([]int, len(p.slaves)), make([]int, len(p.slaves))
+	b.where, b.canHalt = sized(b.where, len(s.Running)), sized(b.canHalt, len(s.Running))
+	b.nHeld, b.nHalt = sized(b.nHeld, len(p.slaves)), sized(b.nHalt, len(p.slaves))
+	where, canHalt, nHeld, nHalt := b.where, b.canHalt, b.nHeld, b.nHalt
 	haltables := 0
 	for i := range s.Running {
 		r := &s.Running[i]
@@ -203,7 +255,8 @@ func newPlanner(s Snapshot) *planner {
 			haltables++
 		}
 	}
-	heldBuf, haltBuf := make([]*Placed, len(s.Running)), make([]*Placed, haltables)
+	b.placed = sized(b.placed, len(s.Running)+haltables)
+	heldBuf, haltBuf := b.placed[:len(s.Running)], b.placed[len(s.Running):]
 	for k, st := range p.slaves {
 		h, v := nHeld[k], nHalt[k]
 		st.held, heldBuf = heldBuf[:0:h], heldBuf[h:]

@@ -66,6 +66,7 @@ type Failure struct {
 // can take.
 func (s Snapshot) Plan() Plan {
 	p := newPlanner(s)
+	defer p.release()
 	out := Plan{Explanations: map[string][]string{}, Estimates: map[string]time.Time{}}
 	var waiting []*Job
 	var assigned []assignedJob
@@ -311,6 +312,7 @@ func failed(format string, args ...any) decision {
 
 // planner holds the working state of one pass: the slaves with what is still free on them.
 type planner struct {
+	bufs     *passBufs // this pass's working arrays, from passPool
 	now      time.Time
 	clusters map[int]Cluster
 	limits   Limits
