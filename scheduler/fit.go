@@ -275,6 +275,9 @@ func newPlanner(s Snapshot) *planner {
 		// every job of every busy slave for every waiting job (most of a pass on a full cluster
 		// of young jobs).
 		if r.Halting {
+			if !st.halting {
+				p.haltingSlaves++
+			}
 			st.halting = true
 		} else if canHalt[i] {
 			if !st.haltable {

@@ -66,20 +66,22 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 		return ""
 	}
 	// Jobs already halting may be leaving exactly the room this job needs: wait for them rather
-	// than halt more.
-	for _, m := range misses {
-		if !m.st.halting {
-			continue
-		}
-		var going []*Placed
-		for _, pl := range m.st.held {
-			if pl.Halting {
-				going = append(going, pl)
+	// than halt more (not looked for when no slave has a halting job).
+	if p.haltingSlaves > 0 {
+		for _, m := range misses {
+			if !m.st.halting {
+				continue
 			}
-		}
-		slices.SortFunc(going, func(a, b *Placed) int { return cmp.Compare(a.JobUUID, b.JobUUID) })
-		if len(going) > 0 && m.st.fitsWithout(n, going) {
-			return fmt.Sprintf("waiting for %s to halt on %s", jobNames(going), m.st.s.Name)
+			var going []*Placed
+			for _, pl := range m.st.held {
+				if pl.Halting {
+					going = append(going, pl)
+				}
+			}
+			slices.SortFunc(going, func(a, b *Placed) int { return cmp.Compare(a.JobUUID, b.JobUUID) })
+			if len(going) > 0 && m.st.fitsWithout(n, going) {
+				return fmt.Sprintf("waiting for %s to halt on %s", jobNames(going), m.st.s.Name)
+			}
 		}
 	}
 
@@ -97,7 +99,7 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 	var bestRun time.Duration
 	for _, m := range misses {
 		st := m.st
-		if p.starter[st] || !st.haltable {
+		if !st.haltable || p.starter[st] {
 			continue
 		}
 		// Most busy slaves hold no job of an owner above the starter's: skip them without
@@ -107,7 +109,7 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 		}
 		var cands []*Placed
 		for _, pl := range st.haltables {
-			if p.victims[pl.JobUUID] {
+			if len(p.victims) > 0 && p.victims[pl.JobUUID] {
 				continue
 			}
 			if p.scoreVictim(pl, inter, starterScore) || p.guestVictim(st, j, pl) || p.bookingVictim(st, j, n, pl) {

@@ -346,6 +346,7 @@ type planner struct {
 	haltFactor          float64
 	haltRestartableOnly bool
 	mayHalt             bool // some running job is started or halting: without one, makeRoom has nothing to do
+	haltingSlaves       int  // slaves with a halting job: without one, makeRoom waits for none
 	tallies             map[int64]float64
 	halts               []Halt
 	victims             map[string]bool      // jobs halted this pass: never chosen twice
