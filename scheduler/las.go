@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"cmp"
 	"time"
 )
 
@@ -25,19 +24,6 @@ func lasLevel(a time.Duration) int {
 		}
 	}
 	return len(lasLevels)
-}
-
-// lasOrder orders queued jobs by attained-service level, lowest first; interactive jobs first,
-// as in every GPULab order (someone is waiting at a screen).
-func lasOrder(a, b *Job) int {
-	ai, bi := a.Request.Scheduling.Interactive, b.Request.Scheduling.Interactive
-	if ai != bi {
-		if ai {
-			return -1
-		}
-		return 1
-	}
-	return cmp.Compare(lasLevel(a.Attained), lasLevel(b.Attained))
 }
 
 // attained is a running job's attained GPU time now.

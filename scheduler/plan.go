@@ -192,48 +192,58 @@ func withWaiting(s Snapshot, waiting []*Job) []*Job {
 
 // sortQueue puts jobs in the policy's queue order.
 func sortQueue(s Snapshot, out []*Job) {
-	older := func(a, b *Job) int {
-		if c := a.Submitted.Compare(b.Submitted); c != 0 {
+	// Each job's place is computed once, not at every comparison: a comparison of the fair
+	// order reads two tallies from a map and weighs two ranks, and a sort makes n·log n of them
+	// (the simulator sorts at every event).
+	type queueKey struct {
+		j     *Job
+		group int           // lower first: interactive jobs, then (fair) those holding an active reservation
+		rank  float64       // FairRank (fair), attained-service level (las)
+		dur   time.Duration // maxDuration (fair), the real run time (sjf-oracle)
+	}
+	keys := make([]queueKey, len(out))
+	for i, j := range out {
+		k := queueKey{j: j}
+		inter := j.Request.Scheduling.Interactive
+		switch s.Policy {
+		case PolicyFIFO:
+		case PolicySJFOracle:
+			k.dur = j.OracleDuration
+		case PolicyLAS:
+			if !inter {
+				k.group = 1
+			}
+			k.rank = float64(lasLevel(j.Attained))
+		default:
+			if !inter {
+				k.group = 2
+			}
+			if !s.holdsActive(j) {
+				k.group++
+			}
+			k.rank = FairRank(s.Tallies[j.UserID], j.Request.Scheduling.MaxDuration.Std())
+			k.dur = j.Request.Scheduling.MaxDuration.Std()
+		}
+		keys[i] = k
+	}
+	slices.SortStableFunc(keys, func(a, b queueKey) int {
+		if c := cmp.Compare(a.group, b.group); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.UUID, b.UUID)
-	}
-	var key func(a, b *Job) int
-	switch s.Policy {
-	case PolicyFIFO:
-		key = func(a, b *Job) int { return 0 }
-	case PolicySJFOracle:
-		key = func(a, b *Job) int { return cmp.Compare(a.OracleDuration, b.OracleDuration) }
-	case PolicyLAS:
-		key = lasOrder
-	default:
-		key = func(a, b *Job) int {
-			ai, bi := a.Request.Scheduling.Interactive, b.Request.Scheduling.Interactive
-			if ai != bi {
-				if ai {
-					return -1
-				}
-				return 1
-			}
-			if ar, br := s.holdsActive(a), s.holdsActive(b); ar != br {
-				if ar {
-					return -1
-				}
-				return 1
-			}
-			if c := cmp.Compare(FairRank(s.Tallies[a.UserID], a.Request.Scheduling.MaxDuration.Std()),
-				FairRank(s.Tallies[b.UserID], b.Request.Scheduling.MaxDuration.Std())); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.Request.Scheduling.MaxDuration, b.Request.Scheduling.MaxDuration)
-		}
-	}
-	slices.SortStableFunc(out, func(a, b *Job) int {
-		if c := key(a, b); c != 0 {
+		if c := cmp.Compare(a.rank, b.rank); c != 0 {
 			return c
 		}
-		return older(a, b)
+		if c := cmp.Compare(a.dur, b.dur); c != 0 {
+			return c
+		}
+		if c := a.j.Submitted.Compare(b.j.Submitted); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.j.UUID, b.j.UUID)
 	})
+	for i := range keys {
+		out[i] = keys[i].j
+	}
 }
 
 // running counts the jobs that hold resources, per user, project and bucket, for the caps.

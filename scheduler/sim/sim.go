@@ -599,60 +599,8 @@ func trim(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64, 
 	if ones <= total+reach {
 		return cand
 	}
-	older := func(a, b *scheduler.Job) int {
-		if c := a.Submitted.Compare(b.Submitted); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.UUID, b.UUID)
-	}
-	interactive := func(a, b *scheduler.Job) int {
-		ai, bi := a.Request.Scheduling.Interactive, b.Request.Scheduling.Interactive
-		switch {
-		case ai == bi:
-			return 0
-		case ai:
-			return -1
-		}
-		return 1
-	}
-	var key func(a, b *scheduler.Job) int
-	switch p {
-	case scheduler.PolicyFIFO:
-		key = older
-	case scheduler.PolicySJFOracle:
-		key = func(a, b *scheduler.Job) int {
-			if c := cmp.Compare(a.OracleDuration, b.OracleDuration); c != 0 {
-				return c
-			}
-			return older(a, b)
-		}
-	case scheduler.PolicyLAS:
-		key = func(a, b *scheduler.Job) int {
-			if c := interactive(a, b); c != 0 {
-				return c
-			}
-			if c := cmp.Compare(scheduler.LASLevel(a.Attained), scheduler.LASLevel(b.Attained)); c != 0 {
-				return c
-			}
-			return older(a, b)
-		}
-	default:
-		key = func(a, b *scheduler.Job) int {
-			if c := interactive(a, b); c != 0 {
-				return c
-			}
-			if c := cmp.Compare(scheduler.FairRank(tallies[a.UserID], a.Request.Scheduling.MaxDuration.Std()),
-				scheduler.FairRank(tallies[b.UserID], b.Request.Scheduling.MaxDuration.Std())); c != 0 {
-				return c
-			}
-			if c := cmp.Compare(a.Request.Scheduling.MaxDuration, b.Request.Scheduling.MaxDuration); c != 0 {
-				return c
-			}
-			return older(a, b)
-		}
-	}
 	if p != scheduler.PolicyFIFO { // the queue is kept in submission order already
-		cand = firstInOrder(cand, key, total, reach)
+		cand = firstInOrder(orderKeys(cand, p, tallies), total, reach)
 	}
 	cut := len(cand)
 	if total == 0 {
@@ -678,17 +626,69 @@ func trim(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64, 
 	return out
 }
 
-// firstInOrder puts in key order the part of cand that trim keeps by order: up to the total-th
-// one-GPU job and reach more (all of cand if it has fewer). The rest follows in no particular
-// order. A partial heap sort: a long queue is not sorted whole at every event for the few
-// dozen jobs at its head. key must be a total order, so the kept part is as a full sort has it.
-func firstInOrder(cand []*scheduler.Job, key func(a, b *scheduler.Job) int, total, reach int) []*scheduler.Job {
-	h := jobHeap{jobs: cand, key: key}
+// queueKey is a job's place in a policy's order, computed once per trim rather than at every
+// comparison (the fair order's reads two tallies from a map): lower group first (interactive
+// jobs first, as in every order but FIFO), then lower rank (FairRank, attained-service level),
+// then shorter dur (maxDuration, the oracle's run time), then the older submission.
+type queueKey struct {
+	j     *scheduler.Job
+	group int
+	rank  float64
+	dur   time.Duration
+}
+
+func (a queueKey) cmp(b queueKey) int {
+	if c := cmp.Compare(a.group, b.group); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.rank, b.rank); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.dur, b.dur); c != 0 {
+		return c
+	}
+	if c := a.j.Submitted.Compare(b.j.Submitted); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.j.UUID, b.j.UUID)
+}
+
+// orderKeys is cand's keys under policy p, as scheduler's queue order has them (without
+// reservations: trim is not used with a scenario).
+func orderKeys(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64) []queueKey {
+	keys := make([]queueKey, len(cand))
+	for i, j := range cand {
+		k := queueKey{j: j}
+		if p != scheduler.PolicyFIFO && p != scheduler.PolicySJFOracle && !j.Request.Scheduling.Interactive {
+			k.group = 1
+		}
+		switch p {
+		case scheduler.PolicyFIFO:
+		case scheduler.PolicySJFOracle:
+			k.dur = j.OracleDuration
+		case scheduler.PolicyLAS:
+			k.rank = float64(scheduler.LASLevel(j.Attained))
+		default:
+			k.rank = scheduler.FairRank(tallies[j.UserID], j.Request.Scheduling.MaxDuration.Std())
+			k.dur = j.Request.Scheduling.MaxDuration.Std()
+		}
+		keys[i] = k
+	}
+	return keys
+}
+
+// firstInOrder puts in key order the part of the queue that trim keeps by order: up to the
+// total-th one-GPU job and reach more (all of it if it has fewer). The rest follows in no
+// particular order. A partial heap sort: a long queue is not sorted whole at every event for
+// the few dozen jobs at its head. The keys are a total order, so the kept part is as a full
+// sort has it.
+func firstInOrder(keys []queueKey, total, reach int) []*scheduler.Job {
+	h := keyHeap(keys)
 	heap.Init(&h)
-	sorted := make([]*scheduler.Job, 0, len(cand))
+	sorted := make([]*scheduler.Job, 0, len(keys))
 	ones, more := 0, -1 // more: jobs still to take once total one-GPU jobs are in
 	for h.Len() > 0 && more != 0 {
-		j := heap.Pop(&h).(*scheduler.Job)
+		j := heap.Pop(&h).(queueKey).j
 		sorted = append(sorted, j)
 		switch {
 		case more > 0:
@@ -701,21 +701,21 @@ func firstInOrder(cand []*scheduler.Job, key func(a, b *scheduler.Job) int, tota
 			more = reach - 1
 		}
 	}
-	return append(sorted, h.jobs...)
+	for _, k := range h {
+		sorted = append(sorted, k.j)
+	}
+	return sorted
 }
 
-type jobHeap struct {
-	jobs []*scheduler.Job
-	key  func(a, b *scheduler.Job) int
-}
+type keyHeap []queueKey
 
-func (h *jobHeap) Len() int           { return len(h.jobs) }
-func (h *jobHeap) Less(i, j int) bool { return h.key(h.jobs[i], h.jobs[j]) < 0 }
-func (h *jobHeap) Swap(i, j int)      { h.jobs[i], h.jobs[j] = h.jobs[j], h.jobs[i] }
-func (h *jobHeap) Push(x any)         { h.jobs = append(h.jobs, x.(*scheduler.Job)) }
-func (h *jobHeap) Pop() any {
-	x := h.jobs[len(h.jobs)-1]
-	h.jobs = h.jobs[:len(h.jobs)-1]
+func (h *keyHeap) Len() int           { return len(*h) }
+func (h *keyHeap) Less(i, j int) bool { return (*h)[i].cmp((*h)[j]) < 0 }
+func (h *keyHeap) Swap(i, j int)      { (*h)[i], (*h)[j] = (*h)[j], (*h)[i] }
+func (h *keyHeap) Push(x any)         { *h = append(*h, x.(queueKey)) }
+func (h *keyHeap) Pop() any {
+	x := (*h)[len(*h)-1]
+	*h = (*h)[:len(*h)-1]
 	return x
 }
 
