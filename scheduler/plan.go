@@ -192,58 +192,69 @@ func withWaiting(s Snapshot, waiting []*Job) []*Job {
 
 // sortQueue puts jobs in the policy's queue order.
 func sortQueue(s Snapshot, out []*Job) {
-	// Each job's place is computed once, not at every comparison: a comparison of the fair
-	// order reads two tallies from a map and weighs two ranks, and a sort makes n·log n of them
-	// (the simulator sorts at every event).
-	type queueKey struct {
-		j     *Job
-		group int           // lower first: interactive jobs, then (fair) those holding an active reservation
-		rank  float64       // FairRank (fair), attained-service level (las)
-		dur   time.Duration // maxDuration (fair), the real run time (sjf-oracle)
-	}
-	keys := make([]queueKey, len(out))
+	keys := make([]QueueKey, len(out))
 	for i, j := range out {
-		k := queueKey{j: j}
-		inter := j.Request.Scheduling.Interactive
-		switch s.Policy {
-		case PolicyFIFO:
-		case PolicySJFOracle:
-			k.dur = j.OracleDuration
-		case PolicyLAS:
-			if !inter {
-				k.group = 1
-			}
-			k.rank = float64(lasLevel(j.Attained))
-		default:
-			if !inter {
-				k.group = 2
-			}
-			if !s.holdsActive(j) {
-				k.group++
-			}
-			k.rank = FairRank(s.Tallies[j.UserID], j.Request.Scheduling.MaxDuration.Std())
-			k.dur = j.Request.Scheduling.MaxDuration.Std()
-		}
-		keys[i] = k
+		keys[i] = s.QueueKey(j)
 	}
-	slices.SortStableFunc(keys, func(a, b queueKey) int {
-		if c := cmp.Compare(a.group, b.group); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.rank, b.rank); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.dur, b.dur); c != 0 {
-			return c
-		}
-		if c := a.j.Submitted.Compare(b.j.Submitted); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.j.UUID, b.j.UUID)
-	})
+	slices.SortStableFunc(keys, QueueKey.Compare)
 	for i := range keys {
-		out[i] = keys[i].j
+		out[i] = keys[i].Job
 	}
+}
+
+// QueueKey is a job's place in the snapshot's queue order, computed once: a comparison of the
+// fair order reads two tallies from a map and weighs two ranks, and a sort makes n·log n of them
+// (the simulator sorts at every event). The simulator's trim orders its queue with it too, so
+// that its order is Plan's.
+type QueueKey struct {
+	Job   *Job
+	group int           // lower first: interactive jobs, then (fair) those holding an active reservation
+	rank  float64       // FairRank (fair), attained-service level (las)
+	dur   time.Duration // maxDuration (fair), the real run time (sjf-oracle)
+}
+
+// QueueKey is j's key under the snapshot's policy, tallies and reservations.
+func (s *Snapshot) QueueKey(j *Job) QueueKey {
+	k := QueueKey{Job: j}
+	inter := j.Request.Scheduling.Interactive
+	switch s.Policy {
+	case PolicyFIFO:
+	case PolicySJFOracle:
+		k.dur = j.OracleDuration
+	case PolicyLAS:
+		if !inter {
+			k.group = 1
+		}
+		k.rank = float64(lasLevel(j.Attained))
+	default:
+		if !inter {
+			k.group = 2
+		}
+		if !s.holdsActive(j) {
+			k.group++
+		}
+		k.rank = FairRank(s.Tallies[j.UserID], j.Request.Scheduling.MaxDuration.Std())
+		k.dur = j.Request.Scheduling.MaxDuration.Std()
+	}
+	return k
+}
+
+// Compare orders two keys as the queue order does: by policy, then older submission, then uuid
+// (a total order, so equal jobs stay deterministic).
+func (a QueueKey) Compare(b QueueKey) int {
+	if c := cmp.Compare(a.group, b.group); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.rank, b.rank); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.dur, b.dur); c != 0 {
+		return c
+	}
+	if c := a.Job.Submitted.Compare(b.Job.Submitted); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Job.UUID, b.Job.UUID)
 }
 
 // running counts the jobs that hold resources, per user, project and bucket, for the caps.

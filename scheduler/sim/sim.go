@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"cmp"
 	"container/heap"
 	"fmt"
 	"math"
@@ -582,9 +581,9 @@ func Run(cfg Config, jobs []TraceJob) Result {
 // (a capped user's one-GPU job waits with GPUs free), so Run trims only then. It is not exact:
 // backfill keeps the first blocked job's planned room (Placed.Ends are known), so a one-GPU job
 // may be held back with GPUs free; reach more jobs are kept after the cut for that, and for
-// halting (the first of those that could make room; see haltReach). trim sorts by a copy of
-// the policy's order (scheduler.queueOrder). TestTrimClose checks that trimmed and untrimmed
-// runs come out alike.
+// halting (the first of those that could make room; see haltReach). trim sorts by Plan's own
+// queue order (scheduler.QueueKey). TestTrimClose checks that trimmed and untrimmed runs come
+// out alike.
 func trim(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64, free []int, reach int) []*scheduler.Job {
 	total := 0
 	for _, f := range free {
@@ -626,53 +625,13 @@ func trim(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64, 
 	return out
 }
 
-// queueKey is a job's place in a policy's order, computed once per trim rather than at every
-// comparison (the fair order's reads two tallies from a map): lower group first (interactive
-// jobs first, as in every order but FIFO), then lower rank (FairRank, attained-service level),
-// then shorter dur (maxDuration, the oracle's run time), then the older submission.
-type queueKey struct {
-	j     *scheduler.Job
-	group int
-	rank  float64
-	dur   time.Duration
-}
-
-func (a queueKey) cmp(b queueKey) int {
-	if c := cmp.Compare(a.group, b.group); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(a.rank, b.rank); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(a.dur, b.dur); c != 0 {
-		return c
-	}
-	if c := a.j.Submitted.Compare(b.j.Submitted); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.j.UUID, b.j.UUID)
-}
-
-// orderKeys is cand's keys under policy p, as scheduler's queue order has them (without
+// orderKeys is cand's keys in the policy's queue order (scheduler.QueueKey; without
 // reservations: trim is not used with a scenario).
-func orderKeys(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64) []queueKey {
-	keys := make([]queueKey, len(cand))
+func orderKeys(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64) []scheduler.QueueKey {
+	s := scheduler.Snapshot{Policy: p, Tallies: tallies}
+	keys := make([]scheduler.QueueKey, len(cand))
 	for i, j := range cand {
-		k := queueKey{j: j}
-		if p != scheduler.PolicyFIFO && p != scheduler.PolicySJFOracle && !j.Request.Scheduling.Interactive {
-			k.group = 1
-		}
-		switch p {
-		case scheduler.PolicyFIFO:
-		case scheduler.PolicySJFOracle:
-			k.dur = j.OracleDuration
-		case scheduler.PolicyLAS:
-			k.rank = float64(scheduler.LASLevel(j.Attained))
-		default:
-			k.rank = scheduler.FairRank(tallies[j.UserID], j.Request.Scheduling.MaxDuration.Std())
-			k.dur = j.Request.Scheduling.MaxDuration.Std()
-		}
-		keys[i] = k
+		keys[i] = s.QueueKey(j)
 	}
 	return keys
 }
@@ -682,13 +641,13 @@ func orderKeys(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]floa
 // particular order. A partial heap sort: a long queue is not sorted whole at every event for
 // the few dozen jobs at its head. The keys are a total order, so the kept part is as a full
 // sort has it.
-func firstInOrder(keys []queueKey, total, reach int) []*scheduler.Job {
+func firstInOrder(keys []scheduler.QueueKey, total, reach int) []*scheduler.Job {
 	h := keyHeap(keys)
 	heap.Init(&h)
 	sorted := make([]*scheduler.Job, 0, len(keys))
 	ones, more := 0, -1 // more: jobs still to take once total one-GPU jobs are in
 	for h.Len() > 0 && more != 0 {
-		j := heap.Pop(&h).(queueKey).j
+		j := heap.Pop(&h).(scheduler.QueueKey).Job
 		sorted = append(sorted, j)
 		switch {
 		case more > 0:
@@ -702,17 +661,17 @@ func firstInOrder(keys []queueKey, total, reach int) []*scheduler.Job {
 		}
 	}
 	for _, k := range h {
-		sorted = append(sorted, k.j)
+		sorted = append(sorted, k.Job)
 	}
 	return sorted
 }
 
-type keyHeap []queueKey
+type keyHeap []scheduler.QueueKey
 
 func (h *keyHeap) Len() int           { return len(*h) }
-func (h *keyHeap) Less(i, j int) bool { return (*h)[i].cmp((*h)[j]) < 0 }
+func (h *keyHeap) Less(i, j int) bool { return (*h)[i].Compare((*h)[j]) < 0 }
 func (h *keyHeap) Swap(i, j int)      { (*h)[i], (*h)[j] = (*h)[j], (*h)[i] }
-func (h *keyHeap) Push(x any)         { *h = append(*h, x.(queueKey)) }
+func (h *keyHeap) Push(x any)         { *h = append(*h, x.(scheduler.QueueKey)) }
 func (h *keyHeap) Pop() any {
 	x := (*h)[len(*h)-1]
 	*h = (*h)[:len(*h)-1]
