@@ -101,8 +101,8 @@ func (s Snapshot) Plan() Plan {
 	return out
 }
 
-// leavesWaiting says whether a pass that decided explained (the jobs it left waiting) leaves
-// one of jobs waiting, counting s.Waiting; nil jobs: any.
+// leavesWaiting says whether the pass leaves one of jobs waiting: explained (the pass decided
+// to keep it queued) or one of s.Waiting. Nil jobs: always true, any waiting job will do.
 func (s *Snapshot) leavesWaiting(jobs []string, explained map[string][]string) bool {
 	if jobs == nil {
 		return true
