@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -266,6 +267,50 @@ func TestForecastWaitsForTheHaltGrace(t *testing.T) {
 			want := Range{Early: t0, Likely: t0.Add(grace), Late: t0.Add(grace)}
 			if got := p.Ranges["light"]; got != want {
 				t.Errorf("range %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+// TestRangesFor: with RangesFor set, a pass forecasts only when one of the named jobs is left
+// waiting (decided to wait, or given in Waiting), and then for every waiting job as without it;
+// nil RangesFor forecasts at every pass (the master). One GPU of two is free: q0 is assigned,
+// q1 and q2 wait.
+func TestRangesFor(t *testing.T) {
+	s := busyTwoGPUs()
+	s.Running = s.Running[1:] // GPU 0 free
+	s.Queued = queueOf(3)
+	all := s.Plan()
+	if len(all.Assignments) != 1 || all.Assignments[0].JobUUID != "q0" || len(all.Ranges) != 2 {
+		t.Fatalf("without RangesFor: assigned %+v, ranges %v", all.Assignments, all.Ranges)
+	}
+	for _, c := range []struct {
+		name    string
+		named   []string
+		waiting bool // q2 given in Waiting rather than Queued
+		ranges  bool
+	}{
+		{"an assigned job named", []string{"q0"}, false, false},
+		{"none named", []string{}, false, false},
+		{"a waiting job named", []string{"q0", "q2"}, false, true},
+		{"a job of Waiting named", []string{"q2"}, true, true},
+		{"an unknown job named", []string{"gone"}, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := s
+			s.RangesFor = c.named
+			if c.waiting {
+				s.Queued, s.Waiting = s.Queued[:2], s.Queued[2:]
+			}
+			got := s.Plan()
+			if !reflect.DeepEqual(got.Assignments, all.Assignments) {
+				t.Fatalf("RangesFor changed the decisions: %+v", got.Assignments)
+			}
+			switch {
+			case c.ranges && !reflect.DeepEqual(got.Ranges, all.Ranges):
+				t.Fatalf("ranges %v, want those without RangesFor %v", got.Ranges, all.Ranges)
+			case !c.ranges && len(got.Ranges) != 0:
+				t.Fatalf("forecast though no named job waits: %v", got.Ranges)
 			}
 		})
 	}
