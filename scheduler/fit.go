@@ -192,20 +192,27 @@ func (p *planner) release() {
 	passPool.Put(b)
 }
 
+// haltOptions is a planner with only the snapshot's clock, tallies and halting options set, the
+// defaults applied: all that halt.go's scoring needs (Snapshot.MayHalt uses it alone).
+func haltOptions(s Snapshot) *planner {
+	p := &planner{now: s.Now, tallies: s.Tallies, las: s.Policy == PolicyLAS,
+		halting:    !s.NoHalts && (s.Policy == "" || s.Policy == PolicyFair || s.Policy == PolicyLAS),
+		haltFactor: max(1, s.HaltFactor), haltRestartableOnly: !s.HaltNonRestartable, haltGrace: s.HaltGrace}
+	if s.HaltFactor <= 0 {
+		p.haltFactor = DefaultHaltFactor
+	}
+	if p.haltGrace <= 0 {
+		p.haltGrace = DefaultHaltGrace
+	}
+	return p
+}
+
 // newPlanner copies what it must change (free resources) and leaves the snapshot alone; Slave
 // structs and their GPU slices are only read. The pass's own state is allocated in a few
 // slices, not per slave: the simulator builds a planner at every event.
 func newPlanner(s Snapshot) *planner {
-	p := &planner{now: s.Now, clusters: s.Clusters, limits: s.Limits, counts: newRunning(s.Running, s.Limits),
-		halting: !s.NoHalts && (s.Policy == "" || s.Policy == PolicyFair || s.Policy == PolicyLAS), las: s.Policy == PolicyLAS,
-		tallies: s.Tallies, haltFactor: max(1, s.HaltFactor), haltRestartableOnly: !s.HaltNonRestartable}
-	if s.HaltFactor <= 0 {
-		p.haltFactor = DefaultHaltFactor
-	}
-	p.haltGrace = s.HaltGrace
-	if p.haltGrace <= 0 {
-		p.haltGrace = DefaultHaltGrace
-	}
+	p := haltOptions(s)
+	p.clusters, p.limits, p.counts = s.Clusters, s.Limits, newRunning(s.Running, s.Limits)
 	ix := s.Index
 	if !ix.fits(s.Slaves) {
 		ix = NewSlaveIndex(s.Slaves, s.Clusters)

@@ -89,10 +89,7 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 	// maxDuration, a victim's by the maxDuration it has left, so a heavy user's short job may
 	// halt a lighter user's long one, as the queue order would have put it first.
 	starterTally := p.tallies[j.UserID]
-	starterScore := FairRank(starterTally, j.Request.Scheduling.MaxDuration.Std())
-	if p.las {
-		starterScore = float64(lasLevel(j.Attained))
-	}
+	starterScore := p.starterScore(j)
 	inter := j.Request.Scheduling.Interactive
 	var best *slaveState
 	var bestSet []*Placed
@@ -189,6 +186,15 @@ func (p *planner) makeRoom(j *Job, n *need, misses []miss) string {
 		stopped = "they have"
 	}
 	return fmt.Sprintf("halting %s (%s) to make room on %s; starts when %s stopped", jobNames(bestSet), why, best.s.Name, stopped)
+}
+
+// starterScore is what a queued job's priority is measured by when it may halt others (lower:
+// higher priority): its FairRank, or under PolicyLAS its attained-service level.
+func (p *planner) starterScore(j *Job) float64 {
+	if p.las {
+		return float64(lasLevel(j.Attained))
+	}
+	return FairRank(p.tallies[j.UserID], j.Request.Scheduling.MaxDuration.Std())
 }
 
 // haltable says whether a running job could be halted for some starter at all: it has run its
@@ -357,16 +363,11 @@ func (st *slaveState) release(pl *Placed, gpuFree, cpuFree []bool, cpusFree, mem
 // outranks, by the halt factor, enough haltable jobs on one slave to get the GPUs it asks there
 // (with what is free), so Plan decides no halt. It is true whenever it cannot tell cheaply:
 // interactive starters (which may halt anything), private clusters and reservations. The
-// simulator asks it before the passes that only a running job passing its minDuration prompts
-// (most passes of a halting replay, nearly all of which halt nothing): such a pass can decide
-// nothing but halts, so it may be skipped with the same outcome, at a fraction of Plan's cost.
+// simulator asks it before a halting pass in which no queued job fits the emptiest slave (a
+// third of a halting replay's passes): such a pass can decide nothing but halts, so when
+// MayHalt says no it is skipped with the same outcome, at a fraction of Plan's cost.
 func (s Snapshot) MayHalt() bool {
-	p := &planner{now: s.Now, tallies: s.Tallies, las: s.Policy == PolicyLAS,
-		halting:    !s.NoHalts && (s.Policy == "" || s.Policy == PolicyFair || s.Policy == PolicyLAS),
-		haltFactor: max(1, s.HaltFactor), haltRestartableOnly: !s.HaltNonRestartable}
-	if s.HaltFactor <= 0 {
-		p.haltFactor = DefaultHaltFactor
-	}
+	p := haltOptions(s)
 	if !p.halting || len(s.Queued) == 0 {
 		return false
 	}
@@ -387,10 +388,7 @@ func (s Snapshot) MayHalt() bool {
 		if j.Request.Scheduling.Interactive {
 			return true
 		}
-		score := FairRank(s.Tallies[j.UserID], j.Request.Scheduling.MaxDuration.Std())
-		if p.las {
-			score = float64(lasLevel(j.Attained))
-		}
+		score := p.starterScore(j)
 		g := max(0, j.Request.Resources.GPUs)
 		for len(best) <= g {
 			best = append(best, math.NaN())
