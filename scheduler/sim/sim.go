@@ -92,7 +92,8 @@ type Outcome struct {
 	Halts int
 	// Held is the GPU time the job held, lost work and halt graces included.
 	Held time.Duration
-	// Estimate is the start Plan estimated at the job's first pass (zero: none).
+	// Estimate is the start Plan estimated at the job's first planned pass (zero: none; a pass
+	// that can decide nothing is not planned: see Run).
 	Estimate time.Time
 }
 
