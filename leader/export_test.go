@@ -2,14 +2,27 @@ package leader
 
 import (
 	"context"
+	"slices"
 
 	"github.com/opengpulab/gpulab/scheduler"
+	"github.com/opengpulab/gpulab/store"
 )
 
 // ReadQueue is one pass's read of the queued jobs, for the tests of the leader's memory.
 func (l *Loop) ReadQueue(ctx context.Context) ([]scheduler.Job, error) {
-	return l.queue.read(ctx, l.st)
+	jobs, _, err := l.queue.read(ctx, l.st)
+	return slices.Clone(jobs), err
 }
+
+// ReadJobs is one pass's read of the queued jobs and of what is held, for the tests of the
+// leader's memory.
+func (l *Loop) ReadJobs(ctx context.Context) ([]scheduler.Job, []store.Held, error) {
+	jobs, held, err := l.queue.read(ctx, l.st)
+	return slices.Clone(jobs), held, err
+}
+
+// ReadAgain is what a pass does with the jobs its conditional writes found changed.
+func (l *Loop) ReadAgain(ids ...string) { l.queue.readAgain(ids...) }
 
 // CheckQueueNow makes the next read a full one that checks the memory.
 func (l *Loop) CheckQueueNow() { l.queue.checkedAt = l.queue.checkedAt.Add(-l.queue.checkEvery) }

@@ -1,7 +1,6 @@
 package leader
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,8 +52,8 @@ type Config struct {
 	// Idle is the idle-GPU check; a zero Idle.After turns it off.
 	Idle IdleConfig
 	// FullReadEvery is how often the leader reads again in full what it otherwise keeps in
-	// memory between passes (the queued jobs' requests), as a check: differences are logged
-	// and counted as drift (default 5 min).
+	// memory between passes (the queued jobs with their requests, what running jobs hold), as
+	// a check: differences are logged and counted as drift (default 5 min).
 	FullReadEvery time.Duration
 	// Sweep is how many of the waiting jobs that cannot start now a pass between two full ones
 	// plans anyway, first in queue order (default DefaultSweep; negative: every pass is full).
@@ -98,7 +97,7 @@ type Loop struct {
 	ratiosAt time.Time
 	// phases are the last pass's (LastPass).
 	phases Phases
-	// queue remembers the queued jobs' requests between passes.
+	// queue remembers the queued and running jobs between passes.
 	queue *queue
 	// planned are the queued jobs a pass of this term has planned (nil: none yet), and fullAt
 	// when the last full pass began (see narrow).
@@ -613,7 +612,11 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	}
 	l.timed("clusters", t)
 	t = time.Now()
-	slaves, err := l.st.ListSlaves(ctx)
+	stamps := make(map[string]string, len(l.slaveDocs))
+	for name, d := range l.slaveDocs {
+		stamps[name] = d.stamp
+	}
+	slaves, err := l.st.SchedulerSlaves(ctx, stamps)
 	if err != nil {
 		return snap, hosts, err
 	}
@@ -623,9 +626,11 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 			continue // joined but never registered: nothing is known of what it has
 		}
 		hosts[s.Name] = firstNonEmpty(s.DNSName, s.Host, s.Name)
-		d, err := l.slaveDocs[s.Name].decode(s.Name, s.Inventory, s.CapacityGPUs)
-		if err != nil {
-			return snap, hosts, err
+		d := l.slaveDocs[s.Name]
+		if s.Docs || d == nil {
+			if d, err = decodeSlaveDocs(s); err != nil {
+				return snap, hosts, err
+			}
 		}
 		decoded[s.Name] = d
 		inv := d.inventory
@@ -639,20 +644,15 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	l.slaveDocs = decoded
 	l.timed("slaves", t)
 	t = time.Now()
-	snap.Queued, err = l.queue.read(ctx, l.st)
+	queued, held, err := l.queue.read(ctx, l.st)
 	if err != nil {
 		return snap, hosts, err
 	}
-	l.timed("queued jobs", t)
-	t = time.Now()
-	held, err := l.st.ListHeld(ctx)
-	if err != nil {
-		return snap, hosts, err
-	}
+	snap.Queued = queued
 	for _, h := range held {
 		snap.Running = append(snap.Running, placedOf(h, now))
 	}
-	l.timed("held", t)
+	l.timed("jobs", t)
 	return snap, hosts, nil
 }
 
@@ -662,9 +662,11 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 // A narrowed plan (see narrow) sets the estimates of the jobs it planned only.
 func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.Snapshot, hosts map[string]string, plan scheduler.Plan, narrowed bool) (int, error) {
 	assigned, halted := 0, 0
-	var haltReasons []string
+	var haltReasons, conflicts []string
 	wake := wakeSlaves(snap, plan)
+	defer func() { l.queue.readAgain(conflicts...) }()
 	err := l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
+		conflicts = conflicts[:0]
 		batch := make([]store.Assignment, 0, len(plan.Assignments))
 		for _, a := range plan.Assignments {
 			gpuIDs := make([]int, len(a.GPUs))
@@ -691,10 +693,24 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 		}
 		l.timed("assign", t)
 		assigned = len(done)
+		if len(done) < len(batch) {
+			// Changed since the snapshot (cancelled, say): read again at the next pass, in
+			// case the change is one the feed does not show (the row deleted since).
+			took := make(map[string]bool, len(done))
+			for _, id := range done {
+				took[id] = true
+			}
+			for _, a := range batch {
+				if !took[a.JobUUID] {
+					conflicts = append(conflicts, a.JobUUID)
+				}
+			}
+		}
 		for _, f := range plan.Failures {
 			_, err := tx.TransitionJob(ctx, f.JobUUID, []job.Status{job.StatusQueued}, job.StatusFailed,
 				store.Event{Actor: string(job.ActorScheduler), Message: f.Reason})
 			if errors.Is(err, store.ErrStateConflict) {
+				conflicts = append(conflicts, f.JobUUID)
 				continue
 			}
 			if err != nil {
@@ -705,6 +721,7 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 			_, err := tx.TransitionJob(ctx, h.JobUUID, []job.Status{job.StatusRunning}, job.StatusMustHalt, store.Event{Actor: string(job.ActorScheduler),
 				Message: fmt.Sprintf("halt (%s) to make room for job %s (owner usage %.2f vs %.2f)", h.Reason, h.ForJobUUID, h.StarterScore, h.VictimScore)})
 			if errors.Is(err, store.ErrStateConflict) {
+				conflicts = append(conflicts, h.JobUUID)
 				continue
 			}
 			if err != nil {
@@ -769,30 +786,30 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 	return assigned, nil
 }
 
-// slaveDocs are a slave's inventory and GPU capacity decoded, with the bytes they were decoded
-// from: 5,000 slaves' inventories decoded at every pass cost a second, and they change only
-// when a slave registers again.
+// slaveDocs are a slave's inventory and GPU capacity decoded, with the stamp of the row they
+// were decoded from: 5,000 slaves' inventories read and decoded at every pass cost a second,
+// and they change only when a slave registers again (store.SchedulerSlaves reads them then).
 type slaveDocs struct {
-	inventoryRaw, capacityRaw []byte
-	inventory                 protocol.Inventory
-	capacity                  []protocol.GPU
+	stamp     string
+	inventory protocol.Inventory
+	capacity  []protocol.GPU
 }
 
-// decode returns d when it was decoded from these very bytes, else decodes them. Plan never
-// changes its snapshot, so passes may share what was decoded.
-func (d *slaveDocs) decode(name string, inventory, capacity []byte) (*slaveDocs, error) {
-	if d != nil && bytes.Equal(d.inventoryRaw, inventory) && bytes.Equal(d.capacityRaw, capacity) {
-		return d, nil
+// decodeSlaveDocs decodes the documents read with s. Plan never changes its snapshot, so
+// passes may share what was decoded.
+func decodeSlaveDocs(s store.SchedSlave) (*slaveDocs, error) {
+	if !s.Docs {
+		return nil, fmt.Errorf("slave %s: its inventory was not read (a stamp held for it, but nothing decoded)", s.Name)
 	}
-	out := &slaveDocs{inventoryRaw: bytes.Clone(inventory), capacityRaw: bytes.Clone(capacity)}
-	if len(inventory) > 0 {
-		if err := json.Unmarshal(inventory, &out.inventory); err != nil {
-			return nil, fmt.Errorf("inventory of slave %s: %w", name, err)
+	out := &slaveDocs{stamp: s.Stamp}
+	if len(s.Inventory) > 0 {
+		if err := json.Unmarshal(s.Inventory, &out.inventory); err != nil {
+			return nil, fmt.Errorf("inventory of slave %s: %w", s.Name, err)
 		}
 	}
-	if len(capacity) > 0 {
-		if err := json.Unmarshal(capacity, &out.capacity); err != nil {
-			return nil, fmt.Errorf("capacity of slave %s: %w", name, err)
+	if len(s.CapacityGPUs) > 0 {
+		if err := json.Unmarshal(s.CapacityGPUs, &out.capacity); err != nil {
+			return nil, fmt.Errorf("capacity of slave %s: %w", s.Name, err)
 		}
 	}
 	return out, nil

@@ -1,27 +1,44 @@
 package leader
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
 )
 
-// queue is the leader's memory of the queued jobs between passes (issue 16). Reading and
-// decoding every queued job's request at every pass was most of a pass with a long queue
-// (100,000 jobs: seconds), yet a request never changes after submit: a pass now lists only
-// which jobs are queued (store.ListQueuedKeys, a few columns from the queue's index) and reads
-// the requests of the jobs it has not seen queued before. What the list no longer names (jobs
-// assigned, cancelled, failed) is forgotten, so the memory is the queue's size.
+// queue is the leader's memory between passes (issue 16) of the jobs a pass reads: the queued
+// ones with their requests, and what the jobs on slaves hold. Reading all of them at every pass
+// was most of a pass on a busy cluster (B2x: 20,000 queued and 6,000 running jobs, ~160 ms of
+// Postgres and as much of the master per pass, at a pass a second); a pass now reads only the
+// jobs whose state changed since its last read (store's change feed: JobsChangedSince), and what
+// ended jobs still hold (a short list) in full.
 //
 // The memory starts empty (a new leader, or a leader again after losing the lease, reads
-// everything), and is checked against a full read every checkEvery: any difference is a bug
-// (a request changed in place), logged and counted, and the full read replaces the memory.
+// everything), and is checked against a full read every checkEvery: any difference is a bug (a
+// change the feed missed, or a request changed in place), logged and counted, and the full read
+// replaces the memory. A job a pass's conditional writes found changed behind its back is read
+// again by name at the next pass (recheck), whatever the feed says.
 type queue struct {
-	jobs       map[string]scheduler.Job
+	// jobs are the queued jobs, held what the live jobs hold, by job.
+	jobs map[string]scheduler.Job
+	held map[string]store.SchedJob
+	// order and holders are the same, oldest first: kept sorted between passes, since a pass
+	// mostly adds a few new jobs at the end and removes a few.
+	order   []scheduler.Job
+	holders []store.SchedJob
+	// mark is where the next read of the feed starts.
+	mark    store.ChangeMark
+	recheck map[string]bool
+
 	checkEvery time.Duration
 	checkedAt  time.Time
 	log        *slog.Logger
@@ -34,67 +51,249 @@ func newQueue(checkEvery time.Duration, log *slog.Logger, onDrift func(int)) *qu
 }
 
 // reset forgets everything: the next read is a full one (a change of leader).
-func (q *queue) reset() { q.jobs, q.checkedAt = nil, time.Time{} }
-
-// read returns the queued jobs in queue order (oldest first).
-func (q *queue) read(ctx context.Context, st *store.Store) ([]scheduler.Job, error) {
-	keys, err := st.ListQueuedKeys(ctx)
-	if err != nil {
-		return nil, err
-	}
-	check := q.jobs != nil && time.Since(q.checkedAt) >= q.checkEvery
-	var want []string
-	for _, k := range keys {
-		if _, ok := q.jobs[k.UUID]; !ok || check {
-			want = append(want, k.UUID)
-		}
-	}
-	fresh, err := st.QueuedRequests(ctx, want)
-	if err != nil {
-		return nil, err
-	}
-	next := make(map[string]scheduler.Job, len(keys))
-	for _, r := range fresh {
-		next[r.UUID] = scheduler.Job{UUID: r.UUID, Request: r.Request, Submitted: r.Created, UserID: r.UserID, ProjectID: r.ProjectID}
-	}
-	if check {
-		q.compare(next)
-	}
-	if q.jobs == nil || check {
-		q.checkedAt = time.Now()
-	}
-	out := make([]scheduler.Job, 0, len(keys))
-	for _, k := range keys {
-		j, ok := next[k.UUID]
-		if !ok {
-			if j, ok = q.jobs[k.UUID]; !ok {
-				continue // left the queue between the two reads
-			}
-			next[k.UUID] = j
-		}
-		out = append(out, j)
-	}
-	q.jobs = next
-	return out, nil
+func (q *queue) reset() {
+	q.jobs, q.held, q.order, q.holders, q.recheck, q.checkedAt = nil, nil, nil, nil, nil, time.Time{}
 }
 
-// compare logs and counts the remembered jobs that a full read found different: a bug.
-func (q *queue) compare(fresh map[string]scheduler.Job) {
-	drift := 0
-	for id, j := range fresh {
-		old, ok := q.jobs[id]
-		if ok && !reflect.DeepEqual(old, j) {
-			drift++
-			if drift <= 10 {
-				q.log.Error("scheduler memory drift: a queued job's request or owner differs from the database (a bug: requests never change after submit)",
-					"job", id)
+// readAgain makes the next read read these jobs whatever the feed says: a pass's conditional
+// write found them in another state than the snapshot's.
+func (q *queue) readAgain(ids ...string) {
+	if q.recheck == nil {
+		q.recheck = map[string]bool{}
+	}
+	for _, id := range ids {
+		q.recheck[id] = true
+	}
+}
+
+// read returns the queued jobs in queue order (oldest first) and what is held on the slaves
+// (oldest first, as store.ListHeld orders it). The queued jobs' slice is the memory's own:
+// valid until the next read, and not to be changed.
+func (q *queue) read(ctx context.Context, st *store.Store) ([]scheduler.Job, []store.Held, error) {
+	// Taken before the read: whatever commits after the read is at or after it.
+	mark, err := st.TakeChangeMark(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	full := q.jobs == nil || time.Since(q.checkedAt) >= q.checkEvery
+	if full {
+		rows, err := st.SchedulerJobs(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		jobs, held := map[string]scheduler.Job{}, map[string]store.SchedJob{}
+		for _, r := range rows {
+			if err := put(jobs, held, nil, r); err != nil {
+				return nil, nil, err
 			}
 		}
+		if q.jobs != nil {
+			q.compare(jobs, held)
+		}
+		q.jobs, q.held, q.checkedAt = jobs, held, time.Now()
+		q.order, q.holders = sortedValues(jobs, compareJobs), sortedValues(held, compareHeld)
+	} else {
+		also := make([]string, 0, len(q.recheck))
+		for id := range q.recheck {
+			also = append(also, id)
+		}
+		rows, err := st.JobsChangedSince(ctx, q.mark, also)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := q.apply(rows, also); err != nil {
+			return nil, nil, err
+		}
 	}
-	if drift > 0 {
-		q.log.Error("scheduler memory drift: the full read differs from what the leader remembered; the full read replaces it", "jobs", drift)
+	q.mark, q.recheck = mark, nil
+	releasing, err := st.Releasing(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	slices.SortFunc(releasing, compareHeld)
+	held := make([]store.Held, 0, len(q.holders)+len(releasing))
+	i := 0
+	for _, r := range releasing {
+		for ; i < len(q.holders) && compareHeld(q.holders[i], r) <= 0; i++ {
+			held = append(held, q.holders[i].Held)
+		}
+		held = append(held, r.Held)
+	}
+	for _, h := range q.holders[i:] {
+		held = append(held, h.Held)
+	}
+	return q.order, held, nil
+}
+
+// apply brings the memory up to date with the changed rows; also are jobs read by name, which
+// are forgotten when they no longer exist.
+func (q *queue) apply(rows []store.SchedJob, also []string) error {
+	seen := make(map[string]bool, len(rows))
+	var addedJobs []scheduler.Job
+	var addedHeld []store.SchedJob
+	removedJobs, dropHeld := false, map[string]bool{}
+	for _, r := range rows {
+		if seen[r.UUID] {
+			continue
+		}
+		seen[r.UUID] = true
+		_, wasQueued := q.jobs[r.UUID]
+		_, wasHeld := q.held[r.UUID]
+		old, hadOld := q.jobs[r.UUID]
+		delete(q.jobs, r.UUID)
+		delete(q.held, r.UUID)
+		var keep *scheduler.Job
+		if hadOld {
+			keep = &old
+		}
+		if err := put(q.jobs, q.held, keep, r); err != nil {
+			return err
+		}
+		_, isQueued := q.jobs[r.UUID]
+		h, isHeld := q.held[r.UUID]
+		switch {
+		case wasQueued && !isQueued:
+			removedJobs = true
+		case !wasQueued && isQueued:
+			addedJobs = append(addedJobs, q.jobs[r.UUID])
+		}
+		if wasHeld {
+			dropHeld[r.UUID] = true // changed or gone: its old entry leaves the list
+		}
+		if isHeld {
+			addedHeld = append(addedHeld, h)
+		}
+	}
+	for _, id := range also {
+		if seen[id] {
+			continue
+		}
+		if _, ok := q.jobs[id]; ok {
+			delete(q.jobs, id)
+			removedJobs = true
+		}
+		if _, ok := q.held[id]; ok {
+			delete(q.held, id)
+			dropHeld[id] = true
+		}
+	}
+	// In place: the slices read returned are not used after the pass that read them.
+	if removedJobs {
+		q.order = slices.DeleteFunc(q.order, func(j scheduler.Job) bool { _, ok := q.jobs[j.UUID]; return !ok })
+	}
+	if len(addedJobs) > 0 {
+		slices.SortFunc(addedJobs, compareJobs)
+		q.order = mergeSorted(q.order, addedJobs, compareJobs)
+	}
+	if len(dropHeld) > 0 {
+		q.holders = slices.DeleteFunc(q.holders, func(h store.SchedJob) bool { return dropHeld[h.UUID] })
+	}
+	if len(addedHeld) > 0 {
+		slices.SortFunc(addedHeld, compareHeld)
+		q.holders = mergeSorted(q.holders, addedHeld, compareHeld)
+	}
+	return nil
+}
+
+// put files a row: a queued job in jobs (keeping keep, the job as remembered, rather than
+// decoding its request again: a request never changes), a job holding resources in held.
+func put(jobs map[string]scheduler.Job, held map[string]store.SchedJob, keep *scheduler.Job, r store.SchedJob) error {
+	switch {
+	case r.Queued():
+		if keep != nil {
+			jobs[r.UUID] = *keep
+			return nil
+		}
+		j := scheduler.Job{UUID: r.UUID, Submitted: r.Created, UserID: r.UserID, ProjectID: r.ProjectID}
+		if err := json.Unmarshal(r.Request, &j.Request); err != nil {
+			return fmt.Errorf("decode request of job %s: %w", r.UUID, err)
+		}
+		jobs[r.UUID] = j
+	case r.Holds:
+		r.Request = nil
+		held[r.UUID] = r
+	}
+	return nil
+}
+
+// compareJobs is the queue's order: oldest first, ties broken by id.
+func compareJobs(a, b scheduler.Job) int {
+	return cmp.Or(a.Submitted.Compare(b.Submitted), strings.Compare(a.UUID, b.UUID))
+}
+
+// compareHeld orders what is held as store.ListHeld does: by creation (or release), then id.
+func compareHeld(a, b store.SchedJob) int {
+	return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.UUID, b.UUID))
+}
+
+func sortedValues[T any](m map[string]T, cmp func(a, b T) int) []T {
+	out := make([]T, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	slices.SortFunc(out, cmp)
+	return out
+}
+
+// mergeSorted merges two sorted lists into one (reusing a's array when it can).
+func mergeSorted[T any](a, b []T, cmp func(a, b T) int) []T {
+	if len(b) == 0 {
+		return a
+	}
+	if len(a) == 0 || cmp(a[len(a)-1], b[0]) <= 0 {
+		return append(a, b...) // the usual case: new jobs are the newest
+	}
+	out := make([]T, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		if cmp(b[j], a[i]) < 0 {
+			out = append(out, b[j])
+			j++
+		} else {
+			out = append(out, a[i])
+			i++
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
+}
+
+// compare logs and counts what a full read found different from the memory: a bug.
+func (q *queue) compare(jobs map[string]scheduler.Job, held map[string]store.SchedJob) {
+	var diff []string
+	for id, j := range jobs {
+		if old, ok := q.jobs[id]; !ok || !reflect.DeepEqual(old, j) {
+			diff = append(diff, id)
+		}
+	}
+	for id := range q.jobs {
+		if _, ok := jobs[id]; !ok {
+			diff = append(diff, id)
+		}
+	}
+	for id, h := range held {
+		if old, ok := q.held[id]; !ok || !reflect.DeepEqual(old, h) {
+			diff = append(diff, id)
+		}
+	}
+	for id := range q.held {
+		if _, ok := held[id]; !ok {
+			diff = append(diff, id)
+		}
+	}
+	slices.Sort(diff)
+	diff = slices.Compact(diff)
+	for i, id := range diff {
+		if i == 10 {
+			break
+		}
+		q.log.Error("scheduler memory drift: a job differs from the database (a bug: a change the feed missed, or a request changed in place)",
+			"job", id)
+	}
+	if len(diff) > 0 {
+		q.log.Error("scheduler memory drift: the full read differs from what the leader remembered; the full read replaces it", "jobs", len(diff))
 		if q.onDrift != nil {
-			q.onDrift(drift)
+			q.onDrift(len(diff))
 		}
 	}
 }

@@ -13,10 +13,7 @@ import (
 	"github.com/opengpulab/gpulab/job"
 )
 
-// QueuedKey is what the scheduler must read of every queued job at every pass: which jobs are
-// queued, in what order, and whose. The request, the bulk of a row, never changes after
-// submit (nor do the owner and the creation time), so the leader keeps requests in memory and
-// reads only those of jobs it has not seen queued before (QueuedRequests).
+// QueuedKey is a queued job's place in the queue and its owner.
 type QueuedKey struct {
 	UUID      string    `db:"uuid"`
 	UserID    int64     `db:"user_id"`
@@ -24,9 +21,10 @@ type QueuedKey struct {
 	Created   time.Time `db:"created_at"`
 }
 
-// ListQueuedKeys returns every queued job's key, oldest first. The order is made here: sorting
-// 100,000 rows spilled to disk in Postgres, and the jobs_queued_idx order lacks the uuid that
-// breaks ties.
+// ListQueuedKeys returns every queued job's key, oldest first: the queue as the leader's memory
+// of it (SchedulerJobs, JobsChangedSince) must hold it. The order is made here: sorting 100,000
+// rows spilled to disk in Postgres, and the jobs_queued_idx order lacks the uuid that breaks
+// ties.
 func (s *Store) ListQueuedKeys(ctx context.Context) ([]QueuedKey, error) {
 	var out []QueuedKey
 	if err := s.q.SelectContext(ctx, &out, `SELECT uuid, user_id, project_id, created_at FROM jobs WHERE status = 'QUEUED'`); err != nil {
@@ -38,37 +36,6 @@ func (s *Store) ListQueuedKeys(ctx context.Context) ([]QueuedKey, error) {
 		}
 		return strings.Compare(a.UUID, b.UUID)
 	})
-	return out, nil
-}
-
-// QueuedRequest is a queued job's key with its decoded request.
-type QueuedRequest struct {
-	QueuedKey
-	Request job.Request
-}
-
-// QueuedRequests returns the keys and requests of those of the named jobs that are still
-// queued (a job that left the queue since it was listed is left out).
-func (s *Store) QueuedRequests(ctx context.Context, uuids []string) ([]QueuedRequest, error) {
-	if len(uuids) == 0 {
-		return nil, nil
-	}
-	var rows []struct {
-		QueuedKey
-		Request []byte `db:"request"`
-	}
-	err := s.q.SelectContext(ctx, &rows, `SELECT uuid, user_id, project_id, created_at, request FROM jobs
-WHERE uuid = ANY($1::uuid[]) AND status = 'QUEUED'`, pq.Array(uuids))
-	if err != nil {
-		return nil, mapErr(err, "read queued requests")
-	}
-	out := make([]QueuedRequest, len(rows))
-	for i, r := range rows {
-		out[i].QueuedKey = r.QueuedKey
-		if err := json.Unmarshal(r.Request, &out[i].Request); err != nil {
-			return nil, fmt.Errorf("decode request of job %s: %w", r.UUID, err)
-		}
-	}
 	return out, nil
 }
 

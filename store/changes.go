@@ -1,0 +1,126 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/lib/pq"
+)
+
+// The leader's change feed (migration 0015). Every row of jobs and slaves carries sched_xid, the
+// id of the transaction that last changed what the scheduler reads of it. A reader that takes a
+// ChangeMark before it reads, and at its next read asks for the rows stamped at or after that
+// mark, misses no change: a transaction that had not committed when the mark was taken was
+// still running then, so its id is at least the mark (the oldest id still running), whether
+// it had an id yet or not. Rows changed by transactions that were running at the mark are read
+// again, which costs a little and changes nothing.
+
+// ChangeMark is the oldest transaction id still running when it was taken (a 64-bit xid8,
+// which does not wrap around).
+type ChangeMark uint64
+
+// TakeChangeMark returns the mark to read changes from next time; take it before the read it
+// goes with.
+func (s *Store) TakeChangeMark(ctx context.Context) (ChangeMark, error) {
+	var text string
+	if err := s.q.GetContext(ctx, &text, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`); err != nil {
+		return 0, mapErr(err, "take a change mark")
+	}
+	m, err := strconv.ParseUint(text, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse change mark %q: %w", text, err)
+	}
+	return ChangeMark(m), nil
+}
+
+// SchedJob is what the scheduler reads of a job: its key and, while it is queued, its request;
+// while it holds resources on a slave (ASSIGNED … HALTING), what it holds.
+type SchedJob struct {
+	Held
+	Created time.Time `db:"created_at"`
+	// Holds: the job is live and has its resources (Held describes them).
+	Holds bool `db:"holds"`
+	// Request is the job's request document, read only while the job is queued.
+	Request []byte `db:"request"`
+}
+
+// Queued says whether the job is waiting in the queue.
+func (j SchedJob) Queued() bool { return j.Status == "QUEUED" }
+
+const schedJobs = `SELECT uuid::text AS uuid, user_id, project_id, status, COALESCE(assigned_slave_name, '') AS slave, ` + heldResources + `,
+	(event_times->>'RUNNING')::timestamptz AS running_at,
+	min_duration_s, max_duration_s, restartable, interactive,
+	COALESCE(request#>>'{scheduling,maxSimultaneousJobs,bucketName}', '') AS bucket,
+	reservation_ids, FALSE AS releasing, created_at,
+	(status IN ` + liveStatuses + ` AND resources IS NOT NULL) AS holds,
+	CASE WHEN status = 'QUEUED' THEN request END AS request
+FROM jobs, LATERAL (SELECT resources AS r) x WHERE `
+
+// SchedulerJobs reads every job the scheduler keeps in memory: the queued ones and those that
+// hold resources on a slave. The full read, at the start of a term and as a periodic check.
+func (s *Store) SchedulerJobs(ctx context.Context) ([]SchedJob, error) {
+	var out []SchedJob
+	err := s.q.SelectContext(ctx, &out, schedJobs+`status = 'QUEUED' OR (status IN `+liveStatuses+` AND resources IS NOT NULL)`)
+	return out, mapErr(err, "read the scheduler's jobs")
+}
+
+// JobsChangedSince reads the jobs whose scheduling columns changed at or after mark (whatever
+// their state now: a job that ended is read so that it can be forgotten), and the jobs named in
+// also whatever their stamp (those a pass found changed behind its back). A named job that no
+// longer exists is not returned.
+func (s *Store) JobsChangedSince(ctx context.Context, mark ChangeMark, also []string) ([]SchedJob, error) {
+	var out []SchedJob
+	err := s.q.SelectContext(ctx, &out, schedJobs+`sched_xid >= $1::text::xid8 OR uuid = ANY($2::uuid[])`,
+		strconv.FormatUint(uint64(mark), 10), pq.Array(also))
+	return out, mapErr(err, "read the jobs changed since the last pass")
+}
+
+// Releasing lists what ended (or requeued) jobs still hold until their slaves confirm their
+// containers gone (job_releases), with when that began. A short list, read whole.
+func (s *Store) Releasing(ctx context.Context) ([]SchedJob, error) {
+	var out []SchedJob
+	err := s.q.SelectContext(ctx, &out, `SELECT rl.job_uuid::text AS uuid, j.user_id, j.project_id, j.status, rl.slave_name AS slave, `+heldResources+`,
+	NULL AS running_at, 0 AS min_duration_s, 0 AS max_duration_s, FALSE AS restartable, FALSE AS interactive, '' AS bucket,
+	'{}'::text[] AS reservation_ids, TRUE AS releasing, rl.since AS created_at, TRUE AS holds, NULL AS request
+FROM job_releases rl JOIN jobs j ON j.uuid = rl.job_uuid, LATERAL (SELECT rl.resources AS r) x`)
+	return out, mapErr(err, "list resources being released")
+}
+
+// SchedSlave is what the scheduler reads of a slave at every pass. Inventory and CapacityGPUs
+// are read only when the slave's stamp differs from the one the caller holds (Docs is then
+// true): they change when it registers again, and were most of the bytes of a slave read.
+type SchedSlave struct {
+	Name          string `db:"name"`
+	InstanceID    string `db:"instance_id"`
+	ClusterID     int    `db:"cluster_id"`
+	Host          string `db:"host"`
+	DNSName       string `db:"dns_name"`
+	AcceptingJobs bool   `db:"accepting_jobs"`
+	Online        bool   `db:"online"`
+	Disabled      bool   `db:"disabled"`
+	// Stamp identifies the version of Inventory and CapacityGPUs.
+	Stamp        string `db:"stamp"`
+	Docs         bool   `db:"docs"`
+	Inventory    []byte `db:"inventory"`
+	CapacityGPUs []byte `db:"capacity_gpus"`
+}
+
+// SchedulerSlaves lists the slaves by cluster and name, with the documents of those whose stamp
+// is not the one given for them in held (by name).
+func (s *Store) SchedulerSlaves(ctx context.Context, held map[string]string) ([]SchedSlave, error) {
+	names, stamps := make([]string, 0, len(held)), make([]string, 0, len(held))
+	for n, st := range held {
+		names, stamps = append(names, n), append(stamps, st)
+	}
+	var out []SchedSlave
+	err := s.q.SelectContext(ctx, &out, `SELECT s.name, s.instance_id, s.cluster_id, s.host, s.dns_name, s.accepting_jobs, s.online, s.disabled,
+	s.sched_xid::text AS stamp, d.docs,
+	CASE WHEN d.docs THEN s.inventory END AS inventory, CASE WHEN d.docs THEN s.capacity_gpus END AS capacity_gpus
+FROM slaves s
+LEFT JOIN unnest($1::text[], $2::text[]) AS h(name, stamp) ON h.name = s.name,
+LATERAL (SELECT h.stamp IS DISTINCT FROM s.sched_xid::text AS docs) d
+ORDER BY s.cluster_id, s.name`, pq.Array(names), pq.Array(stamps))
+	return out, mapErr(err, "list slaves for the scheduler")
+}
