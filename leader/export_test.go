@@ -10,14 +10,18 @@ import (
 
 // ReadQueue is one pass's read of the queued jobs, for the tests of the leader's memory.
 func (l *Loop) ReadQueue(ctx context.Context) ([]scheduler.Job, error) {
-	jobs, _, err := l.queue.read(ctx, l.st)
-	return slices.Clone(jobs), err
+	jobs, _, err := l.ReadJobs(ctx)
+	return jobs, err
 }
 
 // ReadJobs is one pass's read of the queued jobs and of what is held, for the tests of the
 // leader's memory.
 func (l *Loop) ReadJobs(ctx context.Context) ([]scheduler.Job, []store.Held, error) {
-	jobs, held, err := l.queue.read(ctx, l.st)
+	mark, err := l.st.TakeChangeMark(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	jobs, held, err := l.queue.read(ctx, l.st, mark)
 	return slices.Clone(jobs), held, err
 }
 

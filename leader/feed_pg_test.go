@@ -236,3 +236,56 @@ func (d *driver) step() {
 }
 
 func isConflict(err error) bool { return errors.Is(err, store.ErrStateConflict) }
+
+// TestOverdueJobsFromMemory: between full reads the housekeeping asks the database only about
+// the running jobs its memory says are past their maxDuration (or within a minute of it), and
+// still cancels a job that went past it: here one whose RUNNING time is moved back, which the
+// feed brings into the memory at the next pass and the pass after cancels. A job not yet due
+// is left alone.
+func TestOverdueJobsFromMemory(t *testing.T) {
+	w := newEstimateWorld(t)
+	ctx := context.Background()
+	w.oneGPUSlave()
+	due, later := w.submit(time.Hour), w.submit(time.Hour)
+	loop := leader.NewLoop(w.st, leader.Config{FullReadEvery: time.Hour}, slog.New(slog.DiscardHandler), scheduler.NewSignal(), scheduler.NewSignal())
+	pass := func() {
+		t.Helper()
+		if err := loop.Pass(ctx, w.lead); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status := func(id string) job.Status {
+		t.Helper()
+		rec, err := w.st.GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Job.State.Status
+	}
+	run := func(id string) {
+		t.Helper()
+		for _, step := range [][2]job.Status{{job.StatusAssigned, job.StatusStarting}, {job.StatusStarting, job.StatusRunning}} {
+			if _, err := w.st.TransitionJob(ctx, id, []job.Status{step[0]}, step[1], store.Event{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pass() // the first of the term: reads everything, assigns due (one GPU)
+	if status(due) != job.StatusAssigned {
+		t.Fatalf("job %s, want ASSIGNED", status(due))
+	}
+	run(due)
+	pass()
+	if _, err := w.st.DB().ExecContext(ctx, `UPDATE jobs SET event_times = jsonb_set(event_times, '{RUNNING}', to_jsonb(now() - interval '2 hours')) WHERE uuid = $1`, due); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		pass()
+	}
+	if got := status(due); got != job.StatusCancelled {
+		t.Fatalf("a job past its maxDuration is %s after two passes, want CANCELLED", got)
+	}
+	if got := status(later); got != job.StatusQueued {
+		t.Fatalf("the job behind it is %s, want QUEUED (its slave still holds the first until it confirms)", got)
+	}
+}

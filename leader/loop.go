@@ -77,6 +77,9 @@ type Config struct {
 // TallyInterval is the period tallyIncrement is expressed in (SPEC 7.2).
 const TallyInterval = 5 * time.Minute
 
+// TallyEvery is how often a leader's passes accrue the tallies, at most.
+const TallyEvery = 5 * time.Second
+
 // Loop runs the scheduler on the master that holds the scheduler lease: each pass does the
 // housekeeping (offline slaves, lost jobs, expired leases, jobs past maxDuration), takes a
 // snapshot, plans and applies the plan. Every write of a pass is in a transaction that first
@@ -106,8 +109,13 @@ type Loop struct {
 	// arrived are the recent submissions (arrivals) as of arrivalsAt.
 	arrived    []scheduler.Arrival
 	arrivalsAt time.Time
-	// slaveDocs are the slaves' decoded inventories, by name.
+	// slaveDocs are the slaves' decoded inventories, by name, as of slaveMark.
 	slaveDocs map[string]*slaveDocs
+	slaveMark store.ChangeMark
+	// dbNow is the database's clock as the last snapshot read it, at dbNowAt on this one's.
+	dbNow, dbNowAt time.Time
+	// accruedAt is when the tallies were last accrued.
+	accruedAt time.Time
 }
 
 // remember records the jobs a committed pass planned. Jobs that left the queue are forgotten,
@@ -268,7 +276,7 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 	// What a previous term remembered may have changed under another leader: its first pass
 	// reads and plans everything.
 	l.queue.reset()
-	l.planned = nil
+	l.planned, l.slaveDocs, l.accruedAt, l.dbNow = nil, nil, time.Time{}, time.Time{}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	renewed := make(chan struct{})
@@ -391,14 +399,22 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 	l.phases = Phases{}
 	ph := &l.phases
 	var stops []string
+	accrued := false
 	err := l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
 		var err error
+		accrued = false
 		stops, err = l.housekeeping(ctx, tx, lead)
 		if err != nil {
 			return err
 		}
-		if err := tx.AccrueTallies(ctx, *l.cfg.TallyWeights, l.cfg.TallyHalfLife); err != nil {
-			return err
+		// Accrual integrates over the time since the last one, so its frequency only bounds
+		// how late a start or an end counts: at most every TallyEvery, not at every pass (a
+		// GROUP BY over every running job, at passes a second apart under a stream of submits).
+		if time.Since(l.accruedAt) >= TallyEvery {
+			if err := tx.AccrueTallies(ctx, *l.cfg.TallyWeights, l.cfg.TallyHalfLife); err != nil {
+				return err
+			}
+			accrued = true
 		}
 		// Delivered at commit: the long polls of these slaves, on every master, learn of the
 		// jobs to stop.
@@ -408,6 +424,9 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 		return err
 	}
 	ph.Housekeeping = time.Since(start)
+	if accrued {
+		l.accruedAt = start
+	}
 	l.work.WakeKeys(stops...)
 	if time.Since(l.lastCompact) >= l.cfg.UsageCompactEvery {
 		// Outside the leader's transaction: merging old samples is safe on any master and must
@@ -539,7 +558,14 @@ func (l *Loop) housekeeping(ctx context.Context, tx *store.Store, lead store.Lea
 			return nil, err
 		}
 	}
-	overdue, err := tx.ListExpiredJobs(ctx)
+	// The jobs past their maxDuration: the memory names the candidates (due by the database's
+	// clock as last read, advanced by the time since, with a minute to spare), the database
+	// decides; nil asks about every running job.
+	var among []string
+	if ids, known := l.queue.overdue(l.dbNow.Add(time.Since(l.dbNowAt) + time.Minute)); known && !l.dbNow.IsZero() {
+		among = ids
+	}
+	overdue, err := tx.ListExpiredJobs(ctx, among)
 	if err != nil {
 		return nil, err
 	}
@@ -576,6 +602,7 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	if l.cfg.Limits != nil {
 		snap.Limits = *l.cfg.Limits
 	}
+	l.dbNow, l.dbNowAt = now, time.Now()
 	l.timed("clock", t)
 	t = time.Now()
 	tallies, err := l.st.Tallies(ctx, l.cfg.TallyHalfLife)
@@ -612,13 +639,25 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	}
 	l.timed("clusters", t)
 	t = time.Now()
-	stamps := make(map[string]string, len(l.slaveDocs))
-	for name, d := range l.slaveDocs {
-		stamps[name] = d.stamp
-	}
-	slaves, err := l.st.SchedulerSlaves(ctx, stamps)
+	// Taken before the reads: whatever commits after them is stamped at or after it.
+	mark, err := l.st.TakeChangeMark(ctx)
 	if err != nil {
 		return snap, hosts, err
+	}
+	since := l.slaveMark
+	if l.slaveDocs == nil {
+		since = 0
+	}
+	slaves, err := l.st.SchedulerSlaves(ctx, since)
+	if err != nil {
+		return snap, hosts, err
+	}
+	if since != 0 && slices.ContainsFunc(slaves, func(s store.SchedSlave) bool { return !s.Docs && s.InstanceID != "" && l.slaveDocs[s.Name] == nil }) {
+		// A slave known by name only (nothing decoded for it, say it had not registered
+		// when it was read): read every slave's documents.
+		if slaves, err = l.st.SchedulerSlaves(ctx, 0); err != nil {
+			return snap, hosts, err
+		}
 	}
 	decoded := make(map[string]*slaveDocs, len(slaves))
 	for _, s := range slaves {
@@ -641,10 +680,10 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 			CudaMajor: inv.CudaMajor(), GPUs: inv.GPUs, CapacityGPUs: d.capacity,
 		})
 	}
-	l.slaveDocs = decoded
+	l.slaveDocs, l.slaveMark = decoded, mark
 	l.timed("slaves", t)
 	t = time.Now()
-	queued, held, err := l.queue.read(ctx, l.st)
+	queued, held, err := l.queue.read(ctx, l.st, mark)
 	if err != nil {
 		return snap, hosts, err
 	}
@@ -786,11 +825,10 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 	return assigned, nil
 }
 
-// slaveDocs are a slave's inventory and GPU capacity decoded, with the stamp of the row they
-// were decoded from: 5,000 slaves' inventories read and decoded at every pass cost a second,
-// and they change only when a slave registers again (store.SchedulerSlaves reads them then).
+// slaveDocs are a slave's inventory and GPU capacity decoded: 5,000 slaves' inventories read
+// and decoded at every pass cost a second, and they change only when a slave registers again
+// (store.SchedulerSlaves reads them then).
 type slaveDocs struct {
-	stamp     string
 	inventory protocol.Inventory
 	capacity  []protocol.GPU
 }
@@ -801,7 +839,7 @@ func decodeSlaveDocs(s store.SchedSlave) (*slaveDocs, error) {
 	if !s.Docs {
 		return nil, fmt.Errorf("slave %s: its inventory was not read (a stamp held for it, but nothing decoded)", s.Name)
 	}
-	out := &slaveDocs{stamp: s.Stamp}
+	out := &slaveDocs{}
 	if len(s.Inventory) > 0 {
 		if err := json.Unmarshal(s.Inventory, &out.inventory); err != nil {
 			return nil, fmt.Errorf("inventory of slave %s: %w", s.Name, err)

@@ -67,14 +67,10 @@ func (q *queue) readAgain(ids ...string) {
 }
 
 // read returns the queued jobs in queue order (oldest first) and what is held on the slaves
+// (mark: taken before the read, where the next read starts)
 // (oldest first, as store.ListHeld orders it). The queued jobs' slice is the memory's own:
 // valid until the next read, and not to be changed.
-func (q *queue) read(ctx context.Context, st *store.Store) ([]scheduler.Job, []store.Held, error) {
-	// Taken before the read: whatever commits after the read is at or after it.
-	mark, err := st.TakeChangeMark(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
+func (q *queue) read(ctx context.Context, st *store.Store, mark store.ChangeMark) ([]scheduler.Job, []store.Held, error) {
 	full := q.jobs == nil || time.Since(q.checkedAt) >= q.checkEvery
 	if full {
 		rows, err := st.SchedulerJobs(ctx)
@@ -214,6 +210,26 @@ func put(jobs map[string]scheduler.Job, held map[string]store.SchedJob, keep *sc
 		held[r.UUID] = r
 	}
 	return nil
+}
+
+// overdue returns the remembered jobs that will have run past their maxDuration (since RUNNING)
+// by before: the candidates the housekeeping asks the database about (store.ListExpiredJobs),
+// which decides on its own clock. known is false when nothing is remembered yet (the first
+// pass of a term): then every running job must be asked about.
+func (q *queue) overdue(before time.Time) (ids []string, known bool) {
+	if q.held == nil {
+		return nil, false
+	}
+	ids = []string{}
+	for id, h := range q.held {
+		switch h.Status {
+		case "RUNNING", "MUSTHALT", "HALTING":
+			if h.RunningAt.Valid && h.RunningAt.Time.Add(time.Duration(h.MaxDuration)*time.Second).Before(before) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids, true
 }
 
 // compareJobs is the queue's order: oldest first, ties broken by id.

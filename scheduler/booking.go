@@ -46,17 +46,14 @@ func (b *booking) name() string {
 }
 
 // freeGPUs counts the free GPUs on the booking's online, accepting slaves: what the holders
-// could start on now.
+// could start on now. It sums the slaves' counts (nFree, kept with gpuFree by every write to
+// it): counting gpuFree itself was 8,000 reads for a booking of a 1,000-slave cluster, at
+// every fit check of a job the booking could block.
 func (b *booking) freeGPUs() int {
 	n := 0
 	for _, st := range b.slaves {
-		if !st.s.Online || !st.s.Accepting {
-			continue
-		}
-		for _, f := range st.gpuFree {
-			if f {
-				n++
-			}
+		if st.s.Online && st.s.Accepting {
+			n += st.nFree
 		}
 	}
 	return n

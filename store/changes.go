@@ -89,8 +89,8 @@ FROM job_releases rl JOIN jobs j ON j.uuid = rl.job_uuid, LATERAL (SELECT rl.res
 }
 
 // SchedSlave is what the scheduler reads of a slave at every pass. Inventory and CapacityGPUs
-// are read only when the slave's stamp differs from the one the caller holds (Docs is then
-// true): they change when it registers again, and were most of the bytes of a slave read.
+// are read only when they changed since the caller's mark (Docs is then true): they change when
+// the slave registers again, and were most of the bytes of a slave read.
 type SchedSlave struct {
 	Name          string `db:"name"`
 	InstanceID    string `db:"instance_id"`
@@ -100,27 +100,18 @@ type SchedSlave struct {
 	AcceptingJobs bool   `db:"accepting_jobs"`
 	Online        bool   `db:"online"`
 	Disabled      bool   `db:"disabled"`
-	// Stamp identifies the version of Inventory and CapacityGPUs.
-	Stamp        string `db:"stamp"`
-	Docs         bool   `db:"docs"`
-	Inventory    []byte `db:"inventory"`
-	CapacityGPUs []byte `db:"capacity_gpus"`
+	Docs          bool   `db:"docs"`
+	Inventory     []byte `db:"inventory"`
+	CapacityGPUs  []byte `db:"capacity_gpus"`
 }
 
-// SchedulerSlaves lists the slaves by cluster and name, with the documents of those whose stamp
-// is not the one given for them in held (by name).
-func (s *Store) SchedulerSlaves(ctx context.Context, held map[string]string) ([]SchedSlave, error) {
-	names, stamps := make([]string, 0, len(held)), make([]string, 0, len(held))
-	for n, st := range held {
-		names, stamps = append(names, n), append(stamps, st)
-	}
+// SchedulerSlaves lists the slaves by cluster and name, with the documents of those stamped at or
+// after since (every slave's for a zero mark).
+func (s *Store) SchedulerSlaves(ctx context.Context, since ChangeMark) ([]SchedSlave, error) {
 	var out []SchedSlave
-	err := s.q.SelectContext(ctx, &out, `SELECT s.name, s.instance_id, s.cluster_id, s.host, s.dns_name, s.accepting_jobs, s.online, s.disabled,
-	s.sched_xid::text AS stamp, d.docs,
-	CASE WHEN d.docs THEN s.inventory END AS inventory, CASE WHEN d.docs THEN s.capacity_gpus END AS capacity_gpus
-FROM slaves s
-LEFT JOIN unnest($1::text[], $2::text[]) AS h(name, stamp) ON h.name = s.name,
-LATERAL (SELECT h.stamp IS DISTINCT FROM s.sched_xid::text AS docs) d
-ORDER BY s.cluster_id, s.name`, pq.Array(names), pq.Array(stamps))
+	err := s.q.SelectContext(ctx, &out, `SELECT name, instance_id, cluster_id, host, dns_name, accepting_jobs, online, disabled, docs,
+	CASE WHEN docs THEN inventory END AS inventory, CASE WHEN docs THEN capacity_gpus END AS capacity_gpus
+FROM slaves, LATERAL (SELECT sched_xid >= $1::text::xid8 AS docs) d
+ORDER BY cluster_id, name`, strconv.FormatUint(uint64(since), 10))
 	return out, mapErr(err, "list slaves for the scheduler")
 }

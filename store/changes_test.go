@@ -8,9 +8,9 @@ import (
 )
 
 // TestSchedulerSlavesReadDocumentsOnlyWhenChanged: the scheduler's read of the slaves gives their
-// small columns at every pass but their inventory and capacity only when their stamp is not the
-// one the caller holds: a heartbeat (usage, online) keeps the stamp, a registration with another
-// inventory changes it, a slave the caller holds nothing for is read whole.
+// small columns at every pass but their inventory and capacity only when they changed since
+// the caller's mark: a heartbeat (usage, online) or a drain does not count, a registration with
+// another inventory does, also when its transaction began before the mark.
 func TestSchedulerSlavesReadDocumentsOnlyWhenChanged(t *testing.T) {
 	st := newStore(t)
 	ctx := context.Background()
@@ -25,9 +25,9 @@ func TestSchedulerSlavesReadDocumentsOnlyWhenChanged(t *testing.T) {
 	}
 	register("node1", `{"cpus": 8}`)
 	register("node2", `{"cpus": 16}`)
-	read := func(held map[string]string) map[string]store.SchedSlave {
+	read := func(since store.ChangeMark) map[string]store.SchedSlave {
 		t.Helper()
-		ss, err := st.SchedulerSlaves(ctx, held)
+		ss, err := st.SchedulerSlaves(ctx, since)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,33 +37,56 @@ func TestSchedulerSlavesReadDocumentsOnlyWhenChanged(t *testing.T) {
 		}
 		return out
 	}
-	first := read(nil)
-	if len(first) != 2 || !first["node1"].Docs || string(first["node1"].Inventory) != `{"cpus": 8}` || first["node1"].Stamp == "" || !first["node1"].Online {
+	mark := func() store.ChangeMark {
+		t.Helper()
+		m, err := st.TakeChangeMark(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	first := read(0)
+	if len(first) != 2 || !first["node1"].Docs || string(first["node1"].Inventory) != `{"cpus": 8}` || !first["node1"].Online {
 		t.Fatalf("first read: %+v", first)
 	}
-	held := map[string]string{"node1": first["node1"].Stamp, "node2": first["node2"].Stamp}
+	m1 := mark()
 	if _, err := st.Heartbeat(ctx, store.Beat{Slave: "node1", InstanceID: "i-node1", Usage: []byte(`{"gpus": []}`)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.SetSlaveAccepting(ctx, "node2", false); err != nil {
 		t.Fatal(err)
 	}
-	second := read(held)
-	if second["node1"].Docs || second["node1"].Inventory != nil || second["node1"].Stamp != held["node1"] {
+	second := read(m1)
+	if second["node1"].Docs || second["node1"].Inventory != nil {
 		t.Errorf("after a heartbeat node1's documents were read again: %+v", second["node1"])
 	}
 	if second["node2"].Docs || second["node2"].AcceptingJobs {
 		t.Errorf("node2 after it stopped accepting: %+v (want the flag, not the documents)", second["node2"])
 	}
 	register("node1", `{"cpus": 4}`)
-	third := read(held)
-	if !third["node1"].Docs || string(third["node1"].Inventory) != `{"cpus": 4}` || third["node1"].Stamp == held["node1"] {
+	third := read(m1)
+	if !third["node1"].Docs || string(third["node1"].Inventory) != `{"cpus": 4}` {
 		t.Errorf("after node1 registered with another inventory: %+v", third["node1"])
 	}
 	if third["node2"].Docs {
 		t.Errorf("node2 read whole though unchanged: %+v", third["node2"])
 	}
-	if fourth := read(map[string]string{"node1": third["node1"].Stamp}); !fourth["node2"].Docs {
-		t.Errorf("node2, for which nothing is held, came without its documents: %+v", fourth["node2"])
+
+	// A registration whose transaction began before a mark and committed after it is read
+	// from that mark.
+	tx, err := st.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `UPDATE slaves SET inventory = '{"cpus": 32}' WHERE name = 'node2'`); err != nil {
+		t.Fatal(err)
+	}
+	m2 := mark()
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if fourth := read(m2); !fourth["node2"].Docs || string(fourth["node2"].Inventory) != `{"cpus": 32}` {
+		t.Errorf("node2's new inventory, committed after the mark by an older transaction, not read: %+v", fourth["node2"])
 	}
 }

@@ -47,12 +47,20 @@ func (s *Store) SetStartEstimatesAmong(ctx context.Context, est map[string]job.S
 	if err != nil {
 		return fmt.Errorf("encode estimated starts: %w", err)
 	}
-	_, err = s.q.ExecContext(ctx, `UPDATE jobs j SET scheduling = (j.scheduling - 'estimatedStart' - 'estimatedStartEarliest' - 'estimatedStartLatest')
+	// Only rows whose estimate changed are written. A narrowed pass names its few hundred jobs:
+	// the statement starts from them (the primary key) rather than from the whole queue, which
+	// it matched against the list row by row (20,000 queued: 20 ms a pass).
+	const set = `UPDATE jobs j SET scheduling = (j.scheduling - 'estimatedStart' - 'estimatedStartEarliest' - 'estimatedStartLatest')
     || COALESCE(e.value, '{}'::jsonb)
-FROM jobs j2 LEFT JOIN jsonb_each($1::jsonb) e ON e.key = j2.uuid::text
-WHERE j.uuid = j2.uuid AND j2.status = 'QUEUED' AND ($2::uuid[] IS NULL OR j2.uuid = ANY($2::uuid[]))
+FROM %s LEFT JOIN jsonb_each($1::jsonb) e ON e.key = j2.uuid::text
+WHERE j.uuid = j2.uuid AND j.status = 'QUEUED'
   AND jsonb_strip_nulls(jsonb_build_object('estimatedStart', j.scheduling->'estimatedStart',
         'estimatedStartEarliest', j.scheduling->'estimatedStartEarliest', 'estimatedStartLatest', j.scheduling->'estimatedStartLatest'))
-      IS DISTINCT FROM COALESCE(e.value, '{}'::jsonb)`, data, pq.Array(among))
+      IS DISTINCT FROM COALESCE(e.value, '{}'::jsonb)`
+	if among == nil {
+		_, err = s.q.ExecContext(ctx, fmt.Sprintf(set, `(SELECT uuid FROM jobs WHERE status = 'QUEUED') j2`), data)
+	} else {
+		_, err = s.q.ExecContext(ctx, fmt.Sprintf(set, `unnest($2::uuid[]) AS j2(uuid)`), data, pq.Array(among))
+	}
 	return mapErr(err, "set estimated starts")
 }

@@ -24,8 +24,9 @@ func (w TallyWeights) Weight(gpus, cpus, memGb int) float64 {
 }
 
 // AccrueTallies brings every user's tally up to now: the old value decays with the half-life,
-// and every job holding resources adds its weight for the time since the last update. Called
-// once per scheduler pass by the leader, so the error is one pass interval at most.
+// and every job holding resources adds its weight for the time since the last update. Called by
+// the leader's passes at most every few seconds (leader.TallyEvery), so a start or an end
+// counts that much late at most.
 func (s *Store) AccrueTallies(ctx context.Context, w TallyWeights, halfLife time.Duration) error {
 	_, err := s.q.ExecContext(ctx, `WITH
 added AS (INSERT INTO user_tallies (user_id) SELECT id FROM users ON CONFLICT (user_id) DO NOTHING),
