@@ -98,12 +98,16 @@ type LiveJob struct {
 // slaves stopped them by then (self-fencing), so they may run elsewhere.
 func (s *Store) ListLostJobs(ctx context.Context, after time.Duration) ([]LiveJob, error) {
 	var out []LiveJob
-	// From the offline slaves (few, usually none) to their jobs by the slave index: joined the
-	// other way, every pass read every live job's row (6,000: 18 ms).
-	err := s.q.SelectContext(ctx, &out, `SELECT j.uuid::text AS uuid, j.status, j.attempt, j.assigned_slave_name
-FROM (SELECT name FROM slaves WHERE NOT online AND offline_since < now() - make_interval(secs => $1)) s
-CROSS JOIN LATERAL (SELECT * FROM jobs j WHERE j.assigned_slave_name = s.name AND j.status IN `+liveStatuses+`) j
-ORDER BY j.created_at`, after.Seconds())
+	// From the offline slaves (few, usually none) to their jobs: in one statement Postgres
+	// joined the other way, reading every live job's row at every pass (6,000: 22 ms).
+	var lost []string
+	if err := s.q.SelectContext(ctx, &lost, `SELECT name FROM slaves WHERE NOT online AND offline_since < now() - make_interval(secs => $1)`,
+		after.Seconds()); err != nil || len(lost) == 0 {
+		return nil, mapErr(err, "list lost slaves")
+	}
+	err := s.q.SelectContext(ctx, &out, `SELECT uuid::text AS uuid, status, attempt, assigned_slave_name FROM jobs
+WHERE assigned_slave_name = ANY($1) AND status IN `+liveStatuses+`
+ORDER BY created_at`, pq.Array(lost))
 	return out, mapErr(err, "list lost jobs")
 }
 
