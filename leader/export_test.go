@@ -36,3 +36,7 @@ func (l *Loop) Snapshot(ctx context.Context) (scheduler.Snapshot, error) {
 	snap, _, err := l.snapshot(ctx)
 	return snap, err
 }
+
+// ForgetEstimates forgets what estimates the term wrote, as if they had been changed behind its
+// back (which only tests do).
+func (l *Loop) ForgetEstimates() { l.written = written{} }

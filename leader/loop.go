@@ -109,6 +109,8 @@ type Loop struct {
 	// arrived are the recent submissions (arrivals) as of arrivalsAt.
 	arrived    []scheduler.Arrival
 	arrivalsAt time.Time
+	// written are the start estimates this term wrote (see EstimateTolerance).
+	written written
 	// slaveDocs are the slaves' decoded inventories, by name, as of slaveMark.
 	slaveDocs map[string]*slaveDocs
 	slaveMark store.ChangeMark
@@ -240,7 +242,8 @@ func NewLoop(st *store.Store, cfg Config, log *slog.Logger, wake, work *schedule
 	if cfg.FullReadEvery <= 0 {
 		cfg.FullReadEvery = 5 * time.Minute
 	}
-	return &Loop{st: st, cfg: cfg, log: log, wake: wake, work: work, queue: newQueue(cfg.FullReadEvery, log, cfg.Metrics.ObserveDrift)}
+	return &Loop{st: st, cfg: cfg, log: log, wake: wake, work: work, queue: newQueue(cfg.FullReadEvery, log, cfg.Metrics.ObserveDrift),
+		written: written{}}
 }
 
 // Run schedules until ctx ends. Only one master at a time holds the lease; the others try
@@ -276,7 +279,7 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 	// What a previous term remembered may have changed under another leader: its first pass
 	// reads and plans everything.
 	l.queue.reset()
-	l.planned, l.slaveDocs, l.accruedAt, l.dbNow = nil, nil, time.Time{}, time.Time{}
+	l.planned, l.slaveDocs, l.accruedAt, l.dbNow, l.written = nil, nil, time.Time{}, time.Time{}, written{}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	renewed := make(chan struct{})
@@ -794,6 +797,14 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 	if assigned > 0 || halted > 0 || len(plan.Failures) > 0 {
 		l.log.Info("scheduler pass", "planned", len(snap.Queued), "assigned", assigned, "halted", halted, "failed", len(plan.Failures))
 	}
+	// Assigned jobs' estimates were cleared with the assignment; jobs no longer queued are
+	// forgotten.
+	for _, a := range plan.Assignments {
+		delete(l.written, a.JobUUID)
+	}
+	l.written.forget(func(id string) bool { _, ok := l.queue.jobs[id]; return ok })
+	var wrote []string
+	var estimates map[string]job.StartEstimate
 	// What waiting jobs are told comes in a transaction of its own, after the decisions are
 	// committed and their slaves woken: on a long queue writing every explanation and estimate
 	// took most of the pass (B1x's burst: 7.6 of 17.8 s), and assignments waited for it. The
@@ -806,22 +817,47 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 		}
 		l.timed("explanations", t)
 		t = time.Now()
-		var among []string
-		if narrowed {
-			among = make([]string, len(snap.Queued))
+		est := startEstimates(plan)
+		// What changed by more than EstimateTolerance since this term wrote it; everything at
+		// the term's first (full) pass, when nothing is known of what the database holds.
+		var write []string // nil: every queued job
+		if narrowed || len(l.written) > 0 {
+			ids := make([]string, len(snap.Queued))
 			for i, j := range snap.Queued {
-				among[i] = j.UUID
+				ids[i] = j.UUID
+			}
+			write = l.written.changed(est, ids)
+		}
+		if write == nil || len(write) > 0 {
+			sub := est
+			if write != nil {
+				sub = make(map[string]job.StartEstimate, len(write))
+				for _, id := range write {
+					if e, ok := est[id]; ok {
+						sub[id] = e
+					}
+				}
+			}
+			if err := tx.SetStartEstimatesAmong(ctx, sub, write); err != nil {
+				return err
 			}
 		}
-		if err := tx.SetStartEstimatesAmong(ctx, startEstimates(plan), among); err != nil {
-			return err
+		wrote = write
+		if wrote == nil {
+			wrote = make([]string, len(snap.Queued))
+			for i, j := range snap.Queued {
+				wrote[i] = j.UUID
+			}
 		}
+		estimates = est
 		l.timed("estimates", t)
 		return nil
 	})
 	if err != nil {
+		l.written = written{} // what the database holds is unknown again
 		return assigned, fmt.Errorf("explain the waiting jobs: %w", err)
 	}
+	l.written.record(estimates, wrote)
 	return assigned, nil
 }
 

@@ -61,6 +61,9 @@ func TestNarrowedPassOnPostgres(t *testing.T) {
 		}
 	}
 
+	// Written behind the leader's back, which only tests do: the leader forgets what it wrote,
+	// or it would not write again estimates it knows unchanged.
+	loop.ForgetEstimates()
 	pass(1) // the sweep: the first waiting job
 	if got := estimate(ids[1]); got.Sub(first).Abs() > time.Minute {
 		t.Errorf("the swept job's estimate is %v, want it rewritten to about %v", got, first)
