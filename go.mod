@@ -32,7 +32,7 @@ require (
 	github.com/a-h/templ v0.3.960
 	github.com/andybalholm/brotli v1.1.0 // indirect
 	github.com/cenkalti/backoff/v4 v4.3.0
-	github.com/chromedp/cdproto v0.159.0 // indirect
+	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.22.1
 	github.com/cli/browser v1.3.0 // indirect
 	github.com/coreos/go-oidc/v3 v3.21.0
@@ -48,7 +48,7 @@ require (
 	golang.org/x/mod v0.42.0 // indirect
 	golang.org/x/net v0.62.0
 	golang.org/x/oauth2 v0.37.0
-	golang.org/x/sync v0.25.0 // indirect
+	golang.org/x/sync v0.25.0
 	golang.org/x/tools v0.52.0 // indirect
 )
 

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
@@ -77,9 +80,13 @@ func (q *queue) read(ctx context.Context, st *store.Store, mark store.ChangeMark
 		if err != nil {
 			return nil, nil, err
 		}
-		jobs, held := map[string]scheduler.Job{}, map[string]store.SchedJob{}
-		for _, r := range rows {
-			if err := put(jobs, held, nil, r); err != nil {
+		decoded, err := decodeQueued(rows)
+		if err != nil {
+			return nil, nil, err
+		}
+		jobs, held := make(map[string]scheduler.Job, len(rows)), map[string]store.SchedJob{}
+		for i, r := range rows {
+			if err := put(jobs, held, decoded[i], r); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -189,6 +196,34 @@ func (q *queue) apply(rows []store.SchedJob, also []string) error {
 		q.holders = mergeSorted(q.holders, addedHeld, compareHeld)
 	}
 	return nil
+}
+
+// decodeQueued decodes the requests of the queued jobs among rows (nil for the others), on
+// every core: a term's first read of 100,000 queued jobs spent 2.8 s decoding them, before the
+// burst's first assignment.
+func decodeQueued(rows []store.SchedJob) ([]*scheduler.Job, error) {
+	out := make([]*scheduler.Job, len(rows))
+	var g errgroup.Group
+	n := runtime.GOMAXPROCS(0)
+	chunk := (len(rows) + n - 1) / n
+	for lo := 0; lo < len(rows); lo += chunk {
+		hi := min(lo+chunk, len(rows))
+		g.Go(func() error {
+			for i := lo; i < hi; i++ {
+				r := rows[i]
+				if !r.Queued() {
+					continue
+				}
+				j := &scheduler.Job{UUID: r.UUID, Submitted: r.Created, UserID: r.UserID, ProjectID: r.ProjectID}
+				if err := json.Unmarshal(r.Request, &j.Request); err != nil {
+					return fmt.Errorf("decode request of job %s: %w", r.UUID, err)
+				}
+				out[i] = j
+			}
+			return nil
+		})
+	}
+	return out, g.Wait()
 }
 
 // put files a row: a queued job in jobs (keeping keep, the job as remembered, rather than
