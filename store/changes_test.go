@@ -90,3 +90,31 @@ func TestSchedulerSlavesReadDocumentsOnlyWhenChanged(t *testing.T) {
 		t.Errorf("node2's new inventory, committed after the mark by an older transaction, not read: %+v", fourth["node2"])
 	}
 }
+
+// TestHeartbeatCommitsWithoutWaitingForTheDisk: a heartbeat of the slave's current instance
+// commits with synchronous_commit off (its writes are soft state); a heartbeat of another
+// instance, which writes nothing, and the session's other transactions keep the default.
+func TestHeartbeatCommitsWithoutWaitingForTheDisk(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node1", InstanceID: "i1", ClusterID: 1, Inventory: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	mode, err := st.HeartbeatCommitMode(ctx, store.Beat{Slave: "node1", InstanceID: "i1", Usage: []byte(`{}`)})
+	if err != nil || mode != "off" {
+		t.Fatalf("heartbeat's commit: synchronous_commit %q (%v), want off", mode, err)
+	}
+	if mode, err := st.HeartbeatCommitMode(ctx, store.Beat{Slave: "node1", InstanceID: "old", Usage: []byte(`{}`)}); err != nil || mode != "on" {
+		t.Errorf("a stale instance's heartbeat (nothing written): synchronous_commit %q (%v), want on", mode, err)
+	}
+	var after string
+	if err := st.DB().QueryRowContext(ctx, `SHOW synchronous_commit`).Scan(&after); err != nil || after != "on" {
+		t.Errorf("another transaction: synchronous_commit %q (%v), want on", after, err)
+	}
+	if _, err := st.Heartbeat(ctx, store.Beat{Slave: "node1", InstanceID: "i1", Usage: []byte(`{"x": 1}`)}); err != nil {
+		t.Fatalf("the heartbeat itself: %v", err)
+	}
+}
