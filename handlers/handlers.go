@@ -320,19 +320,27 @@ func madeJSON(v any) ([]byte, bool) {
 		if v == nil {
 			return nil, false // null, as the encoder writes it
 		}
-		var buf bytes.Buffer
-		buf.WriteByte('[')
+		// Each item's bytes first, then one array of the right size: grown as it went, a list
+		// of 50 jobs (~150 kB) was reallocated a dozen times (6 % of its CPU, B4).
+		items := make([][]byte, len(v))
+		size := 3
 		for i, item := range v {
+			if raw, ok := item.(json.RawMessage); ok {
+				items[i] = raw
+			} else {
+				data, err := json.Marshal(item)
+				if err != nil {
+					return nil, false // the encoder says why
+				}
+				items[i] = data
+			}
+			size += len(items[i]) + 1
+		}
+		buf := bytes.NewBuffer(make([]byte, 0, size))
+		buf.WriteByte('[')
+		for i, data := range items {
 			if i > 0 {
 				buf.WriteByte(',')
-			}
-			if raw, ok := item.(json.RawMessage); ok {
-				buf.Write(raw)
-				continue
-			}
-			data, err := json.Marshal(item)
-			if err != nil {
-				return nil, false // the encoder says why
 			}
 			buf.Write(data)
 		}

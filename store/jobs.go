@@ -8,7 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"hash/maphash"
 	"strings"
 	"sync"
 	"time"
@@ -113,17 +113,27 @@ func (s *Store) record(r *jobRow) (*JobRecord, error) {
 		Attempt: r.Attempt, Version: r.fingerprint()}, nil
 }
 
-// fingerprint hashes every column of the row (FNV-1a), each with its length, so that no two
-// different rows run together into the same bytes.
+// fingerprintSeed seeds the row fingerprints: a fingerprint is compared only within this
+// process (it keys its caches), never stored or sent.
+var fingerprintSeed = maphash.MakeSeed()
+
+// fingerprint hashes every column of the row, each with its length, so that no two different
+// rows run together into the same bytes. With maphash rather than FNV-1a, which hashed a byte
+// at a time: a list of 50 jobs spent 170 µs of its 2.4 ms hashing their documents (B4).
 func (r *jobRow) fingerprint() uint64 {
-	h := fnv.New64a()
+	var h maphash.Hash
+	h.SetSeed(fingerprintSeed)
 	var n [8]byte
 	field := func(b []byte) {
 		binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
 		_, _ = h.Write(n[:])
 		_, _ = h.Write(b)
 	}
-	str := func(v string) { field([]byte(v)) }
+	str := func(v string) {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(v)))
+		_, _ = h.Write(n[:])
+		_, _ = h.WriteString(v)
+	}
 	num := func(v int64) {
 		binary.LittleEndian.PutUint64(n[:], uint64(v))
 		_, _ = h.Write(n[:])
