@@ -309,29 +309,25 @@ func mergeSorted[T any](a, b []T, cmp func(a, b T) int) []T {
 	return append(out, b[j:]...)
 }
 
+// differing lists the keys whose values differ between two maps, or are in one only.
+func differing[T any](a, b map[string]T) []string {
+	var out []string
+	for id, v := range b {
+		if old, ok := a[id]; !ok || !reflect.DeepEqual(old, v) {
+			out = append(out, id)
+		}
+	}
+	for id := range a {
+		if _, ok := b[id]; !ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // compare logs and counts what a full read found different from the memory: a bug.
 func (q *queue) compare(jobs map[string]scheduler.Job, held map[string]store.SchedJob) {
-	var diff []string
-	for id, j := range jobs {
-		if old, ok := q.jobs[id]; !ok || !reflect.DeepEqual(old, j) {
-			diff = append(diff, id)
-		}
-	}
-	for id := range q.jobs {
-		if _, ok := jobs[id]; !ok {
-			diff = append(diff, id)
-		}
-	}
-	for id, h := range held {
-		if old, ok := q.held[id]; !ok || !reflect.DeepEqual(old, h) {
-			diff = append(diff, id)
-		}
-	}
-	for id := range q.held {
-		if _, ok := held[id]; !ok {
-			diff = append(diff, id)
-		}
-	}
+	diff := append(differing(q.jobs, jobs), differing(q.held, held)...)
 	slices.Sort(diff)
 	diff = slices.Compact(diff)
 	for i, id := range diff {

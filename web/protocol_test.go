@@ -446,15 +446,7 @@ func TestNotificationsWakeOtherMasters(t *testing.T) {
 func TestSlaveSessionsResume(t *testing.T) {
 	w := newProtoWorld(t)
 	ctx := context.Background()
-	cert := w.m.SlaveCert("resumer", 1)
-	caPEM, err := os.ReadFile(w.m.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := protocol.NewClient(w.m.URL, caPEM, &cert)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := w.slaveClient(t, "resumer")
 	var inner http.RoundTripper
 	var mu sync.Mutex
 	var resumed []bool
@@ -487,12 +479,11 @@ func TestSlaveSessionsResume(t *testing.T) {
 		t.Fatalf("sessions resumed %v, want a full handshake, then two resumed", got)
 	}
 
-	serial := cert.Leaf.SerialNumber.String()
-	if _, err := w.m.Store.RevokeCertificate(ctx, serial); err != nil {
-		t.Fatal(err)
+	if revoked, err := w.m.Store.RevokeCertificatesOf(ctx, store.CertSlave, "resumer"); err != nil || len(revoked) != 1 {
+		t.Fatalf("revoke the slave's certificate: %v %v", revoked, err)
 	}
 	fresh()
-	_, err = c.Heartbeat(ctx, protocol.Heartbeat{InstanceID: "r1", Accepting: true})
+	_, err := c.Heartbeat(ctx, protocol.Heartbeat{InstanceID: "r1", Accepting: true})
 	var se *protocol.StatusError
 	if !errors.As(err, &se) || se.Status != http.StatusUnauthorized {
 		t.Fatalf("heartbeat with a revoked certificate on a resumed session: %v, want 401", err)
