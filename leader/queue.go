@@ -70,9 +70,9 @@ func (q *queue) readAgain(ids ...string) {
 }
 
 // read returns the queued jobs in queue order (oldest first) and what is held on the slaves
-// (mark: taken before the read, where the next read starts)
-// (oldest first, as store.ListHeld orders it). The queued jobs' slice is the memory's own:
-// valid until the next read, and not to be changed.
+// (oldest first, as store.ListHeld orders it); mark, taken before the read, is where the next
+// read of the feed starts. The queued jobs' slice is the memory's own: valid until the next
+// read, and not to be changed.
 func (q *queue) read(ctx context.Context, st *store.Store, mark store.ChangeMark) ([]scheduler.Job, []store.Held, error) {
 	full := q.jobs == nil || time.Since(q.checkedAt) >= q.checkEvery
 	if full {
