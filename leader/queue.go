@@ -214,16 +214,25 @@ func decodeQueued(rows []store.SchedJob) ([]*scheduler.Job, error) {
 				if !r.Queued() {
 					continue
 				}
-				j := &scheduler.Job{UUID: r.UUID, Submitted: r.Created, UserID: r.UserID, ProjectID: r.ProjectID}
-				if err := json.Unmarshal(r.Request, &j.Request); err != nil {
-					return fmt.Errorf("decode request of job %s: %w", r.UUID, err)
+				j, err := decodeJob(r)
+				if err != nil {
+					return err
 				}
-				out[i] = j
+				out[i] = &j
 			}
 			return nil
 		})
 	}
 	return out, g.Wait()
+}
+
+// decodeJob is the queued job a row describes, its request decoded.
+func decodeJob(r store.SchedJob) (scheduler.Job, error) {
+	j := scheduler.Job{UUID: r.UUID, Submitted: r.Created, UserID: r.UserID, ProjectID: r.ProjectID}
+	if err := json.Unmarshal(r.Request, &j.Request); err != nil {
+		return j, fmt.Errorf("decode request of job %s: %w", r.UUID, err)
+	}
+	return j, nil
 }
 
 // put files a row: a queued job in jobs (keeping keep, the job as remembered, rather than
@@ -235,9 +244,9 @@ func put(jobs map[string]scheduler.Job, held map[string]store.SchedJob, keep *sc
 			jobs[r.UUID] = *keep
 			return nil
 		}
-		j := scheduler.Job{UUID: r.UUID, Submitted: r.Created, UserID: r.UserID, ProjectID: r.ProjectID}
-		if err := json.Unmarshal(r.Request, &j.Request); err != nil {
-			return fmt.Errorf("decode request of job %s: %w", r.UUID, err)
+		j, err := decodeJob(r)
+		if err != nil {
+			return err
 		}
 		jobs[r.UUID] = j
 	case r.Holds:

@@ -49,11 +49,7 @@ type SchedJob struct {
 // Queued says whether the job is waiting in the queue.
 func (j SchedJob) Queued() bool { return j.Status == "QUEUED" }
 
-const schedJobs = `SELECT uuid::text AS uuid, user_id, project_id, status, COALESCE(assigned_slave_name, '') AS slave, ` + heldResources + `,
-	(event_times->>'RUNNING')::timestamptz AS running_at,
-	min_duration_s, max_duration_s, restartable, interactive,
-	COALESCE(request#>>'{scheduling,maxSimultaneousJobs,bucketName}', '') AS bucket,
-	reservation_ids, FALSE AS releasing, created_at,
+const schedJobs = `SELECT ` + heldJobColumns + `,
 	(status IN ` + liveStatuses + ` AND resources IS NOT NULL) AS holds,
 	CASE WHEN status = 'QUEUED' THEN request END AS request
 FROM jobs, LATERAL (SELECT resources AS r) x WHERE `
@@ -81,10 +77,7 @@ func (s *Store) JobsChangedSince(ctx context.Context, mark ChangeMark, also []st
 // containers gone (job_releases), with when that began. A short list, read whole.
 func (s *Store) Releasing(ctx context.Context) ([]SchedJob, error) {
 	var out []SchedJob
-	err := s.q.SelectContext(ctx, &out, `SELECT rl.job_uuid::text AS uuid, j.user_id, j.project_id, j.status, rl.slave_name AS slave, `+heldResources+`,
-	NULL AS running_at, 0 AS min_duration_s, 0 AS max_duration_s, FALSE AS restartable, FALSE AS interactive, '' AS bucket,
-	'{}'::text[] AS reservation_ids, TRUE AS releasing, rl.since AS created_at, TRUE AS holds, NULL AS request
-FROM job_releases rl JOIN jobs j ON j.uuid = rl.job_uuid, LATERAL (SELECT rl.resources AS r) x`)
+	err := s.q.SelectContext(ctx, &out, `SELECT `+releasingColumns+`, TRUE AS holds, NULL AS request `+releasingFrom)
 	return out, mapErr(err, "list resources being released")
 }
 

@@ -367,8 +367,8 @@ func (s *Store) AddHaltEvent(ctx context.Context, uuid string, ev job.HaltEvent)
 }
 
 // Held is what one job on a slave holds, as the scheduler's snapshot needs it: a handful of
-// columns instead of the whole job. A pass reads every running job, and decoding each one's
-// request and state documents was most of the pass on a busy cluster.
+// columns instead of the whole job (decoding every running job's request and state documents
+// was most of a pass on a busy cluster).
 type Held struct {
 	UUID         string         `db:"uuid"`
 	UserID       int64          `db:"user_id"`
@@ -395,17 +395,27 @@ const heldResources = `CASE WHEN jsonb_typeof(r->'gpuIds') = 'array' THEN ARRAY(
 	CASE WHEN jsonb_typeof(r->'cpuIds') = 'array' THEN ARRAY(SELECT jsonb_array_elements_text(r->'cpuIds')::bigint) ELSE '{}' END AS cpu_ids,
 	COALESCE((r->>'cpuMemoryGb')::int, 0) AS memory_gb`
 
-const listHeld = `SELECT * FROM (
-SELECT uuid::text AS uuid, user_id, project_id, status, COALESCE(assigned_slave_name, '') AS slave, ` + heldResources + `,
+// heldJobColumns are Held's columns (with created_at) of a job row, with r its resources.
+const heldJobColumns = `uuid::text AS uuid, user_id, project_id, status, COALESCE(assigned_slave_name, '') AS slave, ` + heldResources + `,
 	(event_times->>'RUNNING')::timestamptz AS running_at,
 	min_duration_s, max_duration_s, restartable, interactive,
 	COALESCE(request#>>'{scheduling,maxSimultaneousJobs,bucketName}', '') AS bucket,
-	reservation_ids, FALSE AS releasing, created_at
+	reservation_ids, FALSE AS releasing, created_at`
+
+// releasingColumns and releasingFrom read Held's columns (with created_at: when the release
+// began) of what ended jobs still hold (job_releases).
+const (
+	releasingColumns = `rl.job_uuid::text AS uuid, j.user_id, j.project_id, j.status, rl.slave_name AS slave, ` + heldResources + `,
+	NULL::timestamptz AS running_at, 0 AS min_duration_s, 0 AS max_duration_s, FALSE AS restartable, FALSE AS interactive, '' AS bucket,
+	'{}'::text[] AS reservation_ids, TRUE AS releasing, rl.since AS created_at`
+	releasingFrom = `FROM job_releases rl JOIN jobs j ON j.uuid = rl.job_uuid, LATERAL (SELECT rl.resources AS r) x`
+)
+
+const listHeld = `SELECT * FROM (
+SELECT ` + heldJobColumns + `
 FROM jobs, LATERAL (SELECT resources AS r) x WHERE status IN ` + liveStatuses + ` AND resources IS NOT NULL
 UNION ALL
-SELECT rl.job_uuid::text, j.user_id, j.project_id, j.status, rl.slave_name, ` + heldResources + `,
-	NULL, 0, 0, FALSE, FALSE, '', '{}', TRUE, rl.since
-FROM job_releases rl JOIN jobs j ON j.uuid = rl.job_uuid, LATERAL (SELECT rl.resources AS r) x
+SELECT ` + releasingColumns + ` ` + releasingFrom + `
 ) held ORDER BY created_at, uuid`
 
 // ListHeld lists what is taken on the slaves, oldest first: what the jobs on a slave (ASSIGNED
