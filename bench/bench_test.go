@@ -34,6 +34,7 @@ type scenario struct {
 
 var scenarios = []scenario{
 	{"B1", runB1},
+	{"B1x", runB1x},
 	{"B2", runB2},
 	{"B2x", runB2x},
 	{"B3", runB3},
@@ -51,6 +52,8 @@ type sizes struct {
 	heartbeat time.Duration
 	// B1: slaves (8 GPUs each) and queued jobs of the burst.
 	b1Slaves, b1Jobs int
+	// B1x: the same at issue 16's size.
+	b1xSlaves, b1xJobs int
 	// B2: slaves, jobs submitted and the submit rate.
 	b2Slaves, b2Jobs int
 	b2Rate           float64
@@ -80,6 +83,7 @@ func fullSizes() sizes {
 	s := sizes{
 		heartbeat: 5 * time.Second,
 		b1Slaves:  500, b1Jobs: 10000,
+		b1xSlaves: 5000, b1xJobs: 100000,
 		b2Slaves: 500, b2Jobs: 1500, b2Rate: 50,
 		b2xSlaves: 1000, b2xJobs: 6000, b2xRate: 200, b2xBacklog: 20000,
 		b3Seq: 100, b3Conc: 20, b3Raw: 20,
@@ -105,6 +109,7 @@ func smokeSizes() sizes {
 		smoke:     true,
 		heartbeat: 300 * time.Millisecond,
 		b1Slaves:  4, b1Jobs: 40,
+		b1xSlaves: 6, b1xJobs: 60,
 		b2Slaves: 4, b2Jobs: 10, b2Rate: 50,
 		b2xSlaves: 4, b2xJobs: 10, b2xRate: 50, b2xBacklog: 20,
 		b3Seq: 1, b3Conc: 1, b3Raw: 1,
@@ -131,7 +136,7 @@ func selected(spec string) ([]scenario, error) {
 		}
 		i := slices.IndexFunc(scenarios, func(s scenario) bool { return strings.EqualFold(s.id, id) })
 		if i < 0 {
-			return nil, fmt.Errorf("unknown scenario %q (B1, B2, B2x, B3, B4, B5, B7, B8, B8x or all)", id)
+			return nil, fmt.Errorf("unknown scenario %q (B1, B1x, B2, B2x, B3, B4, B5, B7, B8, B8x or all)", id)
 		}
 		out = append(out, scenarios[i])
 	}

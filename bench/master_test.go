@@ -86,7 +86,10 @@ type passRecord struct {
 	Start    time.Time     `json:"start"`
 	Dur      time.Duration `json:"dur"`
 	Assigned int64         `json:"assigned"`
-	Err      string        `json:"err,omitempty"`
+	// Committed is when the pass's assignments were committed (its "scheduler pass" line,
+	// written before the waiting jobs' explanations and estimates); zero when it assigned none.
+	Committed time.Time `json:"committed"`
+	Err       string    `json:"err,omitempty"`
 }
 
 // End is when the pass returned: its transaction was committed.
@@ -119,14 +122,14 @@ func runMaster() error {
 		return err
 	}
 	defer func() { _ = logOut.Close() }()
-	var assigned atomic.Int64
+	var assigned assignCount
 	// serve logs at info by default (every request, every pass that changed something);
 	// GPULAB_BENCH_MASTER_LOG=debug adds each pass's phases (housekeeping, read, plan, apply).
 	level := slog.LevelInfo
 	if os.Getenv("GPULAB_BENCH_MASTER_LOG") == "debug" {
 		level = slog.LevelDebug
 	}
-	log := slog.New(passCounter{Handler: slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}), assigned: &assigned})
+	log := slog.New(passCounter{Handler: slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}), c: &assigned})
 
 	st, err := store.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
@@ -208,18 +211,24 @@ func runMaster() error {
 	return nil
 }
 
-// passCounter counts the assignments the loop reports in its "scheduler pass" log line, so
-// that the driver can tell which pass assigned what.
+// passCounter counts the assignments the loop reports in its "scheduler pass" log line, and
+// keeps when the last was written, so that the driver can tell which pass assigned what and
+// when it committed it.
 type passCounter struct {
 	slog.Handler
-	assigned *atomic.Int64
+	c *assignCount
 }
+
+// assignCount is what passCounter saw: assignments in all, and the time (Unix ns) of the last
+// line that reported some.
+type assignCount struct{ n, at atomic.Int64 }
 
 func (h passCounter) Handle(ctx context.Context, r slog.Record) error {
 	if r.Message == "scheduler pass" {
 		r.Attrs(func(a slog.Attr) bool {
-			if a.Key == "assigned" {
-				h.assigned.Add(a.Value.Int64())
+			if a.Key == "assigned" && a.Value.Int64() > 0 {
+				h.c.at.Store(r.Time.UnixNano())
+				h.c.n.Add(a.Value.Int64())
 			}
 			return true
 		})
@@ -228,18 +237,18 @@ func (h passCounter) Handle(ctx context.Context, r slog.Record) error {
 }
 
 func (h passCounter) WithAttrs(as []slog.Attr) slog.Handler {
-	return passCounter{Handler: h.Handler.WithAttrs(as), assigned: h.assigned}
+	return passCounter{Handler: h.Handler.WithAttrs(as), c: h.c}
 }
 
 func (h passCounter) WithGroup(name string) slog.Handler {
-	return passCounter{Handler: h.Handler.WithGroup(name), assigned: h.assigned}
+	return passCounter{Handler: h.Handler.WithGroup(name), c: h.c}
 }
 
 // driver runs the real scheduler loop (leader.Loop.Run) once started, and records every
 // pass through the loop's OnPass hook: when it started, how long it took, what it assigned.
 type driver struct {
 	loop     *leader.Loop
-	assigned *atomic.Int64
+	assigned *assignCount
 	log      *slog.Logger
 
 	once   sync.Once
@@ -273,10 +282,13 @@ func (d *driver) wait() {
 
 // onPass records a pass (the loop's OnPass hook).
 func (d *driver) onPass(start time.Time, took time.Duration, err error) {
-	now := d.assigned.Load()
+	now := d.assigned.n.Load()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	rec := passRecord{Start: start, Dur: took, Assigned: now - d.before}
+	if rec.Assigned > 0 {
+		rec.Committed = time.Unix(0, d.assigned.at.Load())
+	}
 	d.before = now
 	if err != nil {
 		rec.Err = err.Error()

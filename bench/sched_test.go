@@ -56,17 +56,30 @@ func burstJobs(t testing.TB, n, clusters int, users []*user) []bulkJob {
 }
 
 // runB1 measures burst placement: slaves registered through the protocol, a queue of jobs
-// loaded, then the scheduler started; from the start of its first pass to the end of the pass
-// that committed the last assignment.
+// loaded, then the scheduler started; from the start of its first pass to the commit of the
+// last assignment.
 func runB1(t *testing.T, rep *report, sz sizes) {
+	burst(t, rep, sz, "B1", sz.b1Slaves, sz.b1Jobs)
+}
+
+// runB1x is B1 at issue 16's size: 5,000 slaves × 8 GPUs, each registered and heartbeating
+// through the real protocol over TLS with its own certificate, and 100,000 queued jobs of the
+// same mix. The fleet heartbeats (1,000 a second) and acknowledges its assignments while the
+// burst is placed, as a real one would.
+func runB1x(t *testing.T, rep *report, sz sizes) {
+	burst(t, rep, sz, "B1x", sz.b1xSlaves, sz.b1xJobs)
+}
+
+// burst is B1 and B1x: nSlaves simulated slaves, nJobs queued jobs.
+func burst(t *testing.T, rep *report, sz sizes, id string, nSlaves, nJobs int) {
 	m := startMaster(t, masterOptions{Loop: loopManual, HeartbeatInterval: sz.heartbeat})
-	spec := b1Fleet(sz.b1Slaves)
-	users := make([]*user, min(50, max(sz.b1Jobs/20, 2)))
+	spec := b1Fleet(nSlaves)
+	users := make([]*user, min(50, max(nJobs/20, 2)))
 	for i := range users {
 		users[i] = m.addUser(fmt.Sprintf("u%02d", i), fmt.Sprintf("p%d", i%10))
 	}
 	f := startFleet(t, m, spec, &fakeHooks{})
-	jobs := burstJobs(t, sz.b1Jobs, spec.Clusters, users)
+	jobs := burstJobs(t, nJobs, spec.Clusters, users)
 	bulkInsert(t, m.DBURL, jobs)
 	demand := 0
 	for _, j := range jobs {
@@ -74,7 +87,7 @@ func runB1(t *testing.T, rep *report, sz sizes) {
 	}
 	capacity := spec.Slaves * spec.GPUs
 
-	stopProfile := m.profile("B1", 15*time.Second)
+	stopProfile := m.profile(id, 15*time.Second)
 	cpu := newCPUMeter(t, m.PID, m.DBURL)
 	m.startLoop()
 	var passes []passRecord
@@ -89,7 +102,7 @@ func runB1(t *testing.T, rep *report, sz sizes) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	rep.note("B1", "during the burst: %s", cpu)
+	rep.note(id, "during the burst: %s", cpu)
 	stopProfile()
 	last := slices.IndexFunc(passes, func(p passRecord) bool { return p.Assigned > 0 })
 	for i, p := range passes {
@@ -100,7 +113,9 @@ func runB1(t *testing.T, rep *report, sz sizes) {
 			t.Errorf("pass %d failed: %s", i, p.Err)
 		}
 	}
-	burst := passes[last].End().Sub(passes[0].Start)
+	// To the commit of the last assignments, not the end of their pass: what waiting jobs are
+	// told is written after it, in a transaction of its own.
+	burst := passes[last].Committed.Sub(passes[0].Start)
 	assigned := assignedIn(passes)
 
 	var used, overfull int
@@ -122,12 +137,12 @@ GROUP BY assigned_slave_name HAVING sum(gpus) > $1) x`, spec.GPUs).Scan(&overful
 	planDur := planAlone(f, jobs, spec)
 	floor := floorUpdates(t, m.DBURL, int(assigned))
 
-	rep.add(result{Scenario: "B1", Measure: fmt.Sprintf("burst: first pass → last committed assignment (%d slaves × %d GPUs, %d queued jobs)", spec.Slaves, spec.GPUs, len(jobs)),
+	rep.add(result{Scenario: id, Measure: fmt.Sprintf("burst: first pass → last committed assignment (%d slaves × %d GPUs, %d queued jobs)", spec.Slaves, spec.GPUs, len(jobs)),
 		Value: secs(burst), Goal: "≤ 5 s", Met: met(burst <= 5*time.Second),
 		Floor: fmt.Sprintf("%d single-row UPDATEs in 1 tx: %s", assigned, secs(floor)), Ratio: ratio(burst.Seconds(), floor.Seconds())})
-	rep.add(result{Scenario: "B1", Measure: "first pass (snapshot, Plan, apply)", Value: secs(passes[0].Dur),
+	rep.add(result{Scenario: id, Measure: "first pass (snapshot, Plan, apply, explanations and estimates)", Value: secs(passes[0].Dur),
 		Floor: "Plan alone, in memory: " + secs(planDur), Ratio: ratio(passes[0].Dur.Seconds(), planDur.Seconds())})
-	rep.note("B1", "%d jobs placed in %d pass(es) (%v assigned per pass), %d of %d GPUs used (demand %d GPUs); jobs: 70 %% 1 GPU, 20 %% 2–8 GPUs, 10 %% pinned to one of %d clusters; fake slaves acknowledged (STARTING, RUNNING) while later passes ran; %d failed protocol calls",
+	rep.note(id, "%d jobs placed in %d pass(es) (%v assigned per pass), %d of %d GPUs used (demand %d GPUs); jobs: 70 %% 1 GPU, 20 %% 2–8 GPUs, 10 %% pinned to one of %d clusters; fake slaves acknowledged (STARTING, RUNNING) while later passes ran; %d failed protocol calls",
 		assigned, last+1, assignedPerPass(passes[:last+1]), used, capacity, demand, spec.Clusters, fails)
 }
 

@@ -3,6 +3,7 @@ package job
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/big"
 	"regexp"
 	"strconv"
@@ -36,7 +37,9 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	if strings.HasPrefix(s, `"`) {
 		var text string
-		if err := json.Unmarshal(b, &text); err != nil {
+		if len(s) >= 2 && s[len(s)-1] == '"' && plainASCII(s[1:len(s)-1]) {
+			text = s[1 : len(s)-1] // no escapes: the text is what is between the quotes
+		} else if err := json.Unmarshal(b, &text); err != nil {
 			return err
 		}
 		v, err := ParseDuration(text)
@@ -52,6 +55,17 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// plainASCII says whether a JSON string's content is printable ASCII without escapes, so that
+// it is its own value.
+func plainASCII(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // durationRe is the duration grammar of SPEC section 3: a non-negative decimal number, optional
@@ -78,6 +92,14 @@ func invalidDuration(s string) error {
 // time.ParseDuration is not used: it knows no days or weeks and wants no space. The result is
 // exact to the nanosecond (decimals are computed as fractions, not floats).
 func ParseDuration(s string) (time.Duration, error) {
+	if d, ok := parseWholeDuration(s); ok {
+		return d, nil
+	}
+	return parseAnyDuration(s)
+}
+
+// parseAnyDuration is ParseDuration's general path: the whole grammar, decimals exactly.
+func parseAnyDuration(s string) (time.Duration, error) {
 	m := durationRe.FindStringSubmatch(strings.TrimSpace(s))
 	if m == nil {
 		return 0, invalidDuration(s)
@@ -87,6 +109,35 @@ func ParseDuration(s string) (time.Duration, error) {
 		return 0, invalidDuration(s)
 	}
 	return scale(s, m[1], unit)
+}
+
+// parseWholeDuration reads, without a regular expression or exact fractions, the form
+// FormatDuration writes and most people type: whole digits, at most one blank, a unit in lower
+// case ("2 weeks", "90 minutes", "1h"). ok is false for anything else, which ParseDuration's
+// general path reads (and gives the same value for what this reads: TestParseWholeDuration).
+// Every stored request is decoded again wherever it is read (the leader reads 100,000 queued
+// ones at a term's start), and the general path was a third of a request's decoding.
+func parseWholeDuration(s string) (time.Duration, bool) {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	if i == 0 || i > 15 { // 15 digits cannot overflow an int64
+		return 0, false
+	}
+	unitText := s[i:]
+	if len(unitText) > 0 && (unitText[0] == ' ' || unitText[0] == '\t') {
+		unitText = unitText[1:]
+	}
+	unit, ok := durationUnits[unitText]
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s[:i], 10, 64)
+	if err != nil || n > math.MaxInt64/int64(unit) {
+		return 0, false
+	}
+	return time.Duration(n) * unit, true
 }
 
 // durationFromSeconds reads a JSON number of seconds (as old clients and scripts send).

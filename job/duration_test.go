@@ -2,6 +2,7 @@ package job
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +143,45 @@ func TestDurationJSON(t *testing.T) {
 		if err := json.Unmarshal([]byte(in), &d); err == nil {
 			t.Errorf("Unmarshal(%s) accepted: %v", in, d)
 		}
+	}
+}
+
+// TestParseWholeDuration: the fast path reads what FormatDuration writes, and whatever it reads
+// it reads as the general path does (random inputs near the grammar; the seed is printed).
+func TestParseWholeDuration(t *testing.T) {
+	for _, d := range []time.Duration{time.Second, 90 * time.Minute, 36 * time.Hour, 14 * 24 * time.Hour, 1 << 50} {
+		d = d.Truncate(time.Second)
+		if got, ok := parseWholeDuration(FormatDuration(d)); !ok || got != d {
+			t.Errorf("%q: %v %v, want %v", FormatDuration(d), got, ok, d)
+		}
+	}
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 7))
+	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
+	read := 0
+	for range 20000 {
+		var num strings.Builder
+		digits := 1 + rng.IntN(4)
+		if rng.IntN(4) == 0 {
+			digits = 1 + rng.IntN(16) // near and past what fits
+		}
+		for range digits {
+			num.WriteByte(byte('0' + rng.IntN(10)))
+		}
+		s := pick("", " ") + num.String() + pick("", ".5", "e3") + pick("", " ", "  ", "\t") +
+			pick("s", "sec", "m", "minutes", "h", "Hours", "day", "days", "week", "weeks", "w", "", "h ")
+		got, ok := parseWholeDuration(s)
+		if !ok {
+			continue
+		}
+		read++
+		want, err := parseAnyDuration(s)
+		if err != nil || got != want {
+			t.Fatalf("%q: fast path %v, general path %v (%v)", s, got, want, err)
+		}
+	}
+	if read < 1000 {
+		t.Errorf("the fast path read only %d of the inputs", read)
 	}
 }

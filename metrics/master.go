@@ -75,7 +75,13 @@ func NewMaster(st *store.Store, opts MasterOptions) *Master {
 	reg.MustRegister(m.passDuration, m.placements, m.halts, m.queueWait, m.requests, m.drift,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if st != nil {
-		reg.MustRegister(collectors.NewDBStatsCollector(st.DB(), "gpulab"), newGaugeCollector(st, opts))
+		reg.MustRegister(collectors.NewDBStatsCollector(st.DB(), "gpulab"), newGaugeCollector(st, opts),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "heartbeat_statements_total",
+				Help: "Statements that recorded slaves' heartbeats (several heartbeats share one when they arrive together)."},
+				func() float64 { n, _ := st.BeatStats(); return float64(n) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "heartbeats_recorded_total",
+				Help: "Slaves' heartbeats sent to the database; divided by gpulab_heartbeat_statements_total, the mean batch."},
+				func() float64 { _, n := st.BeatStats(); return float64(n) }))
 	}
 	return m
 }

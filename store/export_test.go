@@ -13,13 +13,38 @@ func (s *Store) HeartbeatCommitMode(ctx context.Context, b Beat) (string, error)
 		return "", err
 	}
 	defer func() { _ = tx.Rollback() }()
-	args := append([]any{b.Slave, b.InstanceID, b.Usage, b.MissingGrace.Seconds(), b.SampleSecs}, usageArgs(b.Samples)...)
+	var i int
 	var online bool
 	var jobs, releases []byte
-	if err := tx.QueryRowContext(ctx, heartbeat, args...).Scan(&online, &jobs, &releases); err != nil && err != sql.ErrNoRows {
+	if err := tx.QueryRowContext(ctx, heartbeats, heartbeatArgs([]Beat{b})...).Scan(&i, &online, &jobs, &releases); err != nil && err != sql.ErrNoRows {
 		return "", err
 	}
 	var mode string
 	err = tx.QueryRowContext(ctx, `SHOW synchronous_commit`).Scan(&mode)
 	return mode, err
+}
+
+// HoldBeats keeps the heartbeat queue from sending anything: heartbeats wait until release,
+// which sends them as a busy master would, together. waiting says how many wait.
+func (s *Store) HoldBeats() (waiting func() int, release func()) {
+	q := s.beats
+	q.mu.Lock()
+	held := q.inFlight - q.running
+	q.running = q.inFlight
+	q.mu.Unlock()
+	waiting = func() int {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.waiting)
+	}
+	release = func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		q.running -= held
+		for q.running < q.inFlight && len(q.waiting) > 0 {
+			q.running++
+			go q.send()
+		}
+	}
+	return waiting, release
 }

@@ -4,8 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/google/uuid"
+	"github.com/lib/pq"
 
 	"github.com/opengpulab/gpulab/job"
 )
@@ -31,13 +35,17 @@ type BeatView struct {
 	Releases   []Release
 }
 
-// heartbeat records a heartbeat, appends its usage samples and reads back the slave's live
-// jobs and releases, in one statement: a heartbeat of a slave in a steady state (nothing to
-// reconcile) is one round trip, whatever the number of jobs it runs, and writes one row of
-// slaves plus its samples, nothing per job. (It used to be six statements, one of them an
-// UPDATE of every running job's row to keep a latest sample nobody read.) The samples are
-// kept only when the heartbeat is the current instance's ($2): else nothing is written and no
-// row comes back.
+// heartbeats records heartbeats of several slaves, appends their usage samples and reads back
+// each slave's live jobs and releases, in one statement: a heartbeat of a slave in a steady
+// state (nothing to reconcile) is one row of a statement shared with the other heartbeats that
+// arrived meanwhile (see beatQueue), whatever the number of jobs it runs, and writes one row of
+// slaves plus its samples, nothing per job. A sample is kept only for a job the master has on
+// that slave (a slave cannot write another's jobs' usage). (It used to be six statements per heartbeat, one
+// of them an UPDATE of every running job's row to keep a latest sample nobody read.) A
+// heartbeat's writes are made only when it is its slave's current instance's ($2): else
+// nothing is written for it and no row comes back for it. The slaves' rows are locked in id
+// order, so two batches (or a batch and any other statement locking several slaves in that
+// order) cannot deadlock.
 //
 // Its commit does not wait for the WAL to reach the disk (synchronous_commit off for this
 // transaction alone): what a heartbeat writes is soft state (the time of the last heartbeat,
@@ -45,43 +53,115 @@ type BeatView struct {
 // slave's next heartbeat writes it again; a later synchronous commit (any state change) flushes
 // it anyway. With fsync on, waiting for the flush was most of a heartbeat's time and a share of
 // Postgres's CPU at 1,000 heartbeats a second (B8x).
-const heartbeat = `WITH old AS (
-    SELECT id, online FROM slaves WHERE name = $1 AND instance_id = $2 FOR UPDATE
+const heartbeats = `WITH b AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::float8[])
+        WITH ORDINALITY AS b(name, instance_id, usage, grace, secs, i)
+), old AS (
+    SELECT s.id, s.online, b.usage, b.i FROM slaves s JOIN b ON s.name = b.name AND s.instance_id = b.instance_id
+    ORDER BY s.id FOR UPDATE OF s
 ), async AS (
-    SELECT set_config('synchronous_commit', 'off', true) FROM old
+    SELECT set_config('synchronous_commit', 'off', true) WHERE EXISTS (SELECT 1 FROM old)
 ), hb AS (
-    UPDATE slaves s SET last_heartbeat = now(), online = TRUE, offline_since = NULL, usage = $3
-    FROM old WHERE s.id = old.id RETURNING old.online
+    UPDATE slaves s SET last_heartbeat = now(), online = TRUE, offline_since = NULL, usage = old.usage::jsonb
+    FROM old WHERE s.id = old.id RETURNING old.i, s.name, old.online
 ), samples AS (
     INSERT INTO job_usage (job_uuid, at, secs, cpu_percent, mem_mib, gpu_idx, gpu_util, gpu_mem_mib)
-    SELECT u.id, now(), $5, u.cpu, u.mem, u.idx::int[], u.util::real[], u.gmem::bigint[]
-    FROM unnest($6::uuid[], $7::float8[], $8::bigint[], $9::text[], $10::text[], $11::text[]) AS u(id, cpu, mem, idx, util, gmem)
-    WHERE EXISTS (SELECT 1 FROM hb) AND EXISTS (SELECT 1 FROM jobs j WHERE j.uuid = u.id)
+    SELECT u.id, now(), b.secs, u.cpu, u.mem, u.idx::int[], u.util::real[], u.gmem::bigint[]
+    FROM unnest($6::bigint[], $7::uuid[], $8::float8[], $9::bigint[], $10::text[], $11::text[], $12::text[])
+        AS u(i, id, cpu, mem, idx, util, gmem)
+    JOIN hb ON hb.i = u.i JOIN b ON b.i = u.i
+    WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.uuid = u.id AND j.assigned_slave_name = hb.name)
 )
-SELECT hb.online,
+SELECT hb.i, hb.online,
     COALESCE((SELECT json_agg(json_build_object('uuid', j.uuid::text, 'status', j.status, 'attempt', j.attempt,
-            'missingSince', j.missing_since, 'missing', COALESCE(j.missing_since < now() - make_interval(secs => $4), FALSE))
+            'missingSince', j.missing_since, 'missing', COALESCE(j.missing_since < now() - make_interval(secs => b.grace), FALSE))
         ORDER BY j.created_at, j.uuid)
-        FROM jobs j WHERE j.assigned_slave_name = $1 AND j.status IN ` + liveStatuses + `), '[]') AS jobs,
+        FROM jobs j WHERE j.assigned_slave_name = hb.name AND j.status IN ` + liveStatuses + `), '[]') AS jobs,
     COALESCE((SELECT json_agg(json_build_object('jobUuid', r.job_uuid::text, 'attempt', r.attempt, 'slaveName', r.slave_name,
             'resources', r.resources, 'reason', r.reason, 'since', r.since) ORDER BY r.since, r.job_uuid)
-        FROM job_releases r WHERE r.slave_name = $1), '[]') AS releases
-FROM hb, async`
+        FROM job_releases r WHERE r.slave_name = hb.name), '[]') AS releases
+FROM hb JOIN b ON b.i = hb.i, async`
+
+// heartbeatArgs are the heartbeats statement's arguments for beats.
+func heartbeatArgs(beats []Beat) []any {
+	names, instances, usage := make([]string, len(beats)), make([]string, len(beats)), make([]string, len(beats))
+	grace, secs := make([]float64, len(beats)), make([]float64, len(beats))
+	var of []int64
+	var samples []UsageSample
+	for i, b := range beats {
+		names[i], instances[i], grace[i], secs[i] = b.Slave, b.InstanceID, b.MissingGrace.Seconds(), b.SampleSecs
+		usage[i] = string(b.Usage)
+		if len(b.Usage) == 0 {
+			usage[i] = "null"
+		}
+		for _, u := range b.Samples {
+			if uuid.Validate(u.JobUUID) != nil {
+				continue // the master checks them first; here one would fail every heartbeat of the batch
+			}
+			of = append(of, int64(i+1)) // WITH ORDINALITY counts from 1
+			samples = append(samples, u)
+		}
+	}
+	return append([]any{pq.Array(names), pq.Array(instances), pq.Array(usage), pq.Array(grace), pq.Array(secs), pq.Array(of)},
+		usageArgs(samples)...)
+}
+
+// beatRow is a row of the heartbeats statement.
+type beatRow struct {
+	I        int    `db:"i"`
+	Online   bool   `db:"online"`
+	Jobs     []byte `db:"jobs"`
+	Releases []byte `db:"releases"`
+}
+
+// recordBeats runs the heartbeats statement for beats and returns each one's view, in order;
+// a beat of an unknown slave or of another instance gets ErrNotFound.
+func (s *Store) recordBeats(ctx context.Context, beats []Beat) ([]BeatView, []error, error) {
+	var rows []beatRow
+	args := heartbeatArgs(beats)
+	err := s.q.SelectContext(ctx, &rows, heartbeats, args...)
+	var pe *pq.Error
+	if errors.As(err, &pe) && pe.Code == "40P01" && s.tx == nil {
+		// A deadlock with a statement that locked some of these slaves in another order: it
+		// was rolled back whole, and what it carried is tried once more rather than failed.
+		rows = nil
+		err = s.q.SelectContext(ctx, &rows, heartbeats, args...)
+	}
+	if err != nil {
+		return nil, nil, mapErr(err, fmt.Sprintf("heartbeats of %d slaves", len(beats)))
+	}
+	views, errs := make([]BeatView, len(beats)), make([]error, len(beats))
+	for i, b := range beats {
+		errs[i] = fmt.Errorf("heartbeat of slave %s: %w", b.Slave, ErrNotFound)
+	}
+	for _, r := range rows {
+		i := r.I - 1
+		if i < 0 || i >= len(beats) {
+			return nil, nil, fmt.Errorf("heartbeats: row %d of %d", r.I, len(beats))
+		}
+		views[i], errs[i] = decodeBeat(beats[i].Slave, r)
+	}
+	return views, errs, nil
+}
 
 // Heartbeat records a heartbeat of the slave's current instance with its usage samples, and
-// returns what reconciling it needs (see heartbeat). ErrNotFound when the slave is unknown or
-// runs another instance (it must register again). Call it outside any transaction: it turns
-// the synchronous commit off for the transaction it runs in.
+// returns what reconciling it needs (see heartbeats). ErrNotFound when the slave is unknown or
+// runs another instance (it must register again). Outside a transaction the heartbeat joins
+// the others waiting for the database in one statement (beatQueue); inside one it runs alone,
+// in it, and turns the synchronous commit off for that transaction.
 func (s *Store) Heartbeat(ctx context.Context, b Beat) (BeatView, error) {
-	var row struct {
-		Online   bool   `db:"online"`
-		Jobs     []byte `db:"jobs"`
-		Releases []byte `db:"releases"`
+	if s.tx == nil && s.beats != nil {
+		return s.beats.record(ctx, b)
 	}
-	args := append([]any{b.Slave, b.InstanceID, b.Usage, b.MissingGrace.Seconds(), b.SampleSecs}, usageArgs(b.Samples)...)
-	if err := s.q.GetContext(ctx, &row, heartbeat, args...); err != nil {
-		return BeatView{}, mapErr(err, "heartbeat of slave "+b.Slave)
+	views, errs, err := s.recordBeats(ctx, []Beat{b})
+	if err != nil {
+		return BeatView{}, err
 	}
+	return views[0], errs[0]
+}
+
+// decodeBeat reads a row of the heartbeats statement.
+func decodeBeat(slave string, row beatRow) (BeatView, error) {
 	view := BeatView{CameOnline: !row.Online}
 	var jobs []struct {
 		UUID         string     `json:"uuid"`
@@ -91,7 +171,7 @@ func (s *Store) Heartbeat(ctx context.Context, b Beat) (BeatView, error) {
 		Missing      bool       `json:"missing"`
 	}
 	if err := json.Unmarshal(row.Jobs, &jobs); err != nil {
-		return BeatView{}, fmt.Errorf("decode the jobs of slave %s: %w", b.Slave, err)
+		return BeatView{}, fmt.Errorf("decode the jobs of slave %s: %w", slave, err)
 	}
 	for _, j := range jobs {
 		sj := SlaveJob{UUID: j.UUID, Status: j.Status, Attempt: j.Attempt, Missing: j.Missing}
@@ -109,7 +189,7 @@ func (s *Store) Heartbeat(ctx context.Context, b Beat) (BeatView, error) {
 		Since     time.Time       `json:"since"`
 	}
 	if err := json.Unmarshal(row.Releases, &releases); err != nil {
-		return BeatView{}, fmt.Errorf("decode the releases on slave %s: %w", b.Slave, err)
+		return BeatView{}, fmt.Errorf("decode the releases on slave %s: %w", slave, err)
 	}
 	for _, r := range releases {
 		if string(r.Resources) == "null" {

@@ -55,7 +55,8 @@ type Store struct {
 	q       querier
 	decoded *decodeCache
 	leases  Leases
-	url     string // for LISTEN connections
+	url     string     // for LISTEN connections
+	beats   *beatQueue // heartbeats waiting to be recorded together; nil inside WithTx
 }
 
 // maxConns bounds the pool. Idle connections are kept as long as there are open ones: a new
@@ -89,7 +90,9 @@ func OpenPool(ctx context.Context, url string, conns int) (*Store, error) {
 		_ = db.Close()
 		return nil, mapErr(err, "connect to database")
 	}
-	return &Store{db: db, q: &prepared{querier: db, cache: newStmtCache(db)}, decoded: newDecodeCache(), leases: DefaultLeases, url: url}, nil
+	s := &Store{db: db, q: &prepared{querier: db, cache: newStmtCache(db)}, decoded: newDecodeCache(), leases: DefaultLeases, url: url}
+	s.beats = newBeatQueue(s)
+	return s, nil
 }
 
 // Close closes the pool.

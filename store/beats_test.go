@@ -1,0 +1,130 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/store"
+)
+
+// TestHeartbeatsTogether: heartbeats that arrive while the database is busy are recorded in
+// one statement, and each caller still gets its own outcome: its slave's jobs, whether it came
+// back online, ErrNotFound for another instance or an unknown slave (nothing written for
+// them), a sample of another slave's job not written, a slave's second heartbeat sent in a later statement (in the same one it would find
+// no row), a caller that gave up before its batch left out.
+func TestHeartbeatsTogether(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	name := func(k int) string { return fmt.Sprintf("hb%02d", k) }
+	jobOf := map[string]string{}
+	for k := range n {
+		if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: name(k), InstanceID: "i-" + name(k), ClusterID: 1, Inventory: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		j := createJob(t, st, u, p, job.StatusQueued)
+		if _, err := st.AssignJobs(ctx, []store.Assignment{{JobUUID: j.UUID, Placement: store.Placement{SlaveName: name(k), SlaveInstanceID: "i-" + name(k),
+			ClusterID: 1, Resources: job.StateResources{SlaveName: name(k), GPUIDs: []int{0}, CPUIDs: []int{0}, CPUMemoryGb: 1}}}}); err != nil {
+			t.Fatal(err)
+		}
+		jobOf[name(k)] = j.UUID
+	}
+	if _, err := st.DB().ExecContext(ctx, `UPDATE slaves SET online = FALSE, offline_since = now() WHERE name = 'hb05'`); err != nil {
+		t.Fatal(err)
+	}
+	beat := func(slave, instance string) store.Beat {
+		return store.Beat{Slave: slave, InstanceID: instance, Usage: []byte(`[]`), SampleSecs: 5, MissingGrace: time.Minute,
+			Samples: []store.UsageSample{{JobUUID: jobOf[slave], CPUPercent: 50, MemoryMiB: 100, GPUs: []store.GPUSample{{Index: 0, UtilPercent: 90, MemoryUsedMiB: 1000}}}}}
+	}
+	type outcome struct {
+		view store.BeatView
+		err  error
+	}
+	stmts0, beats0 := st.BeatStats()
+	waiting, release := st.HoldBeats()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	got := map[string]outcome{}
+	send := func(key string, ctx context.Context, b store.Beat) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := st.Heartbeat(ctx, b)
+			mu.Lock()
+			got[key] = outcome{v, err}
+			mu.Unlock()
+		}()
+	}
+	for k := range n {
+		b := beat(name(k), "i-"+name(k))
+		if k == 6 { // and a sample of another slave's job: not written
+			b.Samples = append(b.Samples, store.UsageSample{JobUUID: jobOf[name(7)], CPUPercent: 1})
+		}
+		send(name(k), ctx, b)
+	}
+	send("stale", ctx, beat(name(0), "i-old"))
+	jobOf["nope"] = jobOf[name(3)] // an unknown slave's sample of another's job: not written
+	send("unknown", ctx, beat("nope", "i-nope"))
+	send("again", ctx, beat(name(1), "i-"+name(1)))
+	gaveUp, cancel := context.WithCancel(ctx)
+	send("gave up", gaveUp, beat(name(2), "i-"+name(2)))
+	for waiting() < n+4 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	mu.Lock()
+	for len(got) == 0 {
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+	}
+	if o := got["gave up"]; o.err == nil || len(got) != 1 {
+		t.Errorf("before release: %v", got)
+	}
+	mu.Unlock()
+	release()
+	wg.Wait()
+
+	for k := range n {
+		o := got[name(k)]
+		if o.err != nil || len(o.view.Jobs) != 1 || o.view.Jobs[0].UUID != jobOf[name(k)] || o.view.Jobs[0].Status != job.StatusAssigned {
+			t.Errorf("%s: %+v %v, want its one job %s", name(k), o.view, o.err, jobOf[name(k)])
+		}
+		if o.view.CameOnline != (k == 5) {
+			t.Errorf("%s: came online %v", name(k), o.view.CameOnline)
+		}
+	}
+	for _, key := range []string{"stale", "unknown"} {
+		if o := got[key]; !errors.Is(o.err, store.ErrNotFound) {
+			t.Errorf("%s heartbeat: %v, want ErrNotFound", key, o.err)
+		}
+	}
+	if o := got["again"]; o.err != nil || len(o.view.Jobs) != 1 {
+		t.Errorf("a slave's second heartbeat: %+v %v", o.view, o.err)
+	}
+	stmts, beats := st.BeatStats()
+	if beats-beats0 != n+3 || stmts-stmts0 > 3 {
+		t.Errorf("%d heartbeats sent in %d statements; want %d in at most 3", beats-beats0, stmts-stmts0, n+3)
+	}
+	var samples, ofZero, ofOne, ofTwo, ofSeven int
+	if err := st.DB().QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE job_uuid = $1), count(*) FILTER (WHERE job_uuid = $2),
+    count(*) FILTER (WHERE job_uuid = $3), count(*) FILTER (WHERE job_uuid = $4) FROM job_usage`,
+		jobOf[name(0)], jobOf[name(1)], jobOf[name(2)], jobOf[name(7)]).Scan(&samples, &ofZero, &ofOne, &ofTwo, &ofSeven); err != nil {
+		t.Fatal(err)
+	}
+	// One per slave's heartbeat, one more for hb01's second; none for the stale instance's, the
+	// unknown slave's, hb06's of hb07's job, or the one given up.
+	if samples != n+1 || ofZero != 1 || ofOne != 2 || ofTwo != 1 || ofSeven != 1 {
+		t.Errorf("usage samples: %d in all (want %d), %d of hb00's job (want 1), %d of hb01's (2), %d of hb02's (1), %d of hb07's (1)",
+			samples, n+1, ofZero, ofOne, ofTwo, ofSeven)
+	}
+}
