@@ -128,3 +128,41 @@ func TestHeartbeatsTogether(t *testing.T) {
 			samples, n+1, ofZero, ofOne, ofTwo, ofSeven)
 	}
 }
+
+// TestSlaveWork: a long poll's one read gives the slave's live jobs as ListSlaveJobs does, and
+// whether it is disabled (an unknown slave is not).
+func TestSlaveWork(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node1", InstanceID: "i1", ClusterID: 1, Inventory: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 3 {
+		j := createJob(t, st, u, p, job.StatusQueued)
+		placeOn(t, st, j.UUID, len(ids), job.StatusRunning)
+		ids = append(ids, j.UUID)
+	}
+	createJob(t, st, u, p, job.StatusQueued) // not on the slave
+	want, err := st.ListSlaveJobs(ctx, "node1", time.Minute)
+	if err != nil || len(want) != 3 {
+		t.Fatalf("ListSlaveJobs: %v %v", want, err)
+	}
+	disabled, got, err := st.SlaveWork(ctx, "node1", time.Minute)
+	if err != nil || disabled || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("SlaveWork: %v %v %v, want not disabled and %v", disabled, got, err, want)
+	}
+	if _, err := st.SetSlaveDisabled(ctx, "node1", true); err != nil {
+		t.Fatal(err)
+	}
+	if disabled, _, err := st.SlaveWork(ctx, "node1", time.Minute); err != nil || !disabled {
+		t.Errorf("after it was disabled: %v %v", disabled, err)
+	}
+	if disabled, jobs, err := st.SlaveWork(ctx, "nobody", time.Minute); err != nil || disabled || len(jobs) != 0 {
+		t.Errorf("an unknown slave: %v %v %v", disabled, jobs, err)
+	}
+}

@@ -53,7 +53,7 @@ type BeatView struct {
 // slave's next heartbeat writes it again; a later synchronous commit (any state change) flushes
 // it anyway. With fsync on, waiting for the flush was most of a heartbeat's time and a share of
 // Postgres's CPU at 1,000 heartbeats a second (B8x).
-const heartbeats = `WITH b AS (
+var heartbeats = `WITH b AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::float8[])
         WITH ORDINALITY AS b(name, instance_id, usage, grace, secs, i)
 ), old AS (
@@ -72,15 +72,44 @@ const heartbeats = `WITH b AS (
     JOIN hb ON hb.i = u.i JOIN b ON b.i = u.i
     WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.uuid = u.id AND j.assigned_slave_name = hb.name)
 )
-SELECT hb.i, hb.online,
-    COALESCE((SELECT json_agg(json_build_object('uuid', j.uuid::text, 'status', j.status, 'attempt', j.attempt,
-            'missingSince', j.missing_since, 'missing', COALESCE(j.missing_since < now() - make_interval(secs => b.grace), FALSE))
-        ORDER BY j.created_at, j.uuid)
-        FROM jobs j WHERE j.assigned_slave_name = hb.name AND j.status IN ` + liveStatuses + `), '[]') AS jobs,
+SELECT hb.i, hb.online, ` + slaveJobsJSON("hb.name", "b.grace") + ` AS jobs,
     COALESCE((SELECT json_agg(json_build_object('jobUuid', r.job_uuid::text, 'attempt', r.attempt, 'slaveName', r.slave_name,
             'resources', r.resources, 'reason', r.reason, 'since', r.since) ORDER BY r.since, r.job_uuid)
         FROM job_releases r WHERE r.slave_name = hb.name), '[]') AS releases
 FROM hb JOIN b ON b.i = hb.i, async`
+
+// slaveJobsJSON is an expression for the live jobs on slave (an SQL expression), oldest first,
+// as a JSON array that decodeSlaveJobs reads: ListSlaveJobs's rows, for statements that read
+// them beside other things in one round trip. grace is the missing grace in seconds.
+func slaveJobsJSON(slave, grace string) string {
+	return `COALESCE((SELECT json_agg(json_build_object('uuid', j.uuid::text, 'status', j.status, 'attempt', j.attempt,
+            'missingSince', j.missing_since, 'missing', COALESCE(j.missing_since < now() - make_interval(secs => ` + grace + `), FALSE))
+        ORDER BY j.created_at, j.uuid)
+        FROM jobs j WHERE j.assigned_slave_name = ` + slave + ` AND j.status IN ` + liveStatuses + `), '[]')`
+}
+
+// decodeSlaveJobs reads slaveJobsJSON's array.
+func decodeSlaveJobs(slave string, b []byte) ([]SlaveJob, error) {
+	var jobs []struct {
+		UUID         string     `json:"uuid"`
+		Status       job.Status `json:"status"`
+		Attempt      int        `json:"attempt"`
+		MissingSince *time.Time `json:"missingSince"`
+		Missing      bool       `json:"missing"`
+	}
+	if err := json.Unmarshal(b, &jobs); err != nil {
+		return nil, fmt.Errorf("decode the jobs of slave %s: %w", slave, err)
+	}
+	out := make([]SlaveJob, 0, len(jobs))
+	for _, j := range jobs {
+		sj := SlaveJob{UUID: j.UUID, Status: j.Status, Attempt: j.Attempt, Missing: j.Missing}
+		if j.MissingSince != nil {
+			sj.MissingSince = sql.NullTime{Time: *j.MissingSince, Valid: true}
+		}
+		out = append(out, sj)
+	}
+	return out, nil
+}
 
 // heartbeatArgs are the heartbeats statement's arguments for beats.
 func heartbeatArgs(beats []Beat) []any {
@@ -163,22 +192,12 @@ func (s *Store) Heartbeat(ctx context.Context, b Beat) (BeatView, error) {
 // decodeBeat reads a row of the heartbeats statement.
 func decodeBeat(slave string, row beatRow) (BeatView, error) {
 	view := BeatView{CameOnline: !row.Online}
-	var jobs []struct {
-		UUID         string     `json:"uuid"`
-		Status       job.Status `json:"status"`
-		Attempt      int        `json:"attempt"`
-		MissingSince *time.Time `json:"missingSince"`
-		Missing      bool       `json:"missing"`
+	jobs, err := decodeSlaveJobs(slave, row.Jobs)
+	if err != nil {
+		return BeatView{}, err
 	}
-	if err := json.Unmarshal(row.Jobs, &jobs); err != nil {
-		return BeatView{}, fmt.Errorf("decode the jobs of slave %s: %w", slave, err)
-	}
-	for _, j := range jobs {
-		sj := SlaveJob{UUID: j.UUID, Status: j.Status, Attempt: j.Attempt, Missing: j.Missing}
-		if j.MissingSince != nil {
-			sj.MissingSince = sql.NullTime{Time: *j.MissingSince, Valid: true}
-		}
-		view.Jobs = append(view.Jobs, sj)
+	if len(jobs) > 0 {
+		view.Jobs = jobs
 	}
 	var releases []struct {
 		JobUUID   string          `json:"jobUuid"`
@@ -199,4 +218,20 @@ func decodeBeat(slave string, row beatRow) (BeatView, error) {
 			Resources: r.Resources, Reason: r.Reason, Since: r.Since})
 	}
 	return view, nil
+}
+
+// SlaveWork reads, in one round trip, what a slave's long poll looks at each time it wakes:
+// whether the slave is disabled (an unknown slave is not) and the jobs the master has on it
+// (as ListSlaveJobs).
+func (s *Store) SlaveWork(ctx context.Context, slave string, missingGrace time.Duration) (disabled bool, jobs []SlaveJob, err error) {
+	var row struct {
+		Disabled bool   `db:"disabled"`
+		Jobs     []byte `db:"jobs"`
+	}
+	if err := s.q.GetContext(ctx, &row, `SELECT COALESCE((SELECT disabled FROM slaves WHERE name = $1), FALSE) AS disabled, `+
+		slaveJobsJSON("$1", "$2")+` AS jobs`, slave, missingGrace.Seconds()); err != nil {
+		return false, nil, mapErr(err, "list jobs of slave "+slave)
+	}
+	jobs, err = decodeSlaveJobs(slave, row.Jobs)
+	return row.Disabled, jobs, err
 }
