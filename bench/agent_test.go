@@ -39,6 +39,7 @@ type fakeSlave struct {
 	inv   protocol.Inventory
 	hooks *fakeHooks
 	fails *atomic.Int64
+	beats *samples // every heartbeat's round trip, failed ones too
 
 	mu   sync.Mutex
 	jobs map[string]*fakeJob
@@ -55,6 +56,7 @@ type fakeJob struct {
 type fleet struct {
 	slaves []*fakeSlave
 	fails  atomic.Int64 // calls to the master that failed (besides expected conflicts)
+	beats  samples      // heartbeat round trips, as the slaves saw them
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
@@ -102,7 +104,7 @@ func startFleet(t testing.TB, m *master, spec fleetSpec, hooks *fakeHooks) *flee
 		inv := protocol.Inventory{Name: name, InstanceID: fmt.Sprintf("inst-%s-%d", name, time.Now().UnixNano()), ClusterID: cluster,
 			Host: name + ".bench", DNSName: name + ".bench", Version: "bench", PID: 1, CPUs: spec.CPUs, MemoryMiB: int64(spec.MemoryGiB) << 10,
 			GPUs: gpus, DriverVersion: "550.54.15", CudaVersion: "12.4", GPUStatus: "fake", StorageRoots: []string{"/project"}}
-		f.slaves = append(f.slaves, &fakeSlave{name: name, mc: mc, inv: inv, hooks: hooks, fails: &f.fails, jobs: map[string]*fakeJob{}})
+		f.slaves = append(f.slaves, &fakeSlave{name: name, mc: mc, inv: inv, hooks: hooks, fails: &f.fails, beats: &f.beats, jobs: map[string]*fakeJob{}})
 	}
 	sem := make(chan struct{}, 32)
 	errs := make(chan error, len(f.slaves))
@@ -193,7 +195,11 @@ func (s *fakeSlave) heartbeats(ctx context.Context, interval time.Duration) {
 			hb.Jobs = append(hb.Jobs, rj)
 		}
 		s.mu.Unlock()
+		t0 := time.Now()
 		reply, err := s.mc.Heartbeat(ctx, hb)
+		if ctx.Err() == nil {
+			s.beats.add(t0, time.Since(t0)) // a failure counts for the time it took (a timeout: 30 s)
+		}
 		s.failed(ctx, err)
 		if err == nil {
 			if reply.Interval > 0 {
