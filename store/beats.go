@@ -67,6 +67,7 @@ func (q *beatQueue) record(ctx context.Context, b Beat) (BeatView, error) {
 	q.mu.Unlock()
 	select {
 	case <-c.done:
+		countStatement(ctx) // its share of the batch: one statement, as the request sees it
 		return c.view, c.err
 	case <-ctx.Done():
 		return BeatView{}, mapErr(ctx.Err(), "heartbeat of slave "+b.Slave)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/pki"
+	"github.com/opengpulab/gpulab/protocol"
 	"github.com/opengpulab/gpulab/store"
 )
 
@@ -129,8 +130,14 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		}
 		s.cfg.Metrics.ObserveRequest(route, r.Method, rec.status, took)
 		level := slog.LevelInfo
-		if route == "GET /healthz" || route == "GET /readyz" || route == "GET /metrics" {
+		switch {
+		case route == "GET /healthz" || route == "GET /readyz" || route == "GET /metrics":
 			level = slog.LevelDebug // probes and scrapers every few seconds
+		case routineSlaveCall(route) && rec.status < 400:
+			// Every slave's heartbeats and long polls: 1,000 lines a second from 5,000 slaves
+			// (bench/ B8x), which would drown what people and the scheduler do. Their failures
+			// stay at info, and gpulab_http_request_duration_seconds counts them all.
+			level = slog.LevelDebug
 		}
 		attrs := []any{"request_id", ri.id, "method", r.Method, "route", route, "status", rec.status,
 			"duration_ms", float64(took.Microseconds()) / 1000, "bytes", rec.bytes, "db_statements", statements(), "remote", r.RemoteAddr}
@@ -160,4 +167,9 @@ func (h requestIDHandler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h requestIDHandler) WithGroup(name string) slog.Handler {
 	return requestIDHandler{h.Handler.WithGroup(name)}
+}
+
+// routineSlaveCall says whether route is a call every slave makes every few seconds.
+func routineSlaveCall(route string) bool {
+	return route == "POST "+protocol.HeartbeatPath || route == "POST "+protocol.NextPath
 }
