@@ -166,3 +166,34 @@ func TestSlaveWork(t *testing.T) {
 		t.Errorf("an unknown slave: %v %v %v", disabled, jobs, err)
 	}
 }
+
+// TestHeartbeatsHaveTheirOwnConnections: a heartbeat does not wait for the pool the API's
+// requests share: with every connection of it taken, heartbeats are still recorded.
+func TestHeartbeatsHaveTheirOwnConnections(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node1", InstanceID: "i1", ClusterID: 1, Inventory: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for st.DB().Stats().InUse < st.DB().Stats().MaxOpenConnections {
+		tx, err := st.DB().BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback() }()
+	}
+	// The shared pool is taken: a read through it cannot get a connection.
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, _, err := st.SlaveWork(short, "node1", time.Minute); err == nil {
+		t.Fatal("a read got a connection of a pool whose every connection is taken")
+	}
+	long, cancel2 := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel2()
+	if v, err := st.Heartbeat(long, store.Beat{Slave: "node1", InstanceID: "i1", Usage: []byte(`[]`), SampleSecs: 5}); err != nil || v.CameOnline {
+		t.Fatalf("a heartbeat with the shared pool taken: %+v %v", v, err)
+	}
+}

@@ -91,12 +91,26 @@ func OpenPool(ctx context.Context, url string, conns int) (*Store, error) {
 		return nil, mapErr(err, "connect to database")
 	}
 	s := &Store{db: db, q: &prepared{querier: db, cache: newStmtCache(db)}, decoded: newDecodeCache(), leases: DefaultLeases, url: url}
-	s.beats = newBeatQueue(s)
+	// Heartbeats have connections of their own (opened when first used), as many as the
+	// statements the queue sends at once: in a shared pool a batch waited behind every request
+	// waiting for a connection, and on an overloaded master (bench/ B8x) heartbeats then timed
+	// out, slaves were taken offline and their jobs given up, which made more work still. A
+	// heartbeat is what keeps a slave's jobs alive; it must not queue behind reads and submits.
+	beatDB := sqlx.NewDb(sql.OpenDB(connector{pc}), "postgres")
+	beatDB.SetMaxOpenConns(beatsInFlight)
+	beatDB.SetMaxIdleConns(beatsInFlight)
+	beatDB.SetConnMaxIdleTime(5 * time.Minute)
+	s.beats = newBeatQueue(&Store{db: beatDB, q: &prepared{querier: beatDB, cache: newStmtCache(beatDB)}, decoded: s.decoded, leases: s.leases, url: url})
 	return s, nil
 }
 
-// Close closes the pool.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes the pools.
+func (s *Store) Close() error {
+	if s.beats != nil {
+		_ = s.beats.s.db.Close()
+	}
+	return s.db.Close()
+}
 
 // DB exposes the pool for health checks.
 func (s *Store) DB() *sql.DB { return s.db.DB }
