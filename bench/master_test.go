@@ -503,7 +503,8 @@ func (m *master) getJSON(path string, v any) {
 }
 
 // profile takes a CPU profile of the master for d (in the background) when GPULAB_BENCH_PROFILE
-// names a folder; the returned function waits for it and reports the file written.
+// names a folder, and a heap profile at its end; the returned function waits for them and
+// reports the CPU profile's file.
 func (m *master) profile(name string, d time.Duration) func() string {
 	dir := os.Getenv("GPULAB_BENCH_PROFILE")
 	if dir == "" {
@@ -513,23 +514,10 @@ func (m *master) profile(name string, d time.Duration) func() string {
 	file := filepath.Join(dir, name+".cpu.pprof")
 	done := make(chan error, 1)
 	go func() {
-		resp, err := m.ctl.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", m.Control, secs))
-		if err != nil {
-			done <- err
-			return
+		err := m.fetch(fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), dir, file)
+		if err == nil {
+			err = m.fetch("/debug/pprof/heap", dir, filepath.Join(dir, name+".heap.pprof"))
 		}
-		defer func() { _ = resp.Body.Close() }()
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			done <- err
-			return
-		}
-		f, err := os.Create(file)
-		if err != nil {
-			done <- err
-			return
-		}
-		_, err = io.Copy(f, resp.Body)
-		_ = f.Close()
 		done <- err
 	}()
 	return func() string {
@@ -537,9 +525,30 @@ func (m *master) profile(name string, d time.Duration) func() string {
 			m.t.Logf("profile %s: %v", name, err)
 			return ""
 		}
-		m.t.Logf("CPU profile of the master: %s", file)
+		m.t.Logf("CPU and heap profiles of the master: %s, .heap.pprof", file)
 		return file
 	}
+}
+
+// fetch writes what the control port answers at path to file (in dir).
+func (m *master) fetch(path, dir, file string) error {
+	resp, err := m.ctl.Get(m.Control + path)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // user is a user of the master with his certificate.
