@@ -135,12 +135,7 @@ func TestSlaveWork(t *testing.T) {
 	st := newStore(t)
 	ctx := context.Background()
 	u, p := fixture(t, st, "alice", "vision")
-	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node1", InstanceID: "i1", ClusterID: 1, Inventory: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
+	node1(t, st)
 	var ids []string
 	for range 3 {
 		j := createJob(t, st, u, p, job.StatusQueued)
@@ -172,12 +167,7 @@ func TestSlaveWork(t *testing.T) {
 func TestHeartbeatsHaveTheirOwnConnections(t *testing.T) {
 	st := newStore(t)
 	ctx := context.Background()
-	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node1", InstanceID: "i1", ClusterID: 1, Inventory: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
+	node1(t, st)
 	for st.DB().Stats().InUse < st.DB().Stats().MaxOpenConnections {
 		tx, err := st.DB().BeginTx(ctx, nil)
 		if err != nil {
@@ -195,5 +185,17 @@ func TestHeartbeatsHaveTheirOwnConnections(t *testing.T) {
 	defer cancel2()
 	if v, err := st.Heartbeat(long, store.Beat{Slave: "node1", InstanceID: "i1", Usage: []byte(`[]`), SampleSecs: 5}); err != nil || v.CameOnline {
 		t.Fatalf("a heartbeat with the shared pool taken: %+v %v", v, err)
+	}
+}
+
+// node1 registers slave node1 (instance i1) in a new cluster 1.
+func node1(t *testing.T, st *store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node1", InstanceID: "i1", ClusterID: 1, Inventory: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -97,12 +97,7 @@ func TestSchedulerSlavesReadDocumentsOnlyWhenChanged(t *testing.T) {
 func TestHeartbeatCommitsWithoutWaitingForTheDisk(t *testing.T) {
 	st := newStore(t)
 	ctx := context.Background()
-	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node1", InstanceID: "i1", ClusterID: 1, Inventory: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
+	node1(t, st)
 	mode, err := st.HeartbeatCommitMode(ctx, store.Beat{Slave: "node1", InstanceID: "i1", Usage: []byte(`{}`)})
 	if err != nil || mode != "off" {
 		t.Fatalf("heartbeat's commit: synchronous_commit %q (%v), want off", mode, err)
