@@ -16,8 +16,8 @@ import (
 // heartbeat that finds one free is sent at once, with whatever else is waiting (up to max).
 // Only when inFlight statements are running do heartbeats queue, and then they leave together
 // as soon as one of them ends. A quiet master sends each heartbeat alone, as before; a busy one
-// sends larger batches on at most inFlight connections, leaving the rest of the pool to the
-// API. (Group commit, as databases do for their logs.)
+// sends larger batches. (Group commit, as databases do for their logs.) The statements run on
+// inFlight connections of their own (see OpenPool), never waiting behind the API's requests.
 type beatQueue struct {
 	s        *Store
 	inFlight int

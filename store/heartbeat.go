@@ -39,12 +39,12 @@ type BeatView struct {
 // each slave's live jobs and releases, in one statement: a heartbeat of a slave in a steady
 // state (nothing to reconcile) is one row of a statement shared with the other heartbeats that
 // arrived meanwhile (see beatQueue), whatever the number of jobs it runs, and writes one row of
-// slaves plus its samples, nothing per job. A sample is kept only for a job the master has on
-// that slave (a slave cannot write another's jobs' usage). (It used to be six statements per heartbeat, one
-// of them an UPDATE of every running job's row to keep a latest sample nobody read.) A
-// heartbeat's writes are made only when it is its slave's current instance's ($2): else
-// nothing is written for it and no row comes back for it. The slaves' rows are locked in id
-// order, so two batches (or a batch and any other statement locking several slaves in that
+// slaves plus its samples, nothing per job. (It used to be six statements per heartbeat, one
+// of them an UPDATE of every running job's row to keep a latest sample nobody read.) A sample
+// is kept only for a job the master has on that slave: a slave cannot write another's jobs'
+// usage. A heartbeat's writes are made only when it is its slave's current instance's ($2):
+// else nothing is written for it and no row comes back for it. The slaves' rows are locked in
+// id order, so two batches (or a batch and any other statement locking several slaves in that
 // order) cannot deadlock.
 //
 // Its commit does not wait for the WAL to reach the disk (synchronous_commit off for this
