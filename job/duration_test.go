@@ -131,6 +131,8 @@ func TestDurationJSON(t *testing.T) {
 		{`"1h"`, time.Hour},
 		{`3600`, time.Hour},
 		{`1.5`, 1500 * time.Millisecond},
+		{`"\u0032 hours"`, 2 * time.Hour}, // escaped: read by encoding/json, not the plain path
+		{`"1.5\tdays"`, 36 * time.Hour},   // an escaped tab between number and unit
 	}
 	for _, tt := range tests {
 		var d Duration

@@ -128,19 +128,6 @@ RETURNING `+slaveColumns, r.Name, r.InstanceID, r.ClusterID, r.Host, r.DNSName, 
 	return sl, mapErr(err, "register slave "+r.Name)
 }
 
-// SlaveHeartbeat records a heartbeat of the slave's current instance. ErrNotFound when the
-// slave is unknown or runs another instance (it must register again).
-//
-// It reports whether the slave was offline until now: only then does the heartbeat change what
-// the scheduler may do, so only then need it wake the scheduler.
-func (s *Store) SlaveHeartbeat(ctx context.Context, name, instanceID string, usage json.RawMessage) (cameOnline bool, err error) {
-	var wasOnline bool
-	err = s.q.GetContext(ctx, &wasOnline, `WITH old AS (SELECT id, online FROM slaves WHERE name = $1 AND instance_id = $2 FOR UPDATE)
-UPDATE slaves s SET last_heartbeat = now(), online = TRUE, offline_since = NULL, usage = $3
-FROM old WHERE s.id = old.id RETURNING old.online`, name, instanceID, usage)
-	return !wasOnline && err == nil, mapErr(err, "heartbeat of slave "+name)
-}
-
 // SetSlaveAccepting drains (false) or reopens (true) a slave.
 func (s *Store) SetSlaveAccepting(ctx context.Context, name string, accepting bool) error {
 	res, err := s.q.ExecContext(ctx, `UPDATE slaves SET accepting_jobs = $2 WHERE name = $1`, name, accepting)

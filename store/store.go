@@ -9,6 +9,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"sync"
@@ -81,11 +82,7 @@ func OpenPool(ctx context.Context, url string, conns int) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	conns = max(conns, 1)
-	db := sqlx.NewDb(sql.OpenDB(connector{pc}), "postgres")
-	db.SetMaxOpenConns(conns)
-	db.SetMaxIdleConns(conns)
-	db.SetConnMaxIdleTime(5 * time.Minute)
+	db := newPool(pc, max(conns, 1))
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
 		return nil, mapErr(err, "connect to database")
@@ -96,12 +93,18 @@ func OpenPool(ctx context.Context, url string, conns int) (*Store, error) {
 	// waiting for a connection, and on an overloaded master (bench/ B8x) heartbeats then timed
 	// out, slaves were taken offline and their jobs given up, which made more work still. A
 	// heartbeat is what keeps a slave's jobs alive; it must not queue behind reads and submits.
-	beatDB := sqlx.NewDb(sql.OpenDB(connector{pc}), "postgres")
-	beatDB.SetMaxOpenConns(beatsInFlight)
-	beatDB.SetMaxIdleConns(beatsInFlight)
-	beatDB.SetConnMaxIdleTime(5 * time.Minute)
+	beatDB := newPool(pc, beatsInFlight)
 	s.beats = newBeatQueue(&Store{db: beatDB, q: &prepared{querier: beatDB, cache: newStmtCache(beatDB)}, decoded: s.decoded, leases: s.leases, url: url})
 	return s, nil
+}
+
+// newPool is a pool of at most conns connections through pc, all kept while open.
+func newPool(pc driver.Connector, conns int) *sqlx.DB {
+	db := sqlx.NewDb(sql.OpenDB(connector{pc}), "postgres")
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	return db
 }
 
 // Close closes the pools.

@@ -556,16 +556,20 @@ func TestSlaveHeartbeatReportsComingBack(t *testing.T) {
 	if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node1", InstanceID: "i1", ClusterID: 1, Inventory: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
-	if back, err := st.SlaveHeartbeat(ctx, "node1", "i1", []byte(`[]`)); err != nil || back {
+	beat := func(instance string) (bool, error) {
+		v, err := st.Heartbeat(ctx, store.Beat{Slave: "node1", InstanceID: instance, Usage: []byte(`[]`)})
+		return v.CameOnline, err
+	}
+	if back, err := beat("i1"); err != nil || back {
 		t.Fatalf("heartbeat of an online slave: came back %v, %v", back, err)
 	}
 	if names, err := st.MarkSlavesOffline(ctx, -time.Minute, time.Time{}); err != nil || len(names) != 1 {
 		t.Fatalf("mark offline: %v %v", names, err)
 	}
-	if back, err := st.SlaveHeartbeat(ctx, "node1", "i1", []byte(`[]`)); err != nil || !back {
+	if back, err := beat("i1"); err != nil || !back {
 		t.Fatalf("heartbeat of an offline slave: came back %v, %v", back, err)
 	}
-	if _, err := st.SlaveHeartbeat(ctx, "node1", "old-instance", []byte(`[]`)); !errors.Is(err, store.ErrNotFound) {
+	if _, err := beat("old-instance"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("heartbeat of another instance: %v", err)
 	}
 }

@@ -97,7 +97,7 @@ func TestLivePages(t *testing.T) {
 
 	// Utilisation comes from the heartbeat's usage (a fake GPU shows none).
 	usage, _ := json.Marshal([]protocol.RunningJob{{JobUUID: id, Usage: &protocol.Usage{GPUs: []protocol.GPUUsage{{Index: 1, UtilPercent: 37}}}}})
-	if _, err := p.m.Store.SlaveHeartbeat(ctx, "node1", "i1", usage); err != nil {
+	if _, err := p.m.Store.Heartbeat(ctx, store.Beat{Slave: "node1", InstanceID: "i1", Usage: usage}); err != nil {
 		t.Fatal(err)
 	}
 	r = p.get(alice, "/live/slaves").expect(http.StatusOK)
