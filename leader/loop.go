@@ -13,7 +13,6 @@ import (
 
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/metrics"
-	"github.com/opengpulab/gpulab/protocol"
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
 )
@@ -111,9 +110,8 @@ type Loop struct {
 	arrivalsAt time.Time
 	// written are the start estimates this term wrote (see EstimateTolerance).
 	written written
-	// slaveDocs are the slaves' decoded inventories, by name, as of slaveMark.
-	slaveDocs map[string]*slaveDocs
-	slaveMark store.ChangeMark
+	// fleet remembers the slaves between passes.
+	fleet *fleet
 	// dbNow is the database's clock as the last snapshot read it, at dbNowAt on this one's.
 	dbNow, dbNowAt time.Time
 	// accruedAt is when the tallies were last accrued.
@@ -243,6 +241,7 @@ func NewLoop(st *store.Store, cfg Config, log *slog.Logger, wake, work *schedule
 		cfg.FullReadEvery = 5 * time.Minute
 	}
 	return &Loop{st: st, cfg: cfg, log: log, wake: wake, work: work, queue: newQueue(cfg.FullReadEvery, log, cfg.Metrics.ObserveDrift),
+		fleet:   newFleet(cfg.FullReadEvery, log, cfg.Metrics.ObserveDrift),
 		written: written{}}
 }
 
@@ -279,7 +278,8 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 	// What a previous term remembered may have changed under another leader: its first pass
 	// reads and plans everything.
 	l.queue.reset()
-	l.planned, l.slaveDocs, l.accruedAt, l.dbNow, l.written = nil, nil, time.Time{}, time.Time{}, written{}
+	l.fleet.reset()
+	l.planned, l.accruedAt, l.dbNow, l.written = nil, time.Time{}, time.Time{}, written{}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	renewed := make(chan struct{})
@@ -647,43 +647,20 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	if err != nil {
 		return snap, hosts, err
 	}
-	since := l.slaveMark
-	if l.slaveDocs == nil {
-		since = 0
-	}
-	slaves, err := l.st.SchedulerSlaves(ctx, since)
+	slaves, err := l.fleet.read(ctx, l.st, mark)
 	if err != nil {
 		return snap, hosts, err
 	}
-	if since != 0 && slices.ContainsFunc(slaves, func(s store.SchedSlave) bool { return !s.Docs && s.InstanceID != "" && l.slaveDocs[s.Name] == nil }) {
-		// A slave known by name only (nothing decoded for it, say it had not registered
-		// when it was read): read every slave's documents.
-		if slaves, err = l.st.SchedulerSlaves(ctx, 0); err != nil {
-			return snap, hosts, err
-		}
-	}
-	decoded := make(map[string]*slaveDocs, len(slaves))
 	for _, s := range slaves {
-		if s.InstanceID == "" {
-			continue // joined but never registered: nothing is known of what it has
-		}
 		hosts[s.Name] = firstNonEmpty(s.DNSName, s.Host, s.Name)
-		d := l.slaveDocs[s.Name]
-		if s.Docs || d == nil {
-			if d, err = decodeSlaveDocs(s); err != nil {
-				return snap, hosts, err
-			}
-		}
-		decoded[s.Name] = d
-		inv := d.inventory
+		inv := s.docs.inventory
 		snap.Slaves = append(snap.Slaves, scheduler.Slave{
 			Name: s.Name, InstanceID: s.InstanceID, ClusterID: s.ClusterID,
 			Online: s.Online, Accepting: s.AcceptingJobs && !s.Disabled,
 			CPUs: inv.CPUs, MemoryGb: max(int(inv.MemoryMiB/1024)-l.cfg.MemoryReserveGb, 0),
-			CudaMajor: inv.CudaMajor(), GPUs: inv.GPUs, CapacityGPUs: d.capacity,
+			CudaMajor: inv.CudaMajor(), GPUs: inv.GPUs, CapacityGPUs: s.docs.capacity,
 		})
 	}
-	l.slaveDocs, l.slaveMark = decoded, mark
 	l.timed("slaves", t)
 	t = time.Now()
 	queued, held, err := l.queue.read(ctx, l.st, mark)
@@ -859,34 +836,6 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 	}
 	l.written.record(estimates, wrote)
 	return assigned, nil
-}
-
-// slaveDocs are a slave's inventory and GPU capacity decoded: 5,000 slaves' inventories read
-// and decoded at every pass cost a second, and they change only when a slave registers again
-// (store.SchedulerSlaves reads them then).
-type slaveDocs struct {
-	inventory protocol.Inventory
-	capacity  []protocol.GPU
-}
-
-// decodeSlaveDocs decodes the documents read with s. Plan never changes its snapshot, so
-// passes may share what was decoded.
-func decodeSlaveDocs(s store.SchedSlave) (*slaveDocs, error) {
-	if !s.Docs {
-		return nil, fmt.Errorf("slave %s: its inventory was not read (a stamp held for it, but nothing decoded)", s.Name)
-	}
-	out := &slaveDocs{}
-	if len(s.Inventory) > 0 {
-		if err := json.Unmarshal(s.Inventory, &out.inventory); err != nil {
-			return nil, fmt.Errorf("inventory of slave %s: %w", s.Name, err)
-		}
-	}
-	if len(s.CapacityGPUs) > 0 {
-		if err := json.Unmarshal(s.CapacityGPUs, &out.capacity); err != nil {
-			return nil, fmt.Errorf("capacity of slave %s: %w", s.Name, err)
-		}
-	}
-	return out, nil
 }
 
 // wakeSlaves names the slaves whose long polls have news after a plan: those that got jobs and

@@ -7,11 +7,11 @@ import (
 	"github.com/opengpulab/gpulab/store"
 )
 
-// TestSchedulerSlavesReadDocumentsOnlyWhenChanged: the scheduler's read of the slaves gives their
-// small columns at every pass but their inventory and capacity only when they changed since
-// the caller's mark: a heartbeat (usage, online) or a drain does not count, a registration with
-// another inventory does, also when its transaction began before the mark.
-func TestSchedulerSlavesReadDocumentsOnlyWhenChanged(t *testing.T) {
+// TestSlavesChangedSince: the scheduler reads only the slaves whose scheduling columns changed
+// since its mark: a heartbeat of an online slave (usage, time) is not a change; a drain, a
+// registration with another inventory, a slave coming back online are, also when the change's
+// transaction began before the mark.
+func TestSlavesChangedSince(t *testing.T) {
 	st := newStore(t)
 	ctx := context.Background()
 	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"}); err != nil {
@@ -25,17 +25,20 @@ func TestSchedulerSlavesReadDocumentsOnlyWhenChanged(t *testing.T) {
 	}
 	register("node1", `{"cpus": 8}`)
 	register("node2", `{"cpus": 16}`)
-	read := func(since store.ChangeMark) map[string]store.SchedSlave {
-		t.Helper()
-		ss, err := st.SchedulerSlaves(ctx, since)
-		if err != nil {
-			t.Fatal(err)
-		}
+	byName := func(ss []store.SchedSlave) map[string]store.SchedSlave {
 		out := map[string]store.SchedSlave{}
 		for _, s := range ss {
 			out[s.Name] = s
 		}
 		return out
+	}
+	read := func(since store.ChangeMark) map[string]store.SchedSlave {
+		t.Helper()
+		ss, err := st.SlavesChangedSince(ctx, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return byName(ss)
 	}
 	mark := func() store.ChangeMark {
 		t.Helper()
@@ -45,31 +48,65 @@ func TestSchedulerSlavesReadDocumentsOnlyWhenChanged(t *testing.T) {
 		}
 		return m
 	}
-	first := read(0)
-	if len(first) != 2 || !first["node1"].Docs || string(first["node1"].Inventory) != `{"cpus": 8}` || !first["node1"].Online {
-		t.Fatalf("first read: %+v", first)
+	heartbeat := func(name string) {
+		t.Helper()
+		if _, err := st.Heartbeat(ctx, store.Beat{Slave: name, InstanceID: "i-" + name, Usage: []byte(`{"gpus": []}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// stamp is the slave's stamp: a mark is the oldest transaction running anywhere in the
+	// cluster (other tests' too), so a read may give unchanged rows again; that a heartbeat
+	// is no change is seen on the stamp itself.
+	stamp := func(name string) string {
+		t.Helper()
+		var x string
+		if err := st.DB().QueryRowContext(ctx, `SELECT sched_xid::text FROM slaves WHERE name = $1`, name).Scan(&x); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	all, err := st.SchedulerSlaves(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first := byName(all); len(first) != 2 || string(first["node1"].Inventory) != `{"cpus": 8}` || !first["node1"].Online {
+		t.Fatalf("full read: %+v", first)
 	}
 	m1 := mark()
-	if _, err := st.Heartbeat(ctx, store.Beat{Slave: "node1", InstanceID: "i-node1", Usage: []byte(`{"gpus": []}`)}); err != nil {
-		t.Fatal(err)
+	before := stamp("node1")
+	heartbeat("node1")
+	if after := stamp("node1"); after != before {
+		t.Errorf("a heartbeat of an online slave stamped it: %s, was %s", after, before)
 	}
 	if err := st.SetSlaveAccepting(ctx, "node2", false); err != nil {
 		t.Fatal(err)
 	}
 	second := read(m1)
-	if second["node1"].Docs || second["node1"].Inventory != nil {
-		t.Errorf("after a heartbeat node1's documents were read again: %+v", second["node1"])
-	}
-	if second["node2"].Docs || second["node2"].AcceptingJobs {
-		t.Errorf("node2 after it stopped accepting: %+v (want the flag, not the documents)", second["node2"])
+	if s, ok := second["node2"]; !ok || s.AcceptingJobs || string(s.Inventory) != `{"cpus": 16}` {
+		t.Errorf("node2 after it stopped accepting: %+v (want it read, not accepting, with its inventory)", second)
 	}
 	register("node1", `{"cpus": 4}`)
-	third := read(m1)
-	if !third["node1"].Docs || string(third["node1"].Inventory) != `{"cpus": 4}` {
+	if third := read(m1); string(third["node1"].Inventory) != `{"cpus": 4}` {
 		t.Errorf("after node1 registered with another inventory: %+v", third["node1"])
 	}
-	if third["node2"].Docs {
-		t.Errorf("node2 read whole though unchanged: %+v", third["node2"])
+
+	// Marked offline, then back online by a heartbeat: both are changes.
+	m2 := mark()
+	if _, err := st.DB().ExecContext(ctx, `UPDATE slaves SET online = FALSE, offline_since = now() WHERE name = 'node2'`); err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := read(m2)["node2"]; !ok || s.Online {
+		t.Errorf("node2 marked offline: %+v, %v", s, ok)
+	}
+	m3 := mark()
+	heartbeat("node2")
+	if s, ok := read(m3)["node2"]; !ok || !s.Online {
+		t.Errorf("node2 back online by a heartbeat: %+v, %v", s, ok)
+	}
+	before = stamp("node2")
+	heartbeat("node2")
+	if after := stamp("node2"); after != before {
+		t.Errorf("a heartbeat of a slave online again stamped it: %s, was %s", after, before)
 	}
 
 	// A registration whose transaction began before a mark and committed after it is read
@@ -82,12 +119,12 @@ func TestSchedulerSlavesReadDocumentsOnlyWhenChanged(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, `UPDATE slaves SET inventory = '{"cpus": 32}' WHERE name = 'node2'`); err != nil {
 		t.Fatal(err)
 	}
-	m2 := mark()
+	m5 := mark()
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if fourth := read(m2); !fourth["node2"].Docs || string(fourth["node2"].Inventory) != `{"cpus": 32}` {
-		t.Errorf("node2's new inventory, committed after the mark by an older transaction, not read: %+v", fourth["node2"])
+	if fifth := read(m5); string(fifth["node2"].Inventory) != `{"cpus": 32}` {
+		t.Errorf("node2's new inventory, committed after the mark by an older transaction, not read: %+v", fifth["node2"])
 	}
 }
 
