@@ -70,6 +70,12 @@ type Change struct {
 // Attempt is a helper for Change.Attempt.
 func Attempt(n int) *int { return &n }
 
+// changeJob is a conditional state change with everything that goes with it, in one statement:
+// the job's row (with, when given, the resources the slave reports, the exit code and the
+// final usage), its status event and what the job keeps holding on its slave. It used to be a
+// transaction of three to five statements (the change, the event, then the resources, exit
+// code and usage each updating the row again); the slaves' job updates are a large share of a
+// busy master's writes (B2x: 12,000 in 45 s).
 const changeJob = `WITH old AS (
     SELECT uuid, status, attempt, assigned_slave_name, resources FROM jobs WHERE uuid = $1 FOR UPDATE
 ), upd AS (
@@ -83,8 +89,12 @@ const changeJob = `WITH old AS (
         assigned_slave_name = CASE WHEN $2::text = 'QUEUED' THEN NULL ELSE j.assigned_slave_name END,
         assigned_instance_id = CASE WHEN $2::text = 'QUEUED' THEN NULL ELSE j.assigned_instance_id END,
         assigned_cluster_id = CASE WHEN $2::text = 'QUEUED' THEN NULL ELSE j.assigned_cluster_id END,
-        resources = CASE WHEN $2::text = 'QUEUED' THEN NULL ELSE j.resources END
-    FROM old WHERE j.uuid = old.uuid AND old.status = ANY($3) AND ($4::int < 0 OR old.attempt = $4)
+        resources = CASE WHEN $13::int IS NULL THEN r.resources
+            ELSE jsonb_set(COALESCE(r.resources, '{}'::jsonb), '{exitCode}', to_jsonb($13::int)) END,
+        final_usage = COALESCE($14::jsonb, j.final_usage)
+    FROM old, LATERAL (SELECT CASE WHEN $12::jsonb IS NOT NULL THEN $12::jsonb
+            WHEN $2::text = 'QUEUED' THEN NULL ELSE old.resources END AS resources) r
+    WHERE j.uuid = old.uuid AND old.status = ANY($3) AND ($4::int < 0 OR old.attempt = $4)
     RETURNING old.status, old.attempt, old.assigned_slave_name, old.resources
 ), held AS (
     INSERT INTO job_releases (job_uuid, attempt, slave_name, resources, reason)
@@ -93,6 +103,9 @@ const changeJob = `WITH old AS (
       AND $2::text NOT IN ('STARTING', 'RUNNING', 'MUSTHALT', 'HALTING')
       AND assigned_slave_name IS NOT NULL AND resources IS NOT NULL
     ON CONFLICT DO NOTHING
+), ev AS (
+    INSERT INTO job_events (job_uuid, kind, from_status, to_status, actor, message)
+    SELECT $1, '` + EventStatus + `', status, $2, $11, $10 FROM upd
 )
 SELECT status, attempt FROM upd`
 
@@ -106,14 +119,30 @@ func (s *Store) ChangeJob(ctx context.Context, id string, c Change) (old job.Sta
 	if c.Attempt != nil {
 		attempt = *c.Attempt
 	}
-	err = s.WithTx(ctx, func(tx *Store) error {
+	var resources, usage sql.NullString
+	if c.Resources != nil {
+		data, err := json.Marshal(c.Resources)
+		if err != nil {
+			return "", "", fmt.Errorf("encode resources of job %s: %w", id, err)
+		}
+		resources = sql.NullString{String: string(data), Valid: true}
+	}
+	if len(c.Usage) > 0 {
+		usage = sql.NullString{String: string(c.Usage), Valid: true}
+	}
+	var exitCode sql.NullInt64
+	if c.ExitCode != nil {
+		exitCode = sql.NullInt64{Int64: int64(*c.ExitCode), Valid: true}
+	}
+	change := func(tx *Store) error {
 		var row struct {
 			Status  string `db:"status"`
 			Attempt int    `db:"attempt"`
 		}
 		l := tx.leases
 		err := tx.q.GetContext(ctx, &row, changeJob, id, string(c.To), pq.Array(statusStrings(c.From)), attempt,
-			l.Assigned.Seconds(), l.Starting.Seconds(), l.MustHalt.Seconds(), l.Halting.Seconds(), c.Released, c.Event.Message)
+			l.Assigned.Seconds(), l.Starting.Seconds(), l.MustHalt.Seconds(), l.Halting.Seconds(), c.Released, c.Event.Message,
+			c.Event.Actor, resources, exitCode, usage)
 		if errors.Is(err, sql.ErrNoRows) {
 			return tx.conflict(ctx, id, c.To)
 		}
@@ -121,32 +150,18 @@ func (s *Store) ChangeJob(ctx context.Context, id string, c Change) (old job.Sta
 			return mapErr(err, "change job "+id)
 		}
 		old = job.Status(row.Status)
-		ev := c.Event
-		ev.JobUUID, ev.Kind, ev.FromStatus, ev.ToStatus = id, EventStatus, row.Status, string(c.To)
-		if err := tx.AddJobEvent(ctx, ev); err != nil {
-			return err
-		}
-		if c.Resources != nil {
-			if err := tx.UpdateJobResources(ctx, id, c.Resources); err != nil {
-				return err
-			}
-		}
-		if c.ExitCode != nil {
-			if _, err := tx.q.ExecContext(ctx, `UPDATE jobs SET resources = jsonb_set(COALESCE(resources, '{}'::jsonb), '{exitCode}', to_jsonb($2::int))
-WHERE uuid = $1`, id, *c.ExitCode); err != nil {
-				return mapErr(err, "set exit code of job "+id)
-			}
-		}
-		if len(c.Usage) > 0 {
-			if err := tx.SetFinalUsage(ctx, id, c.Usage); err != nil {
-				return err
-			}
-		}
-		if c.Restart && c.To.Ended() {
-			restartID, err = tx.restart(ctx, id, c.To)
-			return err
-		}
 		return nil
+	}
+	if !c.Restart || !c.To.Ended() {
+		// One statement: no transaction around it.
+		return old, "", change(s)
+	}
+	err = s.WithTx(ctx, func(tx *Store) error {
+		if err := change(tx); err != nil {
+			return err
+		}
+		restartID, err = tx.restart(ctx, id, c.To)
+		return err
 	})
 	return old, restartID, err
 }

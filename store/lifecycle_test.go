@@ -141,6 +141,67 @@ func TestResourcesHeldUntilReleased(t *testing.T) {
 	}
 }
 
+// TestChangeWritesEverythingWithIt: a change's resources, exit code, final usage and status
+// event are written with it (one statement now), resources before the exit code merged into
+// them; a change that finds the job elsewhere writes none of them.
+func TestChangeWritesEverythingWithIt(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	j := createJob(t, st, u, p, job.StatusQueued)
+	a := placeOn(t, st, j.UUID, 3, job.StatusStarting)
+	ports := &job.StateResources{SlaveName: "node1", GPUIDs: []int{3}, CPUIDs: []int{3}, CPUMemoryGb: 1,
+		PortMappings: []job.PortMapping{{ContainerPort: 8888, HostPort: 32768, HostIP: "0.0.0.0"}}}
+	if _, _, err := st.ChangeJob(ctx, j.UUID, store.Change{From: []job.Status{job.StatusStarting}, To: job.StatusRunning,
+		Attempt: store.Attempt(a), Resources: ports, Event: store.Event{Actor: "slave node1", Message: "started"}}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := st.GetJob(ctx, j.UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rec.Job.State.Resources; r == nil || len(r.PortMappings) != 1 || r.PortMappings[0].HostPort != 32768 || r.ExitCode != nil {
+		t.Fatalf("resources after the start: %+v", r)
+	}
+	code := 3
+	end := store.Change{From: []job.Status{job.StatusRunning}, To: job.StatusFailed, Attempt: store.Attempt(a), Released: true,
+		ExitCode: &code, Usage: []byte(`{"marker": 77}`), Event: store.Event{Actor: "slave node1", Message: "exited with 3"}}
+	if _, _, err := st.ChangeJob(ctx, j.UUID, end); err != nil {
+		t.Fatal(err)
+	}
+	rec, err = st.GetJob(ctx, j.UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rec.Job.State.Resources; r == nil || r.ExitCode == nil || *r.ExitCode != 3 || len(r.PortMappings) != 1 {
+		t.Fatalf("resources after the end: %+v (want the ports kept and exit code 3)", r)
+	}
+	var usage string
+	if err := st.DB().QueryRowContext(ctx, `SELECT final_usage::text FROM jobs WHERE uuid = $1`, j.UUID).Scan(&usage); err != nil || usage != `{"marker": 77}` {
+		t.Fatalf("final usage %q, %v", usage, err)
+	}
+	evs, err := st.ListJobEvents(ctx, j.UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := evs[len(evs)-1]
+	if last.Kind != store.EventStatus || last.FromStatus != "RUNNING" || last.ToStatus != "FAILED" || last.Actor != "slave node1" || last.Message != "exited with 3" {
+		t.Fatalf("last event %+v", last)
+	}
+
+	// The same end again is a conflict and writes nothing.
+	code = 9
+	end.Usage = []byte(`{"marker": 78}`)
+	if _, _, err := st.ChangeJob(ctx, j.UUID, end); !errors.Is(err, store.ErrStateConflict) {
+		t.Fatalf("a repeated end: %v, want a state conflict", err)
+	}
+	rec, _ = st.GetJob(ctx, j.UUID)
+	again, _ := st.ListJobEvents(ctx, j.UUID)
+	if *rec.Job.State.Resources.ExitCode != 3 || len(again) != len(evs) {
+		t.Fatalf("a conflict wrote: exit code %d, %d events (was %d)", *rec.Job.State.Resources.ExitCode, len(again), len(evs))
+	}
+}
+
 // A slave's change names its attempt: once the job was placed again, the old attempt's calls
 // are conflicts that tell the current state and attempt.
 func TestChangeIsFencedByAttempt(t *testing.T) {
