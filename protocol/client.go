@@ -59,7 +59,13 @@ func NewClient(baseURLs string, caPEM []byte, cert *tls.Certificate) (*Client, e
 	return &Client{
 		bases: bases,
 		// No overall timeout: Next long-polls; each call has its own context deadline.
-		http: &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, DialContext: dialer.DialContext,
+		// HTTP/2 when the master offers it: every call on one connection (see web.Server's
+		// TLSConfig). A connection that stops answering (a master frozen, a link cut without a
+		// reset) is pinged after 15 s of silence and closed when the ping gets no answer, so
+		// that later calls dial again instead of waiting on it; HTTP/1.1 closed a connection
+		// whose call timed out, HTTP/2 only gives that call's stream up.
+		http: &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, DialContext: dialer.DialContext, ForceAttemptHTTP2: true,
+			HTTP2:               &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 10 * time.Second},
 			TLSHandshakeTimeout: 10 * time.Second, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}},
 	}, nil
 }

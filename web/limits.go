@@ -29,6 +29,10 @@ type Limits struct {
 	// MaxConnsPerIP bounds the connections open at once from one client address; more are
 	// closed as soon as they are accepted.
 	MaxConnsPerIP int
+	// MaxStreamsPerConn bounds the requests one HTTP/2 connection carries at once (what one
+	// HTTP/1.1 connection carries is one): a client that wants more opens another connection,
+	// which MaxConnsPerIP counts.
+	MaxStreamsPerConn int
 }
 
 // DefaultLimits are generous for slaves (one long poll and a few calls each), scripts and
@@ -40,6 +44,7 @@ func DefaultLimits() Limits {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		MaxConnsPerIP:     256,
+		MaxStreamsPerConn: 32,
 	}
 }
 
@@ -59,6 +64,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxConnsPerIP <= 0 {
 		l.MaxConnsPerIP = d.MaxConnsPerIP
+	}
+	if l.MaxStreamsPerConn <= 0 {
+		l.MaxStreamsPerConn = d.MaxStreamsPerConn
 	}
 	return l
 }

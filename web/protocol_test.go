@@ -2,8 +2,11 @@ package web_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"slices"
 	"strings"
@@ -442,6 +445,85 @@ func TestNotificationsWakeOtherMasters(t *testing.T) {
 // TestSlaveSessionsResume: a slave's new connection resumes its TLS session instead of a full
 // handshake with certificates (a tenth of the master's CPU with 1,000 slaves in B2x), and on the
 // resumed session it is still the same slave, whose certificate the master still checks at
+
+// TestSlavesSpeakHTTP2: a slave's calls go over HTTP/2 on one connection, its long poll beside
+// its heartbeats and job calls at once; a client that offers only HTTP/1.1 (a browser of old,
+// curl --http1.1, imec's CLI) is still served.
+func TestSlavesSpeakHTTP2(t *testing.T) {
+	w := newProtoWorld(t)
+	ctx := context.Background()
+	c := w.slaveClient(t, "multiplexer")
+	var mu sync.Mutex
+	protos := map[string]int{}
+	conns := map[string]bool{} // local addresses of the connections used
+	c.WrapTransport(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+				mu.Lock()
+				conns[info.Conn.LocalAddr().String()] = true
+				mu.Unlock()
+			}}
+			resp, err := rt.RoundTrip(r.WithContext(httptrace.WithClientTrace(r.Context(), trace)))
+			if err == nil {
+				mu.Lock()
+				protos[resp.Proto]++
+				mu.Unlock()
+			}
+			return resp, err
+		})
+	})
+	if _, err := c.Register(ctx, protocol.Inventory{InstanceID: "m1", CPUs: 4, MemoryMiB: 8192}); err != nil {
+		t.Fatal(err)
+	}
+	polled := make(chan error, 1)
+	go func() {
+		_, err := c.Next(ctx, protocol.NextRequest{InstanceID: "m1", Wait: 2 * time.Second})
+		polled <- err
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			if _, err := c.Heartbeat(ctx, protocol.Heartbeat{InstanceID: "m1", Accepting: true}); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("heartbeat beside the long poll: %v", err)
+	}
+	if err := <-polled; err != nil {
+		t.Fatalf("long poll: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if protos["HTTP/2.0"] != 10 || len(protos) != 1 {
+		t.Errorf("protocols of the slave's 10 calls: %v, want all HTTP/2.0", protos)
+	}
+	if len(conns) != 1 {
+		t.Errorf("the slave's calls used %d connections (%v), want 1", len(conns), conns)
+	}
+
+	// A client without HTTP/2.
+	caPEM, err := os.ReadFile(w.m.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	old := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, NextProtos: []string{"http/1.1"}}}}
+	resp, err := old.Get(w.m.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.Proto != "HTTP/1.1" || resp.StatusCode >= 500 {
+		t.Errorf("an HTTP/1.1 client got %s %d", resp.Proto, resp.StatusCode)
+	}
+}
+
 // every call: revoked, it is refused at the next call, resumed or not.
 func TestSlaveSessionsResume(t *testing.T) {
 	w := newProtoWorld(t)

@@ -85,6 +85,10 @@ func (s *Server) Handler() http.Handler { return s.routes() }
 
 // TLSConfig returns the server's TLS configuration: client certificates are verified against
 // the CA when given, never required, so a browser without one still reaches the portal.
+// HTTP/2 is offered beside HTTP/1.1: a slave then makes all its calls (heartbeats, its long
+// poll, job updates, logs) on one connection instead of three to five, which at 5,000 slaves
+// was 15,000–19,000 connections, their buffers and goroutines most of the master's memory,
+// and their handshakes a tenth of its CPU (B8x, B2x).
 func (s *Server) TLSConfig() (*tls.Config, error) {
 	cert := s.cfg.TLSCert
 	if cert == nil {
@@ -99,6 +103,7 @@ func (s *Server) TLSConfig() (*tls.Config, error) {
 		ClientAuth:   tls.VerifyClientCertIfGiven,
 		ClientCAs:    s.cfg.CA.Pool(),
 		MinVersion:   tls.VersionTLS12,
+		NextProtos:   []string{"h2", "http/1.1"},
 	}, nil
 }
 
@@ -114,6 +119,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		ReadHeaderTimeout: s.cfg.Limits.ReadHeaderTimeout,
 		IdleTimeout:       s.cfg.Limits.IdleTimeout,
 		MaxHeaderBytes:    s.cfg.Limits.MaxHeaderBytes,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: s.cfg.Limits.MaxStreamsPerConn},
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	errc := make(chan error, 1)

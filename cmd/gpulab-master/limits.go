@@ -41,6 +41,8 @@ func (l *limitFlags) addLimits(fs *flag.FlagSet, getenv func(string) string) {
 		"an idle kept-alive connection is closed after this (env GPULAB_IDLE_TIMEOUT)")
 	intFlag(&l.Web.MaxHeaderBytes, "max-header-bytes", "GPULAB_MAX_HEADER_BYTES", wd.MaxHeaderBytes, "largest request headers accepted")
 	intFlag(&l.Web.MaxConnsPerIP, "max-conns-per-ip", "GPULAB_MAX_CONNS_PER_IP", wd.MaxConnsPerIP, "most connections open at once from one client address; more are closed")
+	intFlag(&l.Web.MaxStreamsPerConn, "max-streams-per-conn", "GPULAB_MAX_STREAMS_PER_CONN", wd.MaxStreamsPerConn,
+		"most requests one HTTP/2 connection carries at once; a client wanting more opens another connection")
 }
 
 // jobLimits returns the job limits of the flags, checked.
@@ -79,6 +81,9 @@ func (l *limitFlags) webLimits() (web.Limits, error) {
 	}
 	if w.MaxConnsPerIP < 1 {
 		return w, fmt.Errorf("--max-conns-per-ip must be at least 1, not %d", w.MaxConnsPerIP)
+	}
+	if w.MaxStreamsPerConn < 1 {
+		return w, fmt.Errorf("--max-streams-per-conn must be at least 1, not %d", w.MaxStreamsPerConn)
 	}
 	return w, nil
 }
