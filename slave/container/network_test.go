@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
@@ -66,5 +67,53 @@ func networksNamed(t *testing.T, e *env, name string) []network.Summary {
 func removeNetworks(t *testing.T, e *env, name string) {
 	for _, n := range networksNamed(t, e, name) {
 		_ = e.cli.NetworkRemove(context.Background(), n.ID)
+	}
+}
+
+// TestJobNetworkCheckedOnce: once a start found the jobs' network, later starts do not check it
+// again under the host-wide lock (a start succeeds while another process holds that lock),
+// and a network removed behind the slave's back is made again by the next start.
+func TestJobNetworkCheckedOnce(t *testing.T) {
+	name := testenv.Name("gpulab-netonce")
+	e := newEnv(t, func(c *Config) {
+		h := *c.Hardening
+		h.Network = name
+		c.Hardening = &h
+	})
+	t.Cleanup(func() { removeNetworks(t, e, name) })
+	run := func() {
+		t.Helper()
+		s := e.start(e.assignment("true"))
+		if code := e.wait(s.ContainerID); code != 0 {
+			t.Fatalf("exit code %d", code)
+		}
+		if err := e.rt.Remove(context.Background(), s.ContainerID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run()
+	if n := len(networksNamed(t, e, name)); n != 1 {
+		t.Fatalf("%d networks named %s after the first start, want 1", n, name)
+	}
+
+	unlock, err := lockHostWide("gpulab-network-" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); run() }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		unlock()
+		<-done
+		t.Fatal("a start waited for the host-wide lock of a network it had found before")
+	}
+	unlock()
+
+	removeNetworks(t, e, name)
+	run()
+	if n := len(networksNamed(t, e, name)); n != 1 {
+		t.Fatalf("%d networks named %s after a start that found it removed, want 1 (made again)", n, name)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -151,6 +152,8 @@ type Runtime struct {
 		h         Hardening
 		warnedICC bool // guarded by networkMu
 	}
+	// knownNetwork is the jobs' network once a start found or made it (see ensureNetwork).
+	knownNetwork atomic.Pointer[string]
 	private *privateImages
 }
 
@@ -257,6 +260,15 @@ func (r *Runtime) Start(ctx context.Context, a protocol.Assignment) (*Started, e
 	cctx, cancelCreate := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
 	defer cancelCreate()
 	id, err := r.create(cctx, j.UUID, cc, hc)
+	if err != nil && cerrdefs.IsNotFound(err) {
+		// The jobs' network (or the image) went away since it was checked: checked again,
+		// and made again if it is the network, once.
+		r.forgetNetwork()
+		if nerr := r.ensureNetwork(ctx, h.Network); nerr != nil {
+			return nil, startError("network", nerr)
+		}
+		id, err = r.create(cctx, j.UUID, cc, hc)
+	}
 	if err != nil && hc.StorageOpt != nil && isStorageOptRefusal(err) {
 		r.dropRootfsSize(err)
 		hc.StorageOpt = nil
@@ -267,14 +279,31 @@ func (r *Runtime) Start(ctx context.Context, a protocol.Assignment) (*Started, e
 		return nil, &StartError{Reason: "create: " + err.Error(), Err: err}
 	}
 	if err != nil {
+		r.forgetNetwork()
 		return nil, startError("create", err)
 	}
 	fail := func(step string, err error) (*Started, error) {
 		r.removeAfterFailure(id, j.UUID)
+		r.forgetNetwork()
 		return nil, startError(step, err)
 	}
 	if err := r.d.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
-		return fail("start", err)
+		if !cerrdefs.IsNotFound(err) {
+			return fail("start", err)
+		}
+		// The jobs' network went away since it was checked (this engine checks it at the
+		// start, not the create): the container is made again in the network made again, once.
+		r.removeAfterFailure(id, j.UUID)
+		r.forgetNetwork()
+		if nerr := r.ensureNetwork(ctx, h.Network); nerr != nil {
+			return nil, startError("network", nerr)
+		}
+		if id, err = r.create(cctx, j.UUID, cc, hc); err != nil {
+			return nil, startError("create", err)
+		}
+		if err := r.d.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+			return fail("start", err)
+		}
 	}
 	info, err := r.d.ContainerInspect(ctx, id)
 	if err != nil {
