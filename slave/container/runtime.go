@@ -154,7 +154,7 @@ type Runtime struct {
 	}
 	// knownNetwork is the jobs' network once a start found or made it (see ensureNetwork).
 	knownNetwork atomic.Pointer[string]
-	private *privateImages
+	private      *privateImages
 }
 
 // New returns a Runtime; zero durations in cfg take their defaults and a nil log discards.
