@@ -36,6 +36,9 @@ type slaveState struct {
 	// restartable ones unless HaltNonRestartable; -1 when none): makeRoom skips a slave whose
 	// top does not outrank the starter.
 	topScore float64
+	// minGPUMemMiB is the smallest memory among its GPUs: a job naming no model and at most
+	// that much GPU memory matches every GPU, and its count needs no look at them.
+	minGPUMemMiB int64
 }
 
 // SlaveIndex is what a pass derives from the slaves and clusters alone: their order, each
@@ -103,6 +106,9 @@ func NewSlaveIndex(slaves []Slave, clusters map[int]Cluster) *SlaveIndex {
 		st.direct = true
 		for k := range st.gpus {
 			st.direct = st.direct && st.gpus[k].Index == k
+			if k == 0 || st.gpus[k].MemoryMiB < st.minGPUMemMiB {
+				st.minGPUMemMiB = st.gpus[k].MemoryMiB
+			}
 		}
 		st.modelID, modelIDBuf = modelIDBuf[:g:g], modelIDBuf[g:]
 		st.gpuFree, gpuFreeBuf = gpuFreeBuf[:g:g], gpuFreeBuf[g:]
@@ -396,6 +402,15 @@ func (st *slaveState) regainable(n *need) bool {
 
 // matchingGPUs counts the GPUs that match the request, all of them or only the free ones.
 func (st *slaveState) matchingGPUs(n *need, free bool) int {
+	if n.modelOK == nil && n.gpuMemMiB <= st.minGPUMemMiB {
+		// Every GPU matches (most jobs name no model and no GPU memory): this check ran for
+		// every job on every slave with room, and looking at each GPU was a third of a
+		// pass's Plan (B1x: 22,185 jobs placed on 5,000 slaves).
+		if free {
+			return st.nFree
+		}
+		return len(st.gpus)
+	}
 	c := 0
 	for k := range st.gpus {
 		if (!free || st.gpuFree[k]) && st.gpuOK(n, k) {
