@@ -130,17 +130,7 @@ func TestFleetFollowsTheFeed(t *testing.T) {
 	if !strings.Contains(logs.String(), "a slave differs") || !strings.Contains(logs.String(), "node0") {
 		t.Errorf("the check did not log the drift of node0:\n%s", logs.String())
 	}
-	families, err := mets.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var drift float64 = -1
-	for _, f := range families {
-		if f.GetName() == "gpulab_scheduler_memory_drift_total" {
-			drift = f.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	if drift != 1 {
+	if drift := driftCounted(t, mets); drift != 1 {
 		t.Errorf("gpulab_scheduler_memory_drift_total = %v, want 1", drift)
 	}
 }

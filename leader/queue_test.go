@@ -78,17 +78,22 @@ func TestQueueMemory(t *testing.T) {
 	if !strings.Contains(logs.String(), "scheduler memory drift") || !strings.Contains(logs.String(), c) {
 		t.Errorf("the check did not log the drift of job %s:\n%s", c, logs.String())
 	}
+	if drift := driftCounted(t, mets); drift != 1 {
+		t.Errorf("gpulab_scheduler_memory_drift_total = %v, want 1", drift)
+	}
+}
+
+// driftCounted reads gpulab_scheduler_memory_drift_total (-1 when it is not there).
+func driftCounted(t *testing.T, mets *metrics.Master) float64 {
+	t.Helper()
 	families, err := mets.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var drift float64 = -1
 	for _, f := range families {
 		if f.GetName() == "gpulab_scheduler_memory_drift_total" {
-			drift = f.GetMetric()[0].GetCounter().GetValue()
+			return f.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
-	if drift != 1 {
-		t.Errorf("gpulab_scheduler_memory_drift_total = %v, want 1", drift)
-	}
+	return -1
 }
