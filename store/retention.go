@@ -32,7 +32,8 @@ func (s *Store) DeleteOldJobEvents(ctx context.Context, age time.Duration, limit
 }
 
 // DeleteOldDeletedJobs removes at most limit jobs that have been DELETED for more than age,
-// with everything that hangs on them (events, logs, usage: ON DELETE CASCADE).
+// with everything that hangs on them (events and logs: ON DELETE CASCADE; usage: a trigger,
+// migration 0018).
 func (s *Store) DeleteOldDeletedJobs(ctx context.Context, age time.Duration, limit int) (int64, error) {
 	return s.deleteBatch(ctx, "deleted jobs", `DELETE FROM jobs WHERE uuid IN (
   SELECT uuid FROM jobs WHERE status = 'DELETED' AND updated_at < now() - make_interval(secs => $1)

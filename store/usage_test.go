@@ -107,3 +107,46 @@ SELECT $1, now() - make_interval(secs => 5 * i), 5, 150, 1000, '{0,1}', '{0,85}'
 		t.Errorf("cleared flag still reads %v since %v", rec.Job.State.IdleGPUs, rec.Job.State.IdleSince)
 	}
 }
+
+// TestUsageSamplesNeitherLockNorOutliveTheirJob: appending a job's samples does not lock the
+// job's row (a state change holding it does not hold the samples up: they had a foreign key
+// whose check locked it), and deleting a job deletes its samples, not another job's.
+func TestUsageSamplesNeitherLockNorOutliveTheirJob(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "usage-"+t.Name()[:8], "usageproj")
+	a, b := createJob(t, st, u, p, job.StatusRunning), createJob(t, st, u, p, job.StatusRunning)
+	sample := func(id string) store.UsageSample {
+		return store.UsageSample{JobUUID: id, CPUPercent: 50, MemoryMiB: 10, GPUs: []store.GPUSample{{Index: 0, UtilPercent: 30}}}
+	}
+
+	tx, err := st.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `SELECT 1 FROM jobs WHERE uuid = $1 FOR UPDATE`, a.UUID); err != nil {
+		t.Fatal(err)
+	}
+	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = st.AddUsageSamples(wait, 5, []store.UsageSample{sample(a.UUID), sample(b.UUID)})
+	cancel()
+	if err != nil {
+		t.Fatalf("samples appended while a transaction holds the job's row: %v", err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := st.DB().ExecContext(ctx, `DELETE FROM jobs WHERE uuid = $1`, a.UUID); err != nil {
+		t.Fatal(err)
+	}
+	var left, kept int
+	if err := st.DB().QueryRowContext(ctx, `SELECT count(*) FILTER (WHERE job_uuid = $1), count(*) FILTER (WHERE job_uuid = $2) FROM job_usage`,
+		a.UUID, b.UUID).Scan(&left, &kept); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 || kept != 1 {
+		t.Errorf("after deleting job a: %d of its samples left, %d of job b's kept; want 0 and 1", left, kept)
+	}
+}
