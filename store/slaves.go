@@ -278,22 +278,6 @@ func (s *Store) AssignJobs(ctx context.Context, as []Assignment) ([]string, erro
 	return done, mapErr(err, fmt.Sprintf("assign %d jobs", n))
 }
 
-// UpdateJobResources replaces a job's state.resources (ports really published, exit code).
-func (s *Store) UpdateJobResources(ctx context.Context, uuid string, r *job.StateResources) error {
-	data, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("encode resources of job %s: %w", uuid, err)
-	}
-	res, err := s.q.ExecContext(ctx, `UPDATE jobs SET resources = $2 WHERE uuid = $1`, uuid, data)
-	return affectedOne(res, err, "update resources of job "+uuid)
-}
-
-// SetFinalUsage stores a job's final usage statistics.
-func (s *Store) SetFinalUsage(ctx context.Context, uuid string, usage json.RawMessage) error {
-	_, err := s.q.ExecContext(ctx, `UPDATE jobs SET final_usage = $2 WHERE uuid = $1`, uuid, usage)
-	return mapErr(err, "set final usage of job "+uuid)
-}
-
 // SetQueuedExplanations stores, for each queued job, why it waits, in one statement per pass;
 // a job whose explanation changed gets a scheduler event, so GET jobs/{id}/debug shows how
 // the reasons evolved without one event per pass.

@@ -182,8 +182,8 @@ func TestJobPage(t *testing.T) {
 
 	// Running: port links to the slave.
 	p.setStatus(id, job.StatusQueued, job.StatusRunning)
-	if err := p.m.Store.UpdateJobResources(ctx, id, &job.StateResources{SlaveName: "node1", SlaveHost: "node1.example.org",
-		PortMappings: []job.PortMapping{{ContainerPort: 8888, HostPort: 32001}}}); err != nil {
+	if _, err := p.m.Store.DB().ExecContext(ctx, `UPDATE jobs SET resources = $2 WHERE uuid = $1`, id,
+		`{"slaveName": "node1", "slaveHost": "node1.example.org", "portMappings": [{"containerPort": 8888, "hostPort": 32001}]}`); err != nil {
 		t.Fatal(err)
 	}
 	r = p.get(alice, "/jobs/"+id).expect(http.StatusOK)

@@ -2,13 +2,18 @@ package container
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/opengpulab/gpulab/internal/testenv"
 )
@@ -115,5 +120,56 @@ func TestJobNetworkCheckedOnce(t *testing.T) {
 	run()
 	if n := len(networksNamed(t, e, name)); n != 1 {
 		t.Fatalf("%d networks named %s after a start that found it removed, want 1 (made again)", n, name)
+	}
+}
+
+// refuseCreateOnce is the engine, but for one container create, once armed, that it refuses
+// as not found: what an engine that checks the network at the create (not the start) says
+// when the jobs' network is gone.
+type refuseCreateOnce struct {
+	Docker
+	armed atomic.Bool
+}
+
+func (d *refuseCreateOnce) ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig,
+	networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, name string) (container.CreateResponse, error) {
+	if d.armed.CompareAndSwap(true, false) {
+		return container.CreateResponse{}, fmt.Errorf("network %s not found: %w", hostConfig.NetworkMode, cerrdefs.ErrNotFound)
+	}
+	return d.Docker.ContainerCreate(ctx, config, hostConfig, networkingConfig, platform, name)
+}
+
+// TestStartMakesTheNetworkAgainWhenCreateSaysItIsGone: on an engine that refuses the create
+// when the jobs' network is gone, the start checks the network again, makes it, and creates
+// the container again.
+func TestStartMakesTheNetworkAgainWhenCreateSaysItIsGone(t *testing.T) {
+	name := testenv.Name("gpulab-netcreate")
+	e := newEnv(t, func(c *Config) {
+		h := *c.Hardening
+		h.Network = name
+		c.Hardening = &h
+	})
+	t.Cleanup(func() { removeNetworks(t, e, name) })
+	d := &refuseCreateOnce{Docker: e.cli}
+	e.rt = New(d, e.cfg, nil)
+	run := func() {
+		t.Helper()
+		s := e.start(e.assignment("true"))
+		if code := e.wait(s.ContainerID); code != 0 {
+			t.Fatalf("exit code %d", code)
+		}
+		if err := e.rt.Remove(context.Background(), s.ContainerID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run()
+	removeNetworks(t, e, name)
+	d.armed.Store(true)
+	run()
+	if d.armed.Load() {
+		t.Fatal("the create was never refused: the test proves nothing")
+	}
+	if n := len(networksNamed(t, e, name)); n != 1 {
+		t.Fatalf("%d networks named %s after a create refused for it, want 1 (made again)", n, name)
 	}
 }

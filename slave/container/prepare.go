@@ -126,6 +126,13 @@ func (r *Runtime) ensureNetwork(ctx context.Context, name string) error {
 // restarted without its state, may have removed it).
 func (r *Runtime) forgetNetwork() { r.knownNetwork.Store(nil) }
 
+// networkAgain checks the jobs' network with the engine again, and makes it if it is gone: the
+// engine refused a create or a start for something not found.
+func (r *Runtime) networkAgain(ctx context.Context, name string) error {
+	r.forgetNetwork()
+	return r.ensureNetwork(ctx, name)
+}
+
 // checkNetwork is ensureNetwork's check with the engine, under the locks.
 func (r *Runtime) checkNetwork(ctx context.Context, name string) error {
 	networkMu.Lock()

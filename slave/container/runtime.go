@@ -263,8 +263,7 @@ func (r *Runtime) Start(ctx context.Context, a protocol.Assignment) (*Started, e
 	if err != nil && cerrdefs.IsNotFound(err) {
 		// The jobs' network (or the image) went away since it was checked: checked again,
 		// and made again if it is the network, once.
-		r.forgetNetwork()
-		if nerr := r.ensureNetwork(ctx, h.Network); nerr != nil {
+		if nerr := r.networkAgain(ctx, h.Network); nerr != nil {
 			return nil, startError("network", nerr)
 		}
 		id, err = r.create(cctx, j.UUID, cc, hc)
@@ -294,8 +293,7 @@ func (r *Runtime) Start(ctx context.Context, a protocol.Assignment) (*Started, e
 		// The jobs' network went away since it was checked (this engine checks it at the
 		// start, not the create): the container is made again in the network made again, once.
 		r.removeAfterFailure(id, j.UUID)
-		r.forgetNetwork()
-		if nerr := r.ensureNetwork(ctx, h.Network); nerr != nil {
+		if nerr := r.networkAgain(ctx, h.Network); nerr != nil {
 			return nil, startError("network", nerr)
 		}
 		if id, err = r.create(cctx, j.UUID, cc, hc); err != nil {
