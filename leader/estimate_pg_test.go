@@ -126,15 +126,17 @@ func TestLoopStoresEveryEstimate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rows, err := w.st.RunRatios(ctx, time.Now().Add(-time.Hour), leader.RatioMinJobs)
+	rows, err := w.st.RunRatios(ctx, time.Now().Add(-time.Hour), leader.RatioMinJobs, scheduler.RatioQuantiles)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 2 {
-		t.Fatalf("ratios %+v: want alice's and the global one", rows)
+	// Alice's 4-hour class, everyone's 4-hour class, alice's and the global one.
+	if len(rows) != 4 {
+		t.Fatalf("ratios %+v: want alice's and everyone's, of the 4-hour class and of all", rows)
 	}
 	for _, r := range rows {
-		if r.Jobs != leader.RatioMinJobs || r.Mid < 0.24 || r.Mid > 0.26 {
+		if r.Jobs != leader.RatioMinJobs || r.Mid < 0.24 || r.Mid > 0.26 || len(r.Q) != scheduler.RatioQuantiles+1 ||
+			r.Class != -1 && r.Class != scheduler.DurationClass(4*time.Hour) {
 			t.Errorf("ratio %+v: want 20 jobs at 0.25", r)
 		}
 	}

@@ -138,9 +138,10 @@ func (l *Loop) remember(planned []scheduler.Job, plan scheduler.Plan) {
 	}
 }
 
-// The learned run-time ratios (forecast.go): jobs created within RatioWindow count, a user
-// needs RatioMinJobs ended jobs for his own ratio (and everyone together for the global one),
-// and the leader reads them again every RatioRefresh.
+// The learned run-time ratios (forecast.go): jobs created within RatioWindow count, each group
+// (a user's jobs of one maxDuration class, everyone's of one class, a user's, everyone's) needs
+// RatioMinJobs ended jobs for a ratio of its own, and the leader reads them again every
+// RatioRefresh.
 const (
 	RatioWindow  = 30 * 24 * time.Hour
 	RatioMinJobs = 20
@@ -153,7 +154,7 @@ func (l *Loop) runRatios(ctx context.Context, now time.Time) scheduler.RunRatios
 	if !l.ratiosAt.IsZero() && now.Sub(l.ratiosAt) < RatioRefresh {
 		return l.ratios
 	}
-	rows, err := l.st.RunRatios(ctx, now.Add(-RatioWindow), RatioMinJobs)
+	rows, err := l.st.RunRatios(ctx, now.Add(-RatioWindow), RatioMinJobs, scheduler.RatioQuantiles)
 	if err != nil {
 		l.log.Warn("reading run-time ratios for start estimates failed", "err", err)
 		return l.ratios
@@ -188,13 +189,19 @@ func (l *Loop) arrivals(ctx context.Context, now time.Time) []scheduler.Arrival 
 // ratiosOf turns the store's rows into the planner's input; a global row over fewer than
 // minJobs jobs is no knowledge.
 func ratiosOf(rows []store.RunRatio, minJobs int) scheduler.RunRatios {
-	out := scheduler.RunRatios{Users: map[int64]scheduler.RunRatio{}}
+	out := scheduler.RunRatios{Users: map[int64]scheduler.RunRatio{}, Classes: map[int]scheduler.RunRatio{},
+		UserClasses: map[scheduler.UserClass]scheduler.RunRatio{}}
 	for _, r := range rows {
+		rr := scheduler.NewRunRatio(r.Mid, r.Q)
 		switch {
+		case r.UserID != 0 && r.Class >= 0:
+			out.UserClasses[scheduler.UserClass{UserID: r.UserID, Class: r.Class}] = rr
 		case r.UserID != 0:
-			out.Users[r.UserID] = scheduler.RunRatio{Low: r.Low, Mid: r.Mid}
+			out.Users[r.UserID] = rr
+		case r.Class >= 0:
+			out.Classes[r.Class] = rr
 		case r.Jobs >= minJobs:
-			out.Global = scheduler.RunRatio{Low: r.Low, Mid: r.Mid}
+			out.Global = rr
 		}
 	}
 	return out

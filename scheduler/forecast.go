@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"container/heap"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -16,8 +17,20 @@ import (
 //
 //   - late: every job runs to its maxDuration (the worst case, given no halts; a job already
 //     on its way out ends after the halt grace, Snapshot.HaltGrace);
-//   - likely: every job runs RunRatio.Mid (the mean) of its maxDuration (learned from finished jobs);
-//   - early: every job runs RunRatio.Low of its maxDuration.
+//   - likely: where the distribution of run times is learned (RunRatio.Q), the median start of
+//     ForecastSamples replays in which every job's run time is drawn from it (a running job's
+//     from the jobs like it that ran at least as long); else every job runs RunRatio.Mid (the
+//     mean) of its maxDuration (a running job: the mean of those that ran as long, where known);
+//   - early: every job runs RunRatio.Low of its maxDuration (a running job past that share: that
+//     share of what remains).
+//
+// Why draws, not one replay of expected run times: a job waits for the first of many running
+// jobs to end, and the first of many uncertain ends comes much sooner than the first of their
+// expected ends. On the Philly replay (fair-halt), ends from each job's expected run time (given
+// how long it has run) left the median error over the wait at 0.44, the median of drawn replays
+// at 0.40 (las: 0.40 and 0.31), with the same learned distributions; knowing the running jobs'
+// real run times would give 0.10, so what is left is how little a job's kind and age tell of
+// its end.
 //
 // The replay is list scheduling with backfill: its clock never goes back, but a job that fits on
 // GPUs left free once the jobs ahead of it have their places may start as early as those GPUs
@@ -33,22 +46,42 @@ import (
 
 // RunRatio describes how long jobs run as a share of their maxDuration: Low is a low quantile
 // (the early end of the range) and Mid the mean (the likely start; see RatioLowQuantile). Zero
-// values mean 1: no knowledge, every job runs its maxDuration.
+// values mean 1: no knowledge, every job runs its maxDuration. Q, where known, are the
+// quantiles of the distribution (NewRunRatio; RatioQuantiles).
 type RunRatio struct {
 	Low, Mid float64
+	Q        []float64
+	above    []float64 // see NewRunRatio
 }
 
-// RunRatios are the learned ratios: per user where he has enough finished jobs, else Global.
+// RunRatios are the learned ratios: a user's for the job's maxDuration class (DurationClass)
+// where he has enough finished jobs of it, else everyone's for that class, else the user's, else
+// Global.
 type RunRatios struct {
-	Global RunRatio
-	Users  map[int64]RunRatio
+	Global      RunRatio
+	Users       map[int64]RunRatio
+	Classes     map[int]RunRatio
+	UserClasses map[UserClass]RunRatio
 }
 
-func (r RunRatios) of(user int64) RunRatio {
+func (r RunRatios) of(user int64, maxDur time.Duration) RunRatio {
+	c := DurationClass(maxDur)
+	if u, ok := r.UserClasses[UserClass{user, c}]; ok {
+		return u.clean()
+	}
+	if u, ok := r.Classes[c]; ok {
+		return u.clean()
+	}
 	if u, ok := r.Users[user]; ok {
 		return u.clean()
 	}
 	return r.Global.clean()
+}
+
+// learned says whether anything is known of run times: without it every replay is the late one.
+func (r RunRatios) learned() bool {
+	g := r.Global.clean()
+	return g.Low != 1 || g.Mid != 1 || len(r.Users) > 0 || len(r.Classes) > 0 || len(r.UserClasses) > 0
 }
 
 // clean clamps ratios to (0, 1] with Low ≤ Mid, so that a damaged statistic cannot make the
@@ -73,7 +106,13 @@ type Range struct {
 // ForecastCap bounds the waiting jobs a pass estimates; those beyond it get no range ("unknown").
 const ForecastCap = 5000
 
-// parallelReplay is the least number of waiting jobs for which the forecast's three replays
+// ForecastSamples is how many replays with drawn run times the likely start is the median of.
+// Odd, so the median is one of them; five and eleven gave the Philly replay's error over the
+// wait the same 0.40 (fair-halt). Each costs a pass about as much as one scenario's replay
+// (BenchmarkPlanSteadyForecast: 500 slaves, ~6,000 queued, ~30 ms each).
+const ForecastSamples = 5
+
+// parallelReplay is the least number of waiting jobs for which the forecast's replays
 // run at once, in goroutines: below it, starting them costs more than it saves.
 const parallelReplay = 64
 
@@ -98,7 +137,6 @@ type fres struct {
 type fslave struct {
 	st        *slaveState
 	now, ever fres
-	mark      int // the job index for which this slave is a candidate
 	// freeAt is, per GPU position free in now, since when it has been free: a job may start
 	// on free GPUs as early as the last of them came free (backfill), see replay.
 	freeAt []time.Time
@@ -243,6 +281,16 @@ type forecastJob struct {
 	j     *Job
 	n     need
 	cands []int
+	r     RunRatio // its owner's ratio for its maxDuration
+}
+
+// heldEnd is a job holding resources at the pass, running or assigned by it, for the replays to
+// release: what it gives back is found once per pass, when only in each replay.
+type heldEnd struct {
+	fend                 // at is the replay's
+	pl     *Placed       // nil: assigned by this pass
+	maxDur time.Duration // of a job assigned by this pass
+	r      RunRatio
 }
 
 // assigned is a job the pass assigned, for the replay to release at its end.
@@ -283,29 +331,54 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 		if len(jobs) == ForecastCap {
 			break
 		}
-		fj := forecastJob{j: j, n: p.needOf(j)}
+		fj := forecastJob{j: j, n: p.needOf(j), r: ratios.of(j.UserID, j.Request.Scheduling.MaxDuration.Std())}
 		if fj.cands = c.of(j, &fj.n); len(fj.cands) > 0 {
 			jobs = append(jobs, fj)
 		}
 	}
+	held := p.heldEnds(assigned, index, ratios)
 	var starts [3][]time.Time
-	if ratios.Global.clean() == (RunRatio{1, 1}) && len(ratios.Users) == 0 && !leaving {
+	if !ratios.learned() && !leaving {
 		// Nothing learned and no job on its way out (which may be gone at once, or only after
 		// its halt grace): every job runs its maxDuration in all three.
-		starts[scLate] = p.replay(scLate, jobs, assigned, index, ratios)
+		starts[scLate] = p.replay(scLate, nil, jobs, held)
 		starts[scLikely], starts[scEarly] = starts[scLate], starts[scLate]
-	} else if len(jobs) < parallelReplay {
-		for sc := range starts {
-			starts[sc] = p.replay(sc, jobs, assigned, index, ratios)
-		}
 	} else {
-		// The three replays only read the planner and the jobs (each has its own slaves and
-		// heap): on a long queue they run side by side.
-		var wg sync.WaitGroup
-		for sc := range starts {
-			wg.Go(func() { starts[sc] = p.replay(sc, jobs, assigned, index, ratios) })
+		// Replays 0–2 are the scenarios; where distributions are learned, the likely one is
+		// replaced by the drawn ones after them (each with its own seeded source: the same
+		// pass forecasts the same).
+		runs, drawn := 3, ForecastSamples > 0 && len(ratios.Global.Q) > 0
+		if drawn {
+			runs += ForecastSamples
 		}
-		wg.Wait()
+		out := make([][]time.Time, runs)
+		one := func(k int) {
+			switch {
+			case k == scLikely && drawn:
+			case k < 3:
+				out[k] = p.replay(k, nil, jobs, held)
+			default:
+				rng := rand.New(rand.NewPCG(uint64(p.now.UnixNano()), uint64(k)))
+				out[k] = p.replay(scLikely, rng, jobs, held)
+			}
+		}
+		if len(jobs) < parallelReplay {
+			for k := range out {
+				one(k)
+			}
+		} else {
+			// The replays only read the planner and the jobs (each has its own slaves and
+			// heap): on a long queue they run side by side.
+			var wg sync.WaitGroup
+			for k := range out {
+				wg.Go(func() { one(k) })
+			}
+			wg.Wait()
+		}
+		copy(starts[:], out)
+		if drawn {
+			starts[scLikely] = medianStarts(out[3:], len(jobs))
+		}
 	}
 	for i, fj := range jobs {
 		late, likely, early := starts[scLate][i], starts[scLikely][i], starts[scEarly][i]
@@ -325,11 +398,40 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 	return out
 }
 
-// duration is how long a job of that user with that maxDuration is taken to run in a scenario;
-// 0 means it never ends.
-func duration(sc int, maxDur time.Duration, r RunRatio) time.Duration {
+// medianStarts is, per job, the median of the starts the drawn replays found (zero where none
+// found one).
+func medianStarts(runs [][]time.Time, n int) []time.Time {
+	out := make([]time.Time, n)
+	col := make([]time.Time, 0, len(runs))
+	for i := range out {
+		col = col[:0]
+		for _, r := range runs {
+			if !r[i].IsZero() {
+				col = append(col, r[i])
+			}
+		}
+		if len(col) > 0 {
+			slices.SortFunc(col, time.Time.Compare)
+			out[i] = col[(len(col)-1)/2]
+		}
+	}
+	return out
+}
+
+// minRatio is the least share of its maxDuration a job is taken to run: a run time of zero
+// would mean it never ends.
+const minRatio = 0.01
+
+// duration is how long a job of that user with that maxDuration is taken to run in a scenario
+// (drawn from rng's in a drawn replay); 0 means it never ends.
+func duration(sc int, rng *rand.Rand, maxDur time.Duration, r RunRatio) time.Duration {
 	if maxDur <= 0 {
 		return 0
+	}
+	if rng != nil {
+		if x, ok := r.QuantileGiven(-1, rng.Float64()); ok {
+			return time.Duration(float64(maxDur) * max(x, minRatio))
+		}
 	}
 	switch sc {
 	case scLikely:
@@ -340,9 +442,13 @@ func duration(sc int, maxDur time.Duration, r RunRatio) time.Duration {
 	return maxDur
 }
 
-// runningEnd is when a running job ends in a scenario (zero: never). A job already past its
-// expected share of maxDuration is expected to run that share of what remains.
-func (p *planner) runningEnd(sc int, pl *Placed, ratios RunRatios) time.Time {
+// runningEnd is when a running job ends in a scenario (zero: never; drawn from rng's in a drawn
+// replay). Where the distribution is learned, the job ends as those like it that ran at least as
+// long did (RunRatio.MeanGiven, QuantileGiven); otherwise, or when it has run longer than any of
+// them, a job already past its expected share of maxDuration is expected to run that share of
+// what remains.
+func (p *planner) runningEnd(sc int, rng *rand.Rand, h *heldEnd) time.Time {
+	pl, r := h.pl, h.r
 	if pl.Halting || p.victims[pl.JobUUID] {
 		// On its way out (halted this pass or before): gone at once at the earliest, after
 		// the halt grace at the latest and, as a halted job uses its grace to checkpoint, most
@@ -359,14 +465,27 @@ func (p *planner) runningEnd(sc int, pl *Placed, ratios RunRatios) time.Time {
 	if sc == scLate {
 		return maxTime(pl.Ends, p.now)
 	}
-	r := ratios.of(pl.UserID)
-	ratio := r.Mid
-	if sc == scEarly {
-		ratio = r.Low
-	}
 	from := pl.Started
 	if from.IsZero() || from.After(p.now) {
 		from = p.now
+	}
+	maxDur := pl.Ends.Sub(from)
+	if maxDur > 0 && sc == scLikely {
+		f := float64(p.now.Sub(from)) / float64(maxDur)
+		var x float64
+		var ok bool
+		if rng != nil {
+			x, ok = r.QuantileGiven(f, rng.Float64())
+		} else {
+			x, ok = r.MeanGiven(f)
+		}
+		if ok {
+			return maxTime(from.Add(time.Duration(float64(maxDur)*x)), p.now)
+		}
+	}
+	ratio := r.Mid
+	if sc == scEarly {
+		ratio = r.Low
 	}
 	end := from.Add(time.Duration(float64(pl.Ends.Sub(from)) * ratio))
 	if end.Before(p.now) {
@@ -382,18 +501,64 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// replay runs one scenario and returns each job's start (zero: none found).
-func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, index map[*slaveState]int, ratios RunRatios) []time.Time {
-	// The free lists of all slaves, and the GPU positions of all ends, each share one array.
-	nGPU, nEnds, nK := 0, len(assigned)+len(jobs), 0
+// heldEnds lists what the running jobs and those assigned by this pass hold, with their
+// owners' ratios: the same for every replay of the pass.
+func (p *planner) heldEnds(assigned []assignedJob, index map[*slaveState]int, ratios RunRatios) []heldEnd {
+	n, nK := len(assigned), 0
 	for _, st := range p.slaves {
-		nGPU += len(st.gpuFree)
-		nEnds += len(st.held)
+		n += len(st.held)
 		for _, pl := range st.held {
 			nK += len(pl.GPUIndices)
 		}
 	}
-	freeBuf, kBuf := make([]bool, 2*nGPU), make([]int, 0, nK)
+	out, kBuf := make([]heldEnd, 0, n), make([]int, 0, nK)
+	for i, st := range p.slaves {
+		for _, pl := range st.held {
+			h := heldEnd{fend: fend{sl: i, mem: pl.MemoryGb}, pl: pl}
+			from := len(kBuf)
+			for _, idx := range pl.GPUIndices {
+				if k := st.gpuPos(idx); k >= 0 {
+					kBuf = append(kBuf, k)
+				}
+			}
+			h.gpuK = kBuf[from:len(kBuf):len(kBuf)]
+			for _, id := range pl.CPUIDs {
+				if id >= 0 && id < len(st.cpuFree) {
+					h.cpus++
+				}
+			}
+			if !pl.Ends.IsZero() {
+				started := pl.Started
+				if started.IsZero() || started.After(p.now) {
+					started = p.now
+				}
+				h.r = ratios.of(pl.UserID, pl.Ends.Sub(started))
+			}
+			out = append(out, h)
+		}
+	}
+	for _, a := range assigned {
+		h := heldEnd{fend: fend{sl: index[a.st], cpus: len(a.a.CPUIDs), mem: a.a.MemoryGb}, maxDur: a.j.Request.Scheduling.MaxDuration.Std()}
+		for _, g := range a.a.GPUs {
+			if k := a.st.gpuPos(g.Index); k >= 0 {
+				h.gpuK = append(h.gpuK, k)
+			}
+		}
+		h.r = ratios.of(a.j.UserID, h.maxDur)
+		out = append(out, h)
+	}
+	return out
+}
+
+// replay runs one scenario and returns each job's start (zero: none found). With rng, run times
+// are drawn from the learned distributions (a drawn likely replay).
+func (p *planner) replay(sc int, rng *rand.Rand, jobs []forecastJob, held []heldEnd) []time.Time {
+	// The free lists of all slaves share one array.
+	nGPU := 0
+	for _, st := range p.slaves {
+		nGPU += len(st.gpuFree)
+	}
+	freeBuf := make([]bool, 2*nGPU)
 	sl := make([]fslave, len(p.slaves))
 	for i, st := range p.slaves {
 		g := len(st.gpuFree)
@@ -402,45 +567,23 @@ func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, ind
 		copy(now, st.gpuFree)
 		copy(ever, st.gpuFree)
 		f := fres{gpuFree: now, nGPU: st.nFree, cpus: st.cpus(true), mem: st.s.MemoryGb - st.memUsed}
-		sl[i] = fslave{st: st, now: f, mark: -1, freeAt: make([]time.Time, g)}
+		sl[i] = fslave{st: st, now: f, freeAt: make([]time.Time, g)}
 		sl[i].ever = fres{gpuFree: ever, nGPU: f.nGPU, cpus: f.cpus, mem: f.mem}
 		for k := range sl[i].freeAt {
 			sl[i].freeAt[k] = p.now
 		}
 	}
-	ends := make(fendHeap, 0, nEnds)
-	for i, st := range p.slaves {
-		for _, pl := range st.held {
-			e := fend{at: p.runningEnd(sc, pl, ratios), sl: i, mem: pl.MemoryGb}
-			from := len(kBuf)
-			for _, idx := range pl.GPUIndices {
-				if k := st.gpuPos(idx); k >= 0 {
-					kBuf = append(kBuf, k)
-				}
-			}
-			e.gpuK = kBuf[from:len(kBuf):len(kBuf)]
-			for _, id := range pl.CPUIDs {
-				if id >= 0 && id < len(st.cpuFree) {
-					e.cpus++
-				}
-			}
-			if !e.at.IsZero() {
-				sl[i].ever.give(e.gpuK, e.cpus, e.mem)
-				ends = append(ends, e)
-			}
-		}
-	}
-	for _, a := range assigned {
-		i := index[a.st]
-		e := fend{sl: i, cpus: len(a.a.CPUIDs), mem: a.a.MemoryGb}
-		for _, g := range a.a.GPUs {
-			if k := a.st.gpuPos(g.Index); k >= 0 {
-				e.gpuK = append(e.gpuK, k)
-			}
-		}
-		if d := duration(sc, a.j.Request.Scheduling.MaxDuration.Std(), ratios.of(a.j.UserID)); d > 0 {
+	ends := make(fendHeap, 0, len(held)+len(jobs))
+	for k := range held {
+		h := &held[k]
+		e := h.fend
+		if h.pl != nil {
+			e.at = p.runningEnd(sc, rng, h)
+		} else if d := duration(sc, rng, h.maxDur, h.r); d > 0 {
 			e.at = p.now.Add(d)
-			sl[i].ever.give(e.gpuK, e.cpus, e.mem)
+		}
+		if !e.at.IsZero() {
+			sl[e.sl].ever.give(e.gpuK, e.cpus, e.mem)
 			ends = append(ends, e)
 		}
 	}
@@ -455,8 +598,33 @@ func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, ind
 	// starting before a job ahead of it needing no more GPUs, so the queue order still holds
 	// among alike jobs. A job needing no GPUs is not backfilled (CPUs and memory carry no time).
 	var floor []time.Time // by GPUs needed
+	// byFree counts the slaves by how many GPUs they have free now: a job needing more than any
+	// has cannot start now, and its candidates need no look (a full cluster's long queue spent
+	// most of each replay looking at every candidate of every job).
+	var byFree []int
+	for i := range sl {
+		for len(byFree) <= sl[i].now.nGPU {
+			byFree = append(byFree, 0)
+		}
+		byFree[sl[i].now.nGPU]++
+	}
+	mostFree := func() int {
+		k := len(byFree) - 1
+		for k > 0 && byFree[k] == 0 {
+			k--
+		}
+		return k
+	}
+	change := func(c int, do func(f *fres)) {
+		byFree[sl[c].now.nGPU]--
+		do(&sl[c].now)
+		for len(byFree) <= sl[c].now.nGPU {
+			byFree = append(byFree, 0)
+		}
+		byFree[sl[c].now.nGPU]++
+	}
 	release := func(e fend) {
-		sl[e.sl].now.give(e.gpuK, e.cpus, e.mem)
+		change(e.sl, func(f *fres) { f.give(e.gpuK, e.cpus, e.mem) })
 		for _, k := range e.gpuK {
 			sl[e.sl].freeAt[k] = e.at
 		}
@@ -477,10 +645,19 @@ func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, ind
 		least := maxTime(p.now, floor[g])
 		at, ever := -1, false
 		var from time.Time
-		for _, c := range fj.cands {
-			sl[c].mark = i
+		cands := fj.cands
+		if g > 0 && mostFree() < g {
+			// None fits now: only whether one ever will.
+			for _, c := range cands {
+				if _, ever = sl[c].ever.fits(sl[c].st, &fj.n, nil); ever {
+					break
+				}
+			}
+			cands = nil
+		}
+		for _, c := range cands {
 			if g > 0 && at >= 0 && !from.After(least) {
-				break // none can start earlier; marks are needed only when none fits now
+				break // none can start earlier
 			}
 			var ok bool
 			var f time.Time
@@ -514,7 +691,7 @@ func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, ind
 				touched = append(touched, e2.sl)
 			}
 			for _, c := range touched {
-				if sl[c].mark != i {
+				if _, cand := slices.BinarySearch(fj.cands, c); !cand {
 					continue
 				}
 				var ok bool
@@ -539,8 +716,8 @@ func (p *planner) replay(sc int, jobs []forecastJob, assigned []assignedJob, ind
 			floor[k] = maxTime(floor[k], start)
 		}
 		e := fend{sl: at, gpuK: slices.Clone(gpuK), cpus: fj.n.cpus, mem: fj.n.memGb}
-		sl[at].now.take(e.gpuK, e.cpus, e.mem)
-		if d := duration(sc, fj.j.Request.Scheduling.MaxDuration.Std(), ratios.of(fj.j.UserID)); d > 0 {
+		change(at, func(f *fres) { f.take(e.gpuK, e.cpus, e.mem) })
+		if d := duration(sc, rng, fj.j.Request.Scheduling.MaxDuration.Std(), fj.r); d > 0 {
 			e.at = start.Add(d)
 			ends.push(e)
 		} else {

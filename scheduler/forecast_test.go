@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -273,9 +274,9 @@ func TestForecastWaitsForTheHaltGrace(t *testing.T) {
 }
 
 // TestRangesFor: with RangesFor set, a pass forecasts only when one of the named jobs is left
-// waiting (decided to wait, or given in Waiting), and then for every waiting job as without it;
-// nil RangesFor forecasts at every pass (the master). One GPU of two is free: q0 is assigned,
-// q1 and q2 wait.
+// waiting (decided to wait, or given in Waiting), and then for the waiting jobs up to the last
+// named one, as without it (those behind it are not replayed); nil RangesFor forecasts every
+// job at every pass (the master). One GPU of two is free: q0 is assigned, q1 and q2 wait.
 func TestRangesFor(t *testing.T) {
 	s := busyTwoGPUs()
 	s.Running = s.Running[1:] // GPU 0 free
@@ -295,6 +296,7 @@ func TestRangesFor(t *testing.T) {
 		{"a waiting job named", []string{"q0", "q2"}, false, true},
 		{"a job of Waiting named", []string{"q2"}, true, true},
 		{"an unknown job named", []string{"gone"}, false, false},
+		{"the first waiting job named", []string{"q1"}, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := s
@@ -306,12 +308,81 @@ func TestRangesFor(t *testing.T) {
 			if !reflect.DeepEqual(got.Assignments, all.Assignments) {
 				t.Fatalf("RangesFor changed the decisions: %+v", got.Assignments)
 			}
+			want := all.Ranges
+			if slices.Equal(c.named, []string{"q1"}) {
+				want = map[string]Range{"q1": all.Ranges["q1"]}
+			}
 			switch {
-			case c.ranges && !reflect.DeepEqual(got.Ranges, all.Ranges):
-				t.Fatalf("ranges %v, want those without RangesFor %v", got.Ranges, all.Ranges)
+			case c.ranges && !reflect.DeepEqual(got.Ranges, want):
+				t.Fatalf("ranges %v, want those without RangesFor %v", got.Ranges, want)
 			case !c.ranges && len(got.Ranges) != 0:
 				t.Fatalf("forecast though no named job waits: %v", got.Ranges)
 			}
 		})
+	}
+}
+
+// TestForecastRunningJobByItsAge: where the distribution of run times is learned, a running job
+// ends as the jobs like it that ran as long did. Half of all jobs end at a tenth of their
+// maxDuration, half run it all: a job that has run half of its 2 hours is past the first half
+// and will run to its end, though the mean ratio (0.55) says it is due in 6 minutes. The drawn
+// replays agree on it, and a pass forecasts the same every time.
+func TestForecastRunningJobByItsAge(t *testing.T) {
+	s := Snapshot{Now: t0, Slaves: []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 1)...))}}
+	run := ending("r1", "gpu1", []int{0}, []int{0}, 10, time.Hour)
+	run.Started, run.UserID = t0.Add(-time.Hour), 1
+	s.Running = []Placed{run}
+	s.Queued = queueOf(1)
+
+	s.Ratios = RunRatios{Global: RunRatio{Low: 0.1, Mid: 0.55}}
+	if got, want := s.Plan().Ranges["q0"].Likely, t0.Add(6*time.Minute); !got.Equal(want) {
+		t.Fatalf("by the mean alone: likely %s, want %s", got, want)
+	}
+	skew := make([]float64, RatioQuantiles+1)
+	for k := range skew {
+		skew[k] = 0.1
+		if k > RatioQuantiles/2 {
+			skew[k] = 1
+		}
+	}
+	s.Ratios = RunRatios{Global: NewRunRatio(0.55, skew)}
+	p := s.Plan()
+	r := p.Ranges["q0"]
+	if r.Likely.Before(t0.Add(55*time.Minute)) || r.Likely.After(r.Late) || !r.Late.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("by its age: range %+v, want likely about %s", r, t0.Add(time.Hour))
+	}
+	for range 3 {
+		if again := s.Plan().Ranges["q0"]; again != r {
+			t.Fatalf("the same pass forecast %+v, then %+v", r, again)
+		}
+	}
+}
+
+// TestForecastDrawnReplays: with a learned distribution the likely start is the median of
+// replays with drawn run times. Eight queued one-hour jobs behind two busy GPUs, on a
+// distribution even over [0.2, 1]: every likely start lies within the range, in queue order,
+// and a later job's likely wait is about the sum of the mean run times (0.6 h) ahead of it on
+// its GPU, not the worst case.
+func TestForecastDrawnReplays(t *testing.T) {
+	s := busyTwoGPUs()
+	s.Queued = queueOf(8)
+	q := make([]float64, RatioQuantiles+1)
+	for k := range q {
+		q[k] = 0.2 + 0.8*float64(k)/RatioQuantiles
+	}
+	s.Ratios = RunRatios{Global: NewRunRatio(0.6, q)}
+	p := s.Plan()
+	var prev time.Time
+	for _, j := range queueOrder(s) {
+		r := p.Ranges[j.UUID]
+		if r.Likely.Before(r.Early) || r.Likely.After(r.Late) || r.Likely.Before(prev) {
+			t.Errorf("%s: %+v (job ahead likely at %s)", j.UUID, r, prev)
+		}
+		prev = r.Likely
+	}
+	// q7 is the fourth on its GPU: the running job's rest, then three runs of 0.6 h on average.
+	last := p.Ranges["q7"]
+	if w := last.Likely.Sub(t0); w < 90*time.Minute || w > 4*time.Hour || !last.Likely.Before(last.Late) {
+		t.Errorf("q7: likely wait %s, range %+v", w, last)
 	}
 }

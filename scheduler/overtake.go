@@ -52,7 +52,7 @@ func newOvertaking(arrivals []Arrival, tallies map[int64]float64, ratios RunRati
 		if a.GPUs <= 0 {
 			continue // a CPU job takes no GPU from anyone
 		}
-		run := float64(a.MaxDuration) * ratios.of(a.UserID).Mid
+		run := float64(a.MaxDuration) * ratios.of(a.UserID, a.MaxDuration).Mid
 		as = append(as, ar{FairRank(tallies[a.UserID], a.MaxDuration), float64(max(a.Count, 1)) * float64(a.GPUs) * run})
 	}
 	if len(as) == 0 {

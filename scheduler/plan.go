@@ -93,12 +93,33 @@ func (s Snapshot) Plan() Plan {
 		if len(s.Waiting) > 0 {
 			waiting = withWaiting(s, waiting)
 		}
+		if s.RangesFor != nil {
+			waiting = upToLast(waiting, s.RangesFor)
+		}
 		out.Ranges = p.forecast(waiting, assigned, s.Ratios)
 		if s.Policy == "" || s.Policy == PolicyFair {
 			p.overtake(out.Ranges, waiting, s)
 		}
 	}
 	return out
+}
+
+// upToLast cuts the queue after the last of the jobs asked about: the forecast replays the
+// queue in order, and a job's start depends only on the jobs ahead of it, so those behind the
+// last one asked about need no replay (a simulator measuring the jobs just submitted, ranked
+// high under the fair order, replays a fraction of the queue).
+func upToLast(waiting []*Job, jobs []string) []*Job {
+	want := make(map[string]bool, len(jobs))
+	for _, u := range jobs {
+		want[u] = true
+	}
+	last := -1
+	for i, j := range waiting {
+		if want[j.UUID] {
+			last = i
+		}
+	}
+	return waiting[:last+1]
 }
 
 // leavesWaiting says whether the pass leaves one of jobs waiting: explained (the pass decided

@@ -2,12 +2,8 @@ package scheduler
 
 import (
 	"math"
-	"math/rand/v2"
-	"slices"
 	"testing"
 	"time"
-
-	"github.com/opengpulab/gpulab/internal/testenv"
 )
 
 // TestLearnRatios: a user with RatioMinJobs samples gets his own ratio, one with fewer counts
@@ -33,7 +29,7 @@ func TestLearnRatios(t *testing.T) {
 	if math.Abs(r.Global.Mid-11.5/22) > 1e-9 || math.Abs(r.Global.Low-0.105) > 1e-9 {
 		t.Fatalf("global %+v", r.Global)
 	}
-	if r := LearnRatios(s[:5], 20); r.Global != (RunRatio{}) || len(r.Users) != 0 {
+	if r := LearnRatios(s[:5], 20); r.Global.Mid != 0 || r.Global.Q != nil || len(r.Users) != 0 {
 		t.Fatalf("5 samples: %+v, want no knowledge", r)
 	}
 	if PercentileCont(nil, 0.5) != 0 || PercentileCont([]float64{3}, 0.1) != 3 {
@@ -67,28 +63,102 @@ func TestForecastWaiting(t *testing.T) {
 	}
 }
 
-// TestPercentileWithoutSorting: the selected quantile equals the sorted one, for random lists
-// with ties and every size up to 60, at quantiles from 0 to 1.
-func TestPercentileWithoutSorting(t *testing.T) {
-	seed := testenv.Seed(t)
-	r := rand.New(rand.NewPCG(seed, 3))
-	for range 3000 {
-		xs := make([]float64, r.IntN(60))
-		for i := range xs {
-			xs[i] = float64(r.IntN(12)) / 11 // ties are common: ratios of 1
+// TestDurationClass: the class is the power of two of the whole minutes, rounded up, as
+// store.RunRatios computes it in SQL (the bit length of minutes − 1).
+func TestDurationClass(t *testing.T) {
+	for d, want := range map[time.Duration]int{
+		0: 0, 30 * time.Second: 0, time.Minute: 0, 2 * time.Minute: 1, 3 * time.Minute: 2,
+		time.Hour: 6, 64 * time.Minute: 6, 65 * time.Minute: 7, 2 * time.Hour: 7, 129 * time.Minute: 8,
+		24 * time.Hour: 11, 7 * 24 * time.Hour: 14, 61*time.Minute - time.Second: 6,
+	} {
+		if got := DurationClass(d); got != want {
+			t.Errorf("DurationClass(%s) = %d, want %d", d, got, want)
 		}
-		p := []float64{0, RatioLowQuantile, 0.5, 0.37, 0.99, 1}[r.IntN(6)]
-		sorted := slices.Sorted(slices.Values(xs))
-		want := PercentileCont(sorted, p)
-		if got := percentileContUnsorted(slices.Clone(xs), p); got != want {
-			t.Fatalf("%v at %g: %g, sorted gives %g", xs, p, got, want)
+	}
+}
+
+// TestLearnRatiosByClass: ratios are learned per user and class, per class, per user and over
+// everyone, each over at least minJobs samples, and a job takes the most specific one known.
+func TestLearnRatiosByClass(t *testing.T) {
+	var s []RatioSample
+	add := func(user int64, maxDur time.Duration, n int, ratio float64) {
+		for range n {
+			s = append(s, RatioSample{UserID: user, MaxDuration: maxDur, Ratio: ratio})
 		}
-		if len(xs) > 0 {
-			k := r.IntN(len(xs))
-			c := slices.Clone(xs)
-			if got := selectKth(c, k); got != sorted[k] || slices.Max(c[:k+1]) != got || slices.Min(c[k:]) != got {
-				t.Fatalf("%v: element %d is %g, want %g, in place: %v", xs, k, got, sorted[k], c)
+	}
+	add(1, time.Hour, 20, 0.9)       // user 1's hour-long jobs
+	add(2, time.Hour, 10, 0.5)       // too few for user 2's own hour class
+	add(2, 7*24*time.Hour, 20, 0.25) // user 2's week-long jobs
+	r := LearnRatios(s, 20)
+	hour, week := DurationClass(time.Hour), DurationClass(7*24*time.Hour)
+	if len(r.UserClasses) != 2 || len(r.Classes) != 2 || len(r.Users) != 2 {
+		t.Fatalf("groups: %d user classes, %d classes, %d users; want 2 each", len(r.UserClasses), len(r.Classes), len(r.Users))
+	}
+	for _, c := range []struct {
+		user   int64
+		maxDur time.Duration
+		want   float64
+	}{
+		{1, time.Hour, 0.9},                                  // his own class
+		{2, 50 * time.Minute, (20*0.9 + 10*0.5) / 30},        // everyone's hour class
+		{2, 7 * 24 * time.Hour, 0.25},                        // his own class
+		{3, 7 * 24 * time.Hour, 0.25},                        // everyone's week class
+		{2, 90 * time.Minute, (10*0.5 + 20*0.25) / 30},       // no one's class: his over all classes
+		{3, 2 * time.Hour, (20*0.9 + 10*0.5 + 20*0.25) / 50}, // nothing of class or user: global
+	} {
+		if got := r.of(c.user, c.maxDur).Mid; math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("user %d, %s: mid %.4f, want %.4f", c.user, c.maxDur, got, c.want)
+		}
+	}
+	if q := r.UserClasses[UserClass{2, week}].Q; len(q) != RatioQuantiles+1 || q[0] != 0.25 || q[RatioQuantiles] != 0.25 {
+		t.Errorf("user 2's week quantiles %v", q)
+	}
+	if _, ok := r.UserClasses[UserClass{2, hour}]; ok {
+		t.Error("user 2's 10 hour-long jobs made a ratio of their own")
+	}
+}
+
+// TestRatioGiven: on a learned distribution even over [0, 1], the jobs that ran past a share f
+// of their maxDuration run (f+1)/2 on average and their u-quantile is f + u(1−f); past every
+// ratio learned, or without quantiles, nothing is known.
+func TestRatioGiven(t *testing.T) {
+	q := make([]float64, RatioQuantiles+1)
+	for k := range q {
+		q[k] = float64(k) / RatioQuantiles
+	}
+	r := NewRunRatio(0.5, q)
+	if math.Abs(r.Low-RatioLowQuantile) > 1e-12 || r.Mid != 0.5 {
+		t.Fatalf("low %g, mid %g", r.Low, r.Mid)
+	}
+	for _, f := range []float64{-1, 0, 0.013, 0.3, 0.5, 0.77, 0.98, 0.999} {
+		from := max(f, 0)
+		m, ok := r.MeanGiven(f)
+		if !ok || math.Abs(m-(from+1)/2) > 1e-9 {
+			t.Errorf("MeanGiven(%g) = %g, %v; want %g", f, m, ok, (from+1)/2)
+		}
+		for _, u := range []float64{0, 0.1, 0.5, 0.93, 1} {
+			x, ok := r.QuantileGiven(f, u)
+			if want := from + u*(1-from); !ok || math.Abs(x-want) > 1e-9 {
+				t.Errorf("QuantileGiven(%g, %g) = %g, %v; want %g", f, u, x, ok, want)
 			}
 		}
+	}
+	if _, ok := r.MeanGiven(1); ok {
+		t.Error("a job past every ratio learned has a mean")
+	}
+	if _, ok := (RunRatio{Low: 0.1, Mid: 0.5}).QuantileGiven(0.2, 0.5); ok {
+		t.Error("a ratio without quantiles has one")
+	}
+	// A skewed distribution: half the jobs end at once, half run their whole maxDuration. One
+	// that has run 10 % will run to the end.
+	skew := make([]float64, RatioQuantiles+1)
+	for k := RatioQuantiles/2 + 1; k < len(skew); k++ {
+		skew[k] = 1
+	}
+	if m, ok := NewRunRatio(0.5, skew).MeanGiven(0.1); !ok || m < 0.95 {
+		t.Errorf("skewed: MeanGiven(0.1) = %g, %v; want about 1", m, ok)
+	}
+	if r := NewRunRatio(0.5, q[:10]); r.Q != nil || r.Low != 0.5 {
+		t.Errorf("quantiles of the wrong length kept: %+v", r)
 	}
 }

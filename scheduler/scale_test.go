@@ -42,15 +42,21 @@ func b1xSnapshot(slaves, jobs int) Snapshot {
 	return s
 }
 
-// BenchmarkPlanB1x is one Plan of B1x's first pass (GPULAB_BENCH_B1X=SLAVESxJOBS, default a
-// tenth: 500x10000): the pure part of what the issue asks to take ≤ 5 s at 5000x100000.
-func BenchmarkPlanB1x(b *testing.B) {
-	slaves, jobs := 500, 10000
+// b1xSize reads GPULAB_BENCH_B1X ("SLAVESxJOBS"), by default a tenth of B1x: 500x10000.
+func b1xSize() (slaves, jobs int) {
+	slaves, jobs = 500, 10000
 	if v := os.Getenv("GPULAB_BENCH_B1X"); v != "" {
 		a, c, _ := strings.Cut(v, "x")
 		slaves, _ = strconv.Atoi(a)
 		jobs, _ = strconv.Atoi(c)
 	}
+	return slaves, jobs
+}
+
+// BenchmarkPlanB1x is one Plan of B1x's first pass (GPULAB_BENCH_B1X=SLAVESxJOBS, default a
+// tenth: 500x10000): the pure part of what the issue asks to take ≤ 5 s at 5000x100000.
+func BenchmarkPlanB1x(b *testing.B) {
+	slaves, jobs := b1xSize()
 	s := b1xSnapshot(slaves, jobs)
 	var p Plan
 	for b.Loop() {
@@ -124,4 +130,61 @@ func planDiff(a, b Plan) []string {
 		out = append(out, "ranges differ")
 	}
 	return out
+}
+
+// BenchmarkPlanSteadyForecast is a pass of a full cluster with a long queue (B1x's burst after
+// its first pass: what was assigned runs, started within the last day), with the forecast's
+// ratios unknown, known as a mean, and known as a distribution (the drawn replays): what the
+// likely start's draws cost a pass (GPULAB_BENCH_B1X as for BenchmarkPlanB1x).
+func BenchmarkPlanSteadyForecast(b *testing.B) {
+	slaves, jobs := b1xSize()
+	s := b1xSnapshot(slaves, jobs)
+	first := s.Plan()
+	rng := rand.New(rand.NewPCG(7, 1))
+	placed := map[string]bool{}
+	byUUID := map[string]Job{}
+	for _, j := range s.Queued {
+		byUUID[j.UUID] = j
+	}
+	for _, a := range first.Assignments {
+		j := byUUID[a.JobUUID]
+		gi := make([]int, len(a.GPUs))
+		for k, g := range a.GPUs {
+			gi[k] = g.Index
+		}
+		started := t0.Add(-time.Duration(rng.Int64N(int64(24 * time.Hour))))
+		s.Running = append(s.Running, Placed{JobUUID: a.JobUUID, SlaveName: a.SlaveName, UserID: j.UserID, GPUIndices: gi,
+			CPUIDs: a.CPUIDs, MemoryGb: a.MemoryGb, Started: started, Ends: started.Add(j.Request.Scheduling.MaxDuration.Std())})
+		placed[a.JobUUID] = true
+	}
+	var queued []Job
+	for _, j := range s.Queued {
+		if !placed[j.UUID] {
+			queued = append(queued, j)
+		}
+	}
+	s.Queued = queued
+	q := make([]float64, RatioQuantiles+1)
+	for k := range q {
+		x := float64(k) / RatioQuantiles
+		q[k] = x * x // many short runs, a long tail
+	}
+	for _, c := range []struct {
+		name   string
+		ratios RunRatios
+	}{
+		{"unknown", RunRatios{}},
+		{"mean", RunRatios{Global: RunRatio{Low: 0.01, Mid: 1.0 / 3}}},
+		{"drawn", RunRatios{Global: NewRunRatio(1.0/3, q)}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := s
+			s.Ratios = c.ratios
+			var p Plan
+			for b.Loop() {
+				p = s.Plan()
+			}
+			b.ReportMetric(float64(len(p.Ranges)), "ranges")
+		})
+	}
 }

@@ -4,45 +4,68 @@ import (
 	"context"
 	"database/sql"
 	"time"
+
+	"github.com/lib/pq"
 )
 
-// RunRatio is how much of their maxDuration one user's finished jobs (or everyone's, UserID 0)
-// really ran: Low is the 10th percentile and Mid the mean of run time over maxDuration, over
-// Jobs jobs (scheduler.LearnRatios computes the same from samples, for the simulator). The scheduler's start estimates use it to say when running jobs will likely end.
+// RunRatio is how much of their maxDuration finished jobs really ran, over one group: one user's
+// jobs of one maxDuration class (scheduler.DurationClass), everyone's of one class (UserID 0),
+// one user's of every class (Class −1) or everyone's (both). Mid is the mean of run time over
+// maxDuration and Q its quantiles at 0, 1/steps, …, 1, over Jobs jobs (scheduler.LearnRatios
+// computes the same from samples, for the simulator). The scheduler's start estimates use it to
+// say when running jobs will likely end.
 type RunRatio struct {
 	UserID int64
+	Class  int
 	Jobs   int
-	Low    float64
 	Mid    float64
+	Q      []float64
 }
 
 // RunRatios returns the run-time ratios of jobs created since then that ran and ended
-// (finished, failed, cancelled or halted: all free their resources early), per user and, with
-// UserID 0, over everyone; users with fewer than minJobs such jobs are left out (the global row
-// never is, when there are any jobs). One aggregate over the jobs of the window, meant to be
-// cached for minutes: see leader.Loop.
-func (s *Store) RunRatios(ctx context.Context, since time.Time, minJobs int) ([]RunRatio, error) {
+// (finished, failed, cancelled or halted: all free their resources early), per user and
+// maxDuration class, per class, per user and over everyone; groups of fewer than minJobs such
+// jobs are left out (the global row never is, when there are any jobs). The class is the bit
+// length of the maxDuration's whole minutes − 1, which is scheduler.DurationClass. One
+// aggregate over the jobs of the window, meant to be cached for minutes: see leader.Loop.
+func (s *Store) RunRatios(ctx context.Context, since time.Time, minJobs, steps int) ([]RunRatio, error) {
+	points := make(pq.Float64Array, max(steps, 1)+1)
+	for k := range points {
+		points[k] = float64(k) / float64(len(points)-1)
+	}
 	var rows []struct {
-		UserID sql.NullInt64 `db:"user_id"`
-		Jobs   int           `db:"jobs"`
-		Low    float64       `db:"low"`
-		Mid    float64       `db:"mid"`
+		UserID   sql.NullInt64   `db:"user_id"`
+		Class    sql.NullInt64   `db:"class"`
+		AnyUser  int             `db:"any_user"`
+		AnyClass int             `db:"any_class"`
+		Jobs     int             `db:"jobs"`
+		Mid      float64         `db:"mid"`
+		Q        pq.Float64Array `db:"q"`
 	}
 	err := s.q.SelectContext(ctx, &rows, `WITH r AS (
-    SELECT user_id, LEAST(1, GREATEST(0, extract(epoch FROM (event_times->>status)::timestamptz - (event_times->>'RUNNING')::timestamptz)
-        / max_duration_s)) AS ratio
+    SELECT user_id, length(ltrim((GREATEST(max_duration_s / 60, 1) - 1)::bit(64)::text, '0')) AS class,
+        LEAST(1, GREATEST(0, extract(epoch FROM (event_times->>status)::timestamptz - (event_times->>'RUNNING')::timestamptz)
+        / max_duration_s))::float8 AS ratio
     FROM jobs
     WHERE created_at >= $1 AND status IN ('FINISHED', 'FAILED', 'CANCELLED', 'HALTED') AND max_duration_s > 0
       AND event_times ? 'RUNNING' AND event_times ? status)
-SELECT user_id, count(*) AS jobs, COALESCE(percentile_cont(0.1) WITHIN GROUP (ORDER BY ratio), 1) AS low,
-    COALESCE(avg(ratio), 1) AS mid
-FROM r GROUP BY GROUPING SETS ((user_id), ()) HAVING count(*) >= $2 OR GROUPING(user_id) = 1`, since, minJobs)
+SELECT user_id, class, GROUPING(user_id) AS any_user, GROUPING(class) AS any_class, count(*) AS jobs,
+    COALESCE(avg(ratio), 1) AS mid, percentile_cont($3::float8[]) WITHIN GROUP (ORDER BY ratio) AS q
+FROM r GROUP BY GROUPING SETS ((user_id, class), (class), (user_id), ())
+HAVING count(*) >= $2 OR (GROUPING(user_id) = 1 AND GROUPING(class) = 1)`, since, minJobs, points)
 	if err != nil {
 		return nil, mapErr(err, "run ratios")
 	}
 	out := make([]RunRatio, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, RunRatio{UserID: r.UserID.Int64, Jobs: r.Jobs, Low: r.Low, Mid: r.Mid})
+		rr := RunRatio{UserID: r.UserID.Int64, Class: int(r.Class.Int64), Jobs: r.Jobs, Mid: r.Mid, Q: r.Q}
+		if r.AnyUser == 1 {
+			rr.UserID = 0
+		}
+		if r.AnyClass == 1 {
+			rr.Class = -1
+		}
+		out = append(out, rr)
 	}
 	return out, nil
 }

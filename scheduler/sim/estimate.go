@@ -311,7 +311,7 @@ const (
 	ratioWindow      = 30 * 24 * time.Hour
 	ratioMinJobs     = 20
 	ratioRefresh     = 5 * time.Minute
-	ratioRefreshLong = 6 * time.Hour
+	ratioRefreshLong = 24 * time.Hour
 )
 
 // ended records a run that ended: created is when its job (or restart) was queued.
@@ -320,7 +320,7 @@ func (l *ratioLearner) ended(created time.Time, user int64, ran, maxDur time.Dur
 		return
 	}
 	l.runs++
-	l.samples = append(l.samples, ratioSample{created: created, s: scheduler.RatioSample{UserID: user, Ratio: ran.Seconds() / maxDur.Seconds()}})
+	l.samples = append(l.samples, ratioSample{created: created, s: scheduler.RatioSample{UserID: user, MaxDuration: maxDur, Ratio: ran.Seconds() / maxDur.Seconds()}})
 }
 
 // ratios returns the ratios as of now.

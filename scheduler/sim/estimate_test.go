@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -62,11 +63,11 @@ func TestLearnRatiosInSim(t *testing.T) {
 	r := l.ratios(t0)
 	u, ok := r.Users[1]
 	// Ratios 0.05..1 in steps of 0.05: p10 at position 1.9 → 0.095 + ... = 0.145, mean 0.525.
-	if !ok || abs(u.Low-0.145) > 1e-9 || abs(u.Mid-0.525) > 1e-9 || r.Global != u {
+	if !ok || abs(u.Low-0.145) > 1e-9 || abs(u.Mid-0.525) > 1e-9 || r.Global.Mid != u.Mid || !slices.Equal(r.Global.Q, u.Q) {
 		t.Fatalf("ratios %+v", r)
 	}
 	// Samples created before the window are forgotten.
-	if r := l.ratios(t0.Add(ratioWindow + time.Hour)); r.Global != (scheduler.RunRatio{}) {
+	if r := l.ratios(t0.Add(ratioWindow + time.Hour)); r.Global.Mid != 0 || r.Global.Q != nil {
 		t.Fatalf("after the window: %+v", r)
 	}
 }
