@@ -107,10 +107,12 @@ type Range struct {
 const ForecastCap = 5000
 
 // ForecastSamples is how many replays with drawn run times the likely start is the median of.
-// Odd, so the median is one of them; five and eleven gave the Philly replay's error over the
-// wait the same 0.40 (fair-halt). Each costs a pass about as much as one scenario's replay
-// (BenchmarkPlanSteadyForecast: 500 slaves, ~6,000 queued, ~30 ms each).
-const ForecastSamples = 5
+// Odd, so the median is one of them; three, five and eleven gave the Philly replay's error over
+// the wait the same (fair-halt 0.40, las 0.31, fifo 0.23). Each costs a pass about as much as
+// one scenario's replay (BenchmarkPlanSteadyForecast: 500 slaves, ~6,000 queued, ~20 ms each);
+// with five, a FIFO replay of the trace, whose measured jobs wait at the end of a long queue,
+// went from 11–16 s to 19–23 s.
+const ForecastSamples = 3
 
 // parallelReplay is the least number of waiting jobs for which the forecast's replays
 // run at once, in goroutines: below it, starting them costs more than it saves.
@@ -140,6 +142,19 @@ type fslave struct {
 	// freeAt is, per GPU position free in now, since when it has been free: a job may start
 	// on free GPUs as early as the last of them came free (backfill), see replay.
 	freeAt []time.Time
+	// soonest is the earliest freeAt among the GPUs free in now: no set of them came free
+	// before it, so a slave whose soonest is no earlier than the best start found is passed by.
+	soonest time.Time
+}
+
+// refresh recomputes soonest after now or freeAt changed.
+func (f *fslave) refresh() {
+	f.soonest = time.Time{}
+	for k, free := range f.now.gpuFree {
+		if free && (f.soonest.IsZero() || f.freeAt[k].Before(f.soonest)) {
+			f.soonest = f.freeAt[k]
+		}
+	}
 }
 
 // earliest picks the job's GPUs among those free now that came free first, and says from
@@ -567,7 +582,7 @@ func (p *planner) replay(sc int, rng *rand.Rand, jobs []forecastJob, held []held
 		copy(now, st.gpuFree)
 		copy(ever, st.gpuFree)
 		f := fres{gpuFree: now, nGPU: st.nFree, cpus: st.cpus(true), mem: st.s.MemoryGb - st.memUsed}
-		sl[i] = fslave{st: st, now: f, freeAt: make([]time.Time, g)}
+		sl[i] = fslave{st: st, now: f, freeAt: make([]time.Time, g), soonest: p.now}
 		sl[i].ever = fres{gpuFree: ever, nGPU: f.nGPU, cpus: f.cpus, mem: f.mem}
 		for k := range sl[i].freeAt {
 			sl[i].freeAt[k] = p.now
@@ -628,6 +643,7 @@ func (p *planner) replay(sc int, rng *rand.Rand, jobs []forecastJob, held []held
 		for _, k := range e.gpuK {
 			sl[e.sl].freeAt[k] = e.at
 		}
+		sl[e.sl].refresh()
 	}
 	for i := range jobs {
 		fj := &jobs[i]
@@ -658,6 +674,17 @@ func (p *planner) replay(sc int, rng *rand.Rand, jobs []forecastJob, held []held
 		for _, c := range cands {
 			if g > 0 && at >= 0 && !from.After(least) {
 				break // none can start earlier
+			}
+			if sl[c].now.nGPU < g {
+				// Cannot fit now (the first check of fits, without the call: most candidates
+				// of a full cluster's replay).
+				if !ever {
+					_, ever = sl[c].ever.fits(sl[c].st, &fj.n, nil)
+				}
+				continue
+			}
+			if g > 0 && at >= 0 && !sl[c].soonest.Before(from) {
+				continue // cannot start before the best found
 			}
 			var ok bool
 			var f time.Time
@@ -717,6 +744,7 @@ func (p *planner) replay(sc int, rng *rand.Rand, jobs []forecastJob, held []held
 		}
 		e := fend{sl: at, gpuK: slices.Clone(gpuK), cpus: fj.n.cpus, mem: fj.n.memGb}
 		change(at, func(f *fres) { f.take(e.gpuK, e.cpus, e.mem) })
+		sl[at].refresh()
 		if d := duration(sc, rng, fj.j.Request.Scheduling.MaxDuration.Std(), fj.r); d > 0 {
 			e.at = start.Add(d)
 			ends.push(e)
