@@ -362,7 +362,7 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 		// Replays 0–2 are the scenarios; where distributions are learned, the likely one is
 		// replaced by the drawn ones after them (each with its own seeded source: the same
 		// pass forecasts the same).
-		runs, drawn := 3, ForecastSamples > 0 && len(ratios.Global.Q) > 0
+		runs, drawn := 3, ForecastSamples > 0 && ratios.Global.known()
 		if drawn {
 			runs += ForecastSamples
 		}

@@ -122,6 +122,12 @@ func NewRunRatio(mean float64, q []float64) RunRatio {
 	return r
 }
 
+// known says whether the distribution is known: quantiles as NewRunRatio keeps them (a RunRatio
+// written as a literal with Q has no tail means, and is taken as its mean alone).
+func (r RunRatio) known() bool {
+	return len(r.Q) == RatioQuantiles+1 && len(r.above) == len(r.Q)
+}
+
 // given describes the ratio of a job known to have run a share f of its maxDuration already: the
 // distribution above f. cdf is the share of jobs that end by f; ok is false when f is past every
 // ratio learned (the job has run longer than any like it), when nothing of it is known.
@@ -144,7 +150,7 @@ func (r RunRatio) given(f float64) (k int, cdf float64, ok bool) {
 // A running job's likely end is the mean of those like it that lasted as long: the mean over
 // everyone says little of a job already past most of them.
 func (r RunRatio) MeanGiven(f float64) (float64, bool) {
-	if len(r.Q) == 0 {
+	if !r.known() {
 		return 0, false
 	}
 	k, _, ok := r.given(f)
@@ -169,7 +175,7 @@ func (r RunRatio) MeanGiven(f float64) (float64, bool) {
 // their maxDuration (u in [0, 1]; ok as for MeanGiven). With u drawn evenly, it draws a run time
 // from what is learned, for the forecast's sampled replays.
 func (r RunRatio) QuantileGiven(f, u float64) (float64, bool) {
-	if len(r.Q) == 0 {
+	if !r.known() {
 		return 0, false
 	}
 	_, cdf, ok := r.given(f)

@@ -161,4 +161,13 @@ func TestRatioGiven(t *testing.T) {
 	if r := NewRunRatio(0.5, q[:10]); r.Q != nil || r.Low != 0.5 {
 		t.Errorf("quantiles of the wrong length kept: %+v", r)
 	}
+	// Quantiles written in a literal, not through NewRunRatio, are no knowledge (not a panic).
+	for _, lit := range []RunRatio{{Mid: 0.5, Q: q}, {Mid: 0.5, Q: q[:1]}} {
+		if _, ok := lit.MeanGiven(0.3); ok {
+			t.Errorf("literal %v: a mean", lit.Q)
+		}
+		if _, ok := lit.QuantileGiven(0.3, 0.5); ok {
+			t.Errorf("literal %v: a quantile", lit.Q)
+		}
+	}
 }
