@@ -2,7 +2,7 @@ package scheduler
 
 import (
 	"container/heap"
-	"math/rand/v2"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
@@ -28,7 +28,7 @@ import (
 // jobs to end, and the first of many uncertain ends comes much sooner than the first of their
 // expected ends. On the Philly replay (fair-halt), ends from each job's expected run time (given
 // how long it has run) left the median error over the wait at 0.44, the median of drawn replays
-// at 0.40 (las: 0.40 and 0.31), with the same learned distributions; knowing the running jobs'
+// at 0.40 (las: 0.40 and 0.29), with the same learned distributions; knowing the running jobs'
 // real run times would give 0.10, so what is left is how little a job's kind and age tell of
 // its end.
 //
@@ -108,7 +108,7 @@ const ForecastCap = 5000
 
 // ForecastSamples is how many replays with drawn run times the likely start is the median of.
 // Odd, so the median is one of them; three, five and eleven gave the Philly replay's error over
-// the wait the same (fair-halt 0.40, las 0.31, fifo 0.23). Each costs a pass about as much as
+// the wait the same (fair-halt 0.40, las 0.29–0.31, fifo 0.23). Each costs a pass about as much as
 // one scenario's replay (BenchmarkPlanSteadyForecast: 500 slaves, ~6,000 queued, ~20 ms each);
 // with five, a FIFO replay of the trace, whose measured jobs wait at the end of a long queue,
 // went from 11–16 s to 19–23 s.
@@ -297,6 +297,7 @@ type forecastJob struct {
 	n     need
 	cands []int
 	r     RunRatio // its owner's ratio for its maxDuration
+	u     [ForecastSamples]float64
 }
 
 // heldEnd is a job holding resources at the pass, running or assigned by it, for the replays to
@@ -306,6 +307,28 @@ type heldEnd struct {
 	pl     *Placed       // nil: assigned by this pass
 	maxDur time.Duration // of a job assigned by this pass
 	r      RunRatio
+	u      [ForecastSamples]float64
+}
+
+// draws are a job's points in [0, 1) for the drawn replays, the same at every pass: a job's
+// likely start then moves only when what it waits for does. (Drawn afresh at each pass, the
+// median of a few draws moved an hour-away start by many minutes between passes 5 s apart, and
+// the master rewrote its estimate every time.) FNV-1a of the job's uuid and the draw's number,
+// mixed by SplitMix64's finaliser so that near uuids give unrelated points.
+func draws(uuid string) (u [ForecastSamples]float64) {
+	for k := range u {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(uuid))
+		_, _ = h.Write([]byte{byte(k)})
+		x := h.Sum64()
+		x ^= x >> 30
+		x *= 0xbf58476d1ce4e5b9
+		x ^= x >> 27
+		x *= 0x94d049bb133111eb
+		x ^= x >> 31
+		u[k] = float64(x>>11) / (1 << 53)
+	}
+	return u
 }
 
 // assigned is a job the pass assigned, for the replay to release at its end.
@@ -340,6 +363,8 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 	for i, st := range p.slaves {
 		index[st] = i
 	}
+	// Where distributions are learned, the likely start is the median of drawn replays.
+	drawn := ForecastSamples > 0 && ratios.Global.known()
 	jobs := make([]forecastJob, 0, min(len(waiting), ForecastCap))
 	c := candidates{p: p, scopes: map[scopeKey][]int{}, matching: map[gpuKey][]int{}, cands: map[candKey][]int{}}
 	for _, j := range waiting {
@@ -348,21 +373,24 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 		}
 		fj := forecastJob{j: j, n: p.needOf(j), r: ratios.of(j.UserID, j.Request.Scheduling.MaxDuration.Std())}
 		if fj.cands = c.of(j, &fj.n); len(fj.cands) > 0 {
+			if drawn {
+				fj.u = draws(j.UUID)
+			}
 			jobs = append(jobs, fj)
 		}
 	}
-	held := p.heldEnds(assigned, index, ratios)
+	held := p.heldEnds(assigned, index, ratios, drawn)
 	var starts [3][]time.Time
 	if !ratios.learned() && !leaving {
 		// Nothing learned and no job on its way out (which may be gone at once, or only after
 		// its halt grace): every job runs its maxDuration in all three.
-		starts[scLate] = p.replay(scLate, nil, jobs, held)
+		starts[scLate] = p.replay(scLate, -1, jobs, held)
 		starts[scLikely], starts[scEarly] = starts[scLate], starts[scLate]
 	} else {
 		// Replays 0–2 are the scenarios; where distributions are learned, the likely one is
 		// replaced by the drawn ones after them (each with its own seeded source: the same
 		// pass forecasts the same).
-		runs, drawn := 3, ForecastSamples > 0 && ratios.Global.known()
+		runs := 3
 		if drawn {
 			runs += ForecastSamples
 		}
@@ -371,10 +399,9 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 			switch {
 			case k == scLikely && drawn:
 			case k < 3:
-				out[k] = p.replay(k, nil, jobs, held)
+				out[k] = p.replay(k, -1, jobs, held)
 			default:
-				rng := rand.New(rand.NewPCG(uint64(p.now.UnixNano()), uint64(k)))
-				out[k] = p.replay(scLikely, rng, jobs, held)
+				out[k] = p.replay(scLikely, k-3, jobs, held)
 			}
 		}
 		if len(jobs) < parallelReplay {
@@ -438,13 +465,14 @@ func medianStarts(runs [][]time.Time, n int) []time.Time {
 const minRatio = 0.01
 
 // duration is how long a job of that user with that maxDuration is taken to run in a scenario
-// (drawn from rng's in a drawn replay); 0 means it never ends.
-func duration(sc int, rng *rand.Rand, maxDur time.Duration, r RunRatio) time.Duration {
+// (in drawn replay number draw, from the job's draws u; draw < 0: no draw); 0 means it never
+// ends.
+func duration(sc, draw int, u *[ForecastSamples]float64, maxDur time.Duration, r RunRatio) time.Duration {
 	if maxDur <= 0 {
 		return 0
 	}
-	if rng != nil {
-		if x, ok := r.QuantileGiven(-1, rng.Float64()); ok {
+	if draw >= 0 {
+		if x, ok := r.QuantileGiven(-1, u[draw]); ok {
 			return time.Duration(float64(maxDur) * max(x, minRatio))
 		}
 	}
@@ -457,12 +485,12 @@ func duration(sc int, rng *rand.Rand, maxDur time.Duration, r RunRatio) time.Dur
 	return maxDur
 }
 
-// runningEnd is when a running job ends in a scenario (zero: never; drawn from rng's in a drawn
-// replay). Where the distribution is learned, the job ends as those like it that ran at least as
+// runningEnd is when a running job ends in a scenario (zero: never; in drawn replay number
+// draw ≥ 0, from the job's draws). Where the distribution is learned, the job ends as those like it that ran at least as
 // long did (RunRatio.MeanGiven, QuantileGiven); otherwise, or when it has run longer than any of
 // them, a job already past its expected share of maxDuration is expected to run that share of
 // what remains.
-func (p *planner) runningEnd(sc int, rng *rand.Rand, h *heldEnd) time.Time {
+func (p *planner) runningEnd(sc, draw int, h *heldEnd) time.Time {
 	pl, r := h.pl, h.r
 	if pl.Halting || p.victims[pl.JobUUID] {
 		// On its way out (halted this pass or before): gone at once at the earliest, after
@@ -489,8 +517,8 @@ func (p *planner) runningEnd(sc int, rng *rand.Rand, h *heldEnd) time.Time {
 		f := float64(p.now.Sub(from)) / float64(maxDur)
 		var x float64
 		var ok bool
-		if rng != nil {
-			x, ok = r.QuantileGiven(f, rng.Float64())
+		if draw >= 0 {
+			x, ok = r.QuantileGiven(f, h.u[draw])
 		} else {
 			x, ok = r.MeanGiven(f)
 		}
@@ -518,7 +546,7 @@ func maxTime(a, b time.Time) time.Time {
 
 // heldEnds lists what the running jobs and those assigned by this pass hold, with their
 // owners' ratios: the same for every replay of the pass.
-func (p *planner) heldEnds(assigned []assignedJob, index map[*slaveState]int, ratios RunRatios) []heldEnd {
+func (p *planner) heldEnds(assigned []assignedJob, index map[*slaveState]int, ratios RunRatios, drawn bool) []heldEnd {
 	n, nK := len(assigned), 0
 	for _, st := range p.slaves {
 		n += len(st.held)
@@ -548,6 +576,9 @@ func (p *planner) heldEnds(assigned []assignedJob, index map[*slaveState]int, ra
 					started = p.now
 				}
 				h.r = ratios.of(pl.UserID, pl.Ends.Sub(started))
+				if drawn {
+					h.u = draws(pl.JobUUID)
+				}
 			}
 			out = append(out, h)
 		}
@@ -560,14 +591,17 @@ func (p *planner) heldEnds(assigned []assignedJob, index map[*slaveState]int, ra
 			}
 		}
 		h.r = ratios.of(a.j.UserID, h.maxDur)
+		if drawn {
+			h.u = draws(a.j.UUID)
+		}
 		out = append(out, h)
 	}
 	return out
 }
 
-// replay runs one scenario and returns each job's start (zero: none found). With rng, run times
-// are drawn from the learned distributions (a drawn likely replay).
-func (p *planner) replay(sc int, rng *rand.Rand, jobs []forecastJob, held []heldEnd) []time.Time {
+// replay runs one scenario and returns each job's start (zero: none found). With draw ≥ 0, run
+// times are drawn from the learned distributions (drawn likely replay number draw).
+func (p *planner) replay(sc, draw int, jobs []forecastJob, held []heldEnd) []time.Time {
 	// The free lists of all slaves share one array.
 	nGPU := 0
 	for _, st := range p.slaves {
@@ -593,8 +627,8 @@ func (p *planner) replay(sc int, rng *rand.Rand, jobs []forecastJob, held []held
 		h := &held[k]
 		e := h.fend
 		if h.pl != nil {
-			e.at = p.runningEnd(sc, rng, h)
-		} else if d := duration(sc, rng, h.maxDur, h.r); d > 0 {
+			e.at = p.runningEnd(sc, draw, h)
+		} else if d := duration(sc, draw, &h.u, h.maxDur, h.r); d > 0 {
 			e.at = p.now.Add(d)
 		}
 		if !e.at.IsZero() {
@@ -745,7 +779,7 @@ func (p *planner) replay(sc int, rng *rand.Rand, jobs []forecastJob, held []held
 		e := fend{sl: at, gpuK: slices.Clone(gpuK), cpus: fj.n.cpus, mem: fj.n.memGb}
 		change(at, func(f *fres) { f.take(e.gpuK, e.cpus, e.mem) })
 		sl[at].refresh()
-		if d := duration(sc, rng, fj.j.Request.Scheduling.MaxDuration.Std(), fj.r); d > 0 {
+		if d := duration(sc, draw, &fj.u, fj.j.Request.Scheduling.MaxDuration.Std(), fj.r); d > 0 {
 			e.at = start.Add(d)
 			ends.push(e)
 		} else {

@@ -386,3 +386,35 @@ func TestForecastDrawnReplays(t *testing.T) {
 		t.Errorf("q7: likely wait %s, range %+v", w, last)
 	}
 }
+
+// TestForecastDrawsAreStable: a job's draws are its own, the same at every pass, so its likely
+// start moves only when what it waits for does. Twenty queued jobs behind a full slave, passes
+// 5 s apart with nothing else changed: no likely start moves by a minute (the master's
+// tolerance before it writes an estimate again), though the waits reach hours.
+func TestForecastDrawsAreStable(t *testing.T) {
+	s := Snapshot{Now: t0, Slaves: []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 3)...))}}
+	for g := range 4 {
+		pl := ending(fmt.Sprintf("r%d", g), "gpu1", []int{g}, []int{g}, 10, time.Duration(g+1)*time.Hour)
+		pl.Started, pl.UserID = pl.Ends.Add(-8*time.Hour), 1
+		s.Running = append(s.Running, pl)
+	}
+	s.Queued = queueOf(20, maxDur(4*time.Hour))
+	q := make([]float64, RatioQuantiles+1)
+	for k := range q {
+		q[k] = 0.05 + 0.95*float64(k)/RatioQuantiles
+	}
+	s.Ratios = RunRatios{Global: NewRunRatio(0.5, q)}
+	first := s.Plan().Ranges
+	s.Now = t0.Add(5 * time.Second)
+	again := s.Plan().Ranges
+	var far time.Duration
+	for id, r := range first {
+		far = max(far, r.Likely.Sub(t0))
+		if d := again[id].Likely.Sub(r.Likely).Abs(); d >= time.Minute {
+			t.Errorf("%s: likely %s, 5 s later %s", id, r.Likely, again[id].Likely)
+		}
+	}
+	if len(first) != 20 || far < 2*time.Hour {
+		t.Fatalf("%d ranges, the farthest likely start %s ahead: want 20, hours ahead", len(first), far)
+	}
+}
