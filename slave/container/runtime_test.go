@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -810,4 +811,36 @@ func TestPullTimeout(t *testing.T) {
 		t.Errorf("Start took %v, less than the 1 s pull timeout", took)
 	}
 	e.assertGone(ContainerName(a.Job.UUID))
+}
+
+// countInspects counts the runtime's reads of containers.
+type countInspects struct {
+	Docker
+	n atomic.Int32
+}
+
+func (d *countInspects) ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error) {
+	d.n.Add(1)
+	return d.Docker.ContainerInspect(ctx, id)
+}
+
+// TestStartReadsTheContainerBackOnlyWhenNeeded: a job that publishes no port and mounts no
+// storage is started without reading the container back (the engine is slow to answer about a
+// container just started); one with storage is read back, for the check of what it mounted.
+// (Ports: TestHostPortsFromRange.)
+func TestStartReadsTheContainerBackOnlyWhenNeeded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	d := &countInspects{Docker: e.cli}
+	e.rt = New(d, e.cfg, nil)
+	s := e.start(e.assignment("true"))
+	if code := e.wait(s.ContainerID); code != 0 || d.n.Load() != 0 {
+		t.Fatalf("plain job: exit %d, %d inspects; want 0, 0", code, d.n.Load())
+	}
+	a := e.assignment("sh", "-c", "echo x > /s/f")
+	a.Job.Request.Docker.Storage = []job.Storage{{HostPath: "/project_scratch", ContainerPath: "/s"}}
+	s = e.start(a)
+	if code := e.wait(s.ContainerID); code != 0 || d.n.Load() != 1 || len(s.Ports) != 0 {
+		t.Fatalf("job with storage: exit %d, %d inspects, ports %v; want 0, 1, none", code, d.n.Load(), s.Ports)
+	}
 }

@@ -158,6 +158,9 @@ func pinOne(m Mount, staging string) (pinned, error) {
 	return pinned{staging: staging, target: m.Target, dev: uint64(st.Dev), ino: st.Ino}, nil
 }
 
+// Any says whether anything is pinned (a nil Pins: nothing).
+func (p *Pins) Any() bool { return p != nil && len(p.pins) > 0 }
+
 // Verify checks, for a started container whose first process is pid, that each pinned target
 // in the container is the inode that was checked (through /proc/<pid>/root). A container that has exited already (pid 0,
 // or its /proc entry gone) cannot be looked into and passes: the pin alone decided what it got.
