@@ -388,8 +388,7 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 		starts[scLikely], starts[scEarly] = starts[scLate], starts[scLate]
 	} else {
 		// Replays 0–2 are the scenarios; where distributions are learned, the likely one is
-		// replaced by the drawn ones after them (each with its own seeded source: the same
-		// pass forecasts the same).
+		// replaced by the drawn ones after them (replay 3+k takes each job's draw k: see draws).
 		runs := 3
 		if drawn {
 			runs += ForecastSamples

@@ -288,8 +288,8 @@ func fmtHorizon(d time.Duration) string {
 }
 
 // ratioLearner learns run-time ratios from the runs the replay ended, as the master's loop does
-// from its store: runs created within ratioWindow, ratioMinJobs per user,
-// read again every refresh. The replay refreshes every ratioRefresh while it has few
+// from its store: runs created within ratioWindow, ratioMinJobs per group (user and maxDuration
+// class, class, user, everyone), read again every refresh. The replay refreshes every ratioRefresh while it has few
 // samples and every ratioRefreshLong after: ratios drift slowly once learned, and sorting weeks
 // of samples every five simulated minutes would cost more than the replay.
 type ratioLearner struct {
