@@ -284,6 +284,9 @@ func indexPath(path string, i int) string {
 // *ValidationError naming the path of invalid UTF-8, a NUL character, a duplicate key, too
 // deep nesting, an oversized string, list or number. The caller then decodes it into its type.
 func CheckJSON(data []byte, lim Limits) error {
+	if plainJSON(data, lim.withDefaults()) {
+		return nil
+	}
 	_, problems, err := decodeDocument(data, lim)
 	if err != nil {
 		return err
