@@ -116,39 +116,45 @@ func fitsByCounts(snap scheduler.Snapshot) func(scheduler.Job) bool {
 	// What is held, by slave: only GPUs the slave reports and CPU ids it has count, as Plan
 	// counts them (a GPU that dropped out may still be held).
 	type held struct {
-		gpus, cpus map[int]bool
+		gpus, cpus []int
 		memGb      int
 	}
-	holds := map[string]*held{}
+	holds := make(map[string]*held, len(snap.Slaves))
 	for _, pl := range snap.Running {
 		h := holds[pl.SlaveName]
 		if h == nil {
-			h = &held{gpus: map[int]bool{}, cpus: map[int]bool{}}
+			h = &held{}
 			holds[pl.SlaveName] = h
 		}
-		for _, g := range pl.GPUIndices {
-			h.gpus[g] = true
-		}
-		for _, c := range pl.CPUIDs {
-			h.cpus[c] = true
-		}
+		h.gpus = append(h.gpus, pl.GPUIndices...)
+		h.cpus = append(h.cpus, pl.CPUIDs...)
 		h.memGb += pl.MemoryGb
 	}
 	byCluster := map[int][]room{}
 	var all []room
+	var taken bitset // reused from slave to slave: a map per slave was most of this function
 	for _, s := range snap.Slaves {
 		if !s.Online || !s.Accepting {
 			continue
 		}
 		r := room{gpus: len(s.GPUs), cpus: s.CPUs, memGb: s.MemoryGb}
 		if h := holds[s.Name]; h != nil {
+			top := 0
 			for _, g := range s.GPUs {
-				if h.gpus[g.Index] {
+				top = max(top, g.Index+1)
+			}
+			taken.reset(top)
+			for _, g := range h.gpus {
+				taken.add(g)
+			}
+			for _, g := range s.GPUs {
+				if taken.has(g.Index) {
 					r.gpus--
 				}
 			}
-			for c := range h.cpus {
-				if c >= 0 && c < s.CPUs {
+			taken.reset(s.CPUs)
+			for _, c := range h.cpus {
+				if c < s.CPUs && taken.add(c) {
 					r.cpus--
 				}
 			}
@@ -179,4 +185,36 @@ func fitsByCounts(snap scheduler.Snapshot) func(scheduler.Job) bool {
 		known[k] = v
 		return v
 	}
+}
+
+// bitset is a set of the ints from 0 to its size, for counting what is held on a slave.
+type bitset []uint64
+
+// reset empties the set and sizes it for 0 ≤ i < n.
+func (b *bitset) reset(n int) {
+	words := (max(n, 0) + 63) / 64
+	if cap(*b) < words {
+		*b = make(bitset, words)
+		return
+	}
+	*b = (*b)[:words]
+	clear(*b)
+}
+
+// add puts i in the set and says whether it was new; an i out of the set's range is ignored.
+func (b bitset) add(i int) bool {
+	if i < 0 || i >= 64*len(b) {
+		return false
+	}
+	w, m := i/64, uint64(1)<<(i%64)
+	if b[w]&m != 0 {
+		return false
+	}
+	b[w] |= m
+	return true
+}
+
+// has says whether i is in the set.
+func (b bitset) has(i int) bool {
+	return i >= 0 && i < 64*len(b) && b[i/64]&(uint64(1)<<(i%64)) != 0
 }

@@ -161,3 +161,75 @@ func TestRememberPlanned(t *testing.T) {
 		t.Errorf("planned %v, want %v", l.planned, want)
 	}
 }
+
+// TestFitsByCounts: fitsByCounts answers as counting every slave's free GPUs, CPUs and memory
+// one by one does, on random busy clusters where some running jobs hold what the slave no
+// longer reports (a GPU index gone, CPU ids past its count) or hold it twice.
+func TestFitsByCounts(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	for range 300 {
+		// Few slaves, so that an answer rests on one slave's count, not on any of many.
+		snap := randomCluster(rng, 1+rng.IntN(3), 60, 3)
+		for i := range snap.Running {
+			switch rng.IntN(8) {
+			case 0:
+				snap.Running[i].GPUIndices = append(snap.Running[i].GPUIndices, 9+rng.IntN(100))
+			case 1:
+				snap.Running[i].CPUIDs = append(snap.Running[i].CPUIDs, 32+rng.IntN(100), -1)
+			case 2:
+				snap.Running[i].CPUIDs = append(snap.Running[i].CPUIDs, snap.Running[i].CPUIDs...)
+			}
+		}
+		for i := range snap.Slaves {
+			if rng.IntN(5) == 0 {
+				snap.Slaves[i].GPUs = snap.Slaves[i].GPUs[:6] // two GPUs dropped out
+			}
+		}
+		fits := fitsByCounts(snap)
+		for _, j := range snap.Queued {
+			j.Request.Resources.CPUs = 1 + rng.IntN(40)
+			if got, want := fits(j), fitsOneByOne(snap, j); got != want {
+				t.Fatalf("job %s (%d GPUs, %d CPUs, %d GB, cluster %d): fits %v, counted one by one %v (seed %d)", j.UUID,
+					j.Request.Resources.GPUs, j.Request.Resources.CPUs, j.Request.Resources.CPUMemoryGb, j.Request.Resources.ClusterID, got, want, seed)
+			}
+		}
+	}
+}
+
+// fitsOneByOne is fitsByCounts's reference: each slave's free resources counted from scratch.
+func fitsOneByOne(snap scheduler.Snapshot, j scheduler.Job) bool {
+	res := j.Request.Resources
+	for _, s := range snap.Slaves {
+		if !s.Online || !s.Accepting || res.ClusterID > 0 && s.ClusterID != res.ClusterID {
+			continue
+		}
+		gpus, cpus := map[int]bool{}, map[int]bool{}
+		mem := 0
+		for _, pl := range snap.Running {
+			if pl.SlaveName != s.Name {
+				continue
+			}
+			for _, g := range pl.GPUIndices {
+				gpus[g] = true
+			}
+			for _, c := range pl.CPUIDs {
+				if c >= 0 && c < s.CPUs {
+					cpus[c] = true
+				}
+			}
+			mem += pl.MemoryGb
+		}
+		freeGPUs := 0
+		for _, g := range s.GPUs {
+			if !gpus[g.Index] {
+				freeGPUs++
+			}
+		}
+		if freeGPUs >= res.GPUs && s.CPUs-len(cpus) >= res.CPUs && s.MemoryGb-mem >= res.CPUMemoryGb {
+			return true
+		}
+	}
+	return false
+}
