@@ -124,22 +124,8 @@ func (p *plainReader) object(depth int) bool {
 			return false
 		}
 		p.i++
-		p.space()
-		if !p.value(depth + 1) {
-			return false
-		}
-		p.space()
-		if p.i >= len(p.b) {
-			return false
-		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-		case '}':
-			p.i++
-			return true
-		default:
-			return false
+		if more, ok := p.element(depth, '}'); !ok || !more {
+			return ok
 		}
 	}
 }
@@ -155,24 +141,32 @@ func (p *plainReader) array(depth int) bool {
 		if n > p.lim.ListItems {
 			return false
 		}
-		p.space()
-		if !p.value(depth + 1) {
-			return false
-		}
-		p.space()
-		if p.i >= len(p.b) {
-			return false
-		}
-		switch p.b[p.i] {
-		case ',':
-			p.i++
-		case ']':
-			p.i++
-			return true
-		default:
-			return false
+		if more, ok := p.element(depth, ']'); !ok || !more {
+			return ok
 		}
 	}
+}
+
+// element reads a value of the container at depth and what follows it: more after a comma,
+// not after the container's end.
+func (p *plainReader) element(depth int, end byte) (more, ok bool) {
+	p.space()
+	if !p.value(depth + 1) {
+		return false, false
+	}
+	p.space()
+	if p.i >= len(p.b) {
+		return false, false
+	}
+	switch p.b[p.i] {
+	case ',':
+		p.i++
+		return true, true
+	case end:
+		p.i++
+		return false, true
+	}
+	return false, false
 }
 
 // str reads a string and returns its text between the quotes, raw (escapes as written). It
