@@ -129,6 +129,10 @@ type Caller struct {
 	// Confined says the service may act only in ProjectIDs (it was given a list of projects):
 	// the user's jobs in other projects are not its to see or change.
 	Confined bool
+	// CertToCheck is the serial of a slave's certificate whose state (revoked, expired) was
+	// not read before the handler: the heartbeat reads it in its own statement. requireSlave
+	// refuses such a caller; only SlaveHeartbeat takes it.
+	CertToCheck string
 }
 
 // ActAsHeader names the user a service certificate acts for: his name or URN.

@@ -34,6 +34,18 @@ func HashToken(token string) string {
 }
 
 func requireSlave(r *http.Request) (*Caller, error) {
+	c, err := requireSlaveUnchecked(r)
+	if err == nil && c.CertToCheck != "" {
+		// Only the heartbeat reads the certificate's state itself; anywhere else this is a
+		// routing mistake, refused rather than served on an unchecked certificate.
+		return nil, fmt.Errorf("slave %s: certificate %s left unchecked before %s", c.SlaveName, c.CertToCheck, r.URL.Path)
+	}
+	return c, err
+}
+
+// requireSlaveUnchecked is requireSlave for SlaveHeartbeat, which checks the certificate in
+// its own statement when the caller says so (Caller.CertToCheck).
+func requireSlaveUnchecked(r *http.Request) (*Caller, error) {
 	c := CallerFrom(r.Context())
 	if c == nil {
 		return nil, ErrUnauthenticated
@@ -135,7 +147,7 @@ func (h *Handlers) SlaveRegister(w http.ResponseWriter, r *http.Request) error {
 // SlaveHeartbeat records a heartbeat with the jobs' usage, reconciles what the slave holds with
 // what the master has on it, and answers the master's view and stop orders.
 func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error {
-	c, err := requireSlave(r)
+	c, err := requireSlaveUnchecked(r)
 	if err != nil {
 		return err
 	}
@@ -154,8 +166,12 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 	// One statement records the heartbeat and its samples and reads what reconciling needs
 	// (shared with the other slaves' heartbeats that wait for the database at the same time):
 	// more follow only when there is something to fix.
-	beat, err := h.store.Heartbeat(ctx, store.Beat{Slave: c.SlaveName, InstanceID: hb.InstanceID, Usage: usage,
+	beat, err := h.store.Heartbeat(ctx, store.Beat{Slave: c.SlaveName, InstanceID: hb.InstanceID, CertSerial: c.CertToCheck, Usage: usage,
 		Samples: usageSamples(hb.Jobs), SampleSecs: every.Seconds(), MissingGrace: h.cfg.MissingGrace})
+	var refused *store.CertificateRefusedError
+	if errors.As(err, &refused) {
+		return CertificateRefused(refused.Serial, refused.State)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return errorf(http.StatusConflict, "slave %s instance %s is not registered: register again", c.SlaveName, hb.InstanceID)
 	} else if err != nil {
@@ -173,6 +189,18 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 		h.wakeScheduler(ctx)
 	}
 	writeJSON(w, http.StatusOK, protocol.HeartbeatReply{Interval: h.cfg.HeartbeatInterval, Stops: stops, Jobs: view, FenceAfter: h.cfg.FenceAfter})
+	return nil
+}
+
+// CertificateRefused is the 401 of a certificate recorded as revoked or expired (state), nil
+// for any other state.
+func CertificateRefused(serial, state string) error {
+	switch state {
+	case "revoked":
+		return &Error{Status: http.StatusUnauthorized, Message: "client certificate " + serial + " is revoked"}
+	case "expired":
+		return &Error{Status: http.StatusUnauthorized, Message: "client certificate " + serial + " has expired"}
+	}
 	return nil
 }
 

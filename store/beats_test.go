@@ -15,8 +15,10 @@ import (
 // TestHeartbeatsTogether: heartbeats that arrive while the database is busy are recorded in
 // one statement, and each caller still gets its own outcome: its slave's jobs, whether it came
 // back online, ErrNotFound for another instance or an unknown slave (nothing written for
-// them), a sample of another slave's job not written, a slave's second heartbeat sent in a later statement (in the same one it would find
-// no row), a caller that gave up before its batch left out.
+// them), a *CertificateRefusedError for a revoked or expired certificate (nothing written
+// either), a sample of another slave's job not written, a slave's second heartbeat sent in a
+// later statement (in the same one it would find no row), a caller that gave up before its
+// batch left out.
 func TestHeartbeatsTogether(t *testing.T) {
 	st := newStore(t)
 	ctx := context.Background()
@@ -37,12 +39,34 @@ func TestHeartbeatsTogether(t *testing.T) {
 			t.Fatal(err)
 		}
 		jobOf[name(k)] = j.UUID
+		// Each heartbeat comes with its slave's certificate: hb08's is revoked, hb09's has
+		// expired, hb10's is not on record (left to the TLS stack's checks: accepted).
+		notAfter := time.Now().Add(time.Hour)
+		if k == 9 {
+			notAfter = time.Now().Add(-time.Second)
+		}
+		if k != 10 {
+			if err := st.RecordCertificate(ctx, "c-"+name(k), store.CertSlave, name(k), notAfter, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := st.RevokeCertificate(ctx, "c-hb08"); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := st.DB().ExecContext(ctx, `UPDATE slaves SET online = FALSE, offline_since = now() WHERE name = 'hb05'`); err != nil {
 		t.Fatal(err)
 	}
+	lastBeat := func(slave string) (at time.Time) {
+		t.Helper()
+		if err := st.DB().QueryRowContext(ctx, `SELECT last_heartbeat FROM slaves WHERE name = $1`, slave).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	refusedAt := map[string]time.Time{name(8): lastBeat(name(8)), name(9): lastBeat(name(9))}
 	beat := func(slave, instance string) store.Beat {
-		return store.Beat{Slave: slave, InstanceID: instance, Usage: []byte(`[]`), SampleSecs: 5, MissingGrace: time.Minute,
+		return store.Beat{Slave: slave, InstanceID: instance, CertSerial: "c-" + slave, Usage: []byte(`[]`), SampleSecs: 5, MissingGrace: time.Minute,
 			Samples: []store.UsageSample{{JobUUID: jobOf[slave], CPUPercent: 50, MemoryMiB: 100, GPUs: []store.GPUSample{{Index: 0, UtilPercent: 90, MemoryUsedMiB: 1000}}}}}
 	}
 	type outcome struct {
@@ -96,6 +120,16 @@ func TestHeartbeatsTogether(t *testing.T) {
 
 	for k := range n {
 		o := got[name(k)]
+		if k == 8 || k == 9 {
+			var refused *store.CertificateRefusedError
+			if want := map[int]string{8: "revoked", 9: "expired"}[k]; !errors.As(o.err, &refused) || refused.State != want || refused.Serial != "c-"+name(k) {
+				t.Errorf("%s, its certificate %s: %+v %v", name(k), want, o.view, o.err)
+			}
+			if at := lastBeat(name(k)); !at.Equal(refusedAt[name(k)]) {
+				t.Errorf("%s's refused heartbeat was recorded: last heartbeat %s, before %s", name(k), at, refusedAt[name(k)])
+			}
+			continue
+		}
 		if o.err != nil || len(o.view.Jobs) != 1 || o.view.Jobs[0].UUID != jobOf[name(k)] || o.view.Jobs[0].Status != job.StatusAssigned {
 			t.Errorf("%s: %+v %v, want its one job %s", name(k), o.view, o.err, jobOf[name(k)])
 		}
@@ -122,10 +156,10 @@ func TestHeartbeatsTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One per slave's heartbeat, one more for hb01's second; none for the stale instance's, the
-	// unknown slave's, hb06's of hb07's job, or the one given up.
-	if samples != n+1 || ofZero != 1 || ofOne != 2 || ofTwo != 1 || ofSeven != 1 {
+	// unknown slave's, hb06's of hb07's job, the one given up, or those of refused certificates.
+	if samples != n-1 || ofZero != 1 || ofOne != 2 || ofTwo != 1 || ofSeven != 1 {
 		t.Errorf("usage samples: %d in all (want %d), %d of hb00's job (want 1), %d of hb01's (2), %d of hb02's (1), %d of hb07's (1)",
-			samples, n+1, ofZero, ofOne, ofTwo, ofSeven)
+			samples, n-1, ofZero, ofOne, ofTwo, ofSeven)
 	}
 }
 

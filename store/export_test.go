@@ -16,7 +16,8 @@ func (s *Store) HeartbeatCommitMode(ctx context.Context, b Beat) (string, error)
 	var i int
 	var online bool
 	var jobs, releases []byte
-	if err := tx.QueryRowContext(ctx, heartbeats, heartbeatArgs([]Beat{b})...).Scan(&i, &online, &jobs, &releases); err != nil && err != sql.ErrNoRows {
+	var refused string
+	if err := tx.QueryRowContext(ctx, heartbeats, heartbeatArgs([]Beat{b})...).Scan(&i, &online, &jobs, &releases, &refused); err != nil && err != sql.ErrNoRows {
 		return "", err
 	}
 	var mode string

@@ -17,6 +17,10 @@ import (
 // Beat is one heartbeat of a slave's current instance, as Heartbeat records it.
 type Beat struct {
 	Slave, InstanceID string
+	// CertSerial, when set, is the serial of the certificate the heartbeat came with, whose
+	// state the statement reads: a certificate recorded as revoked or expired gets a
+	// *CertificateRefusedError and nothing is written for it. "": checked by the caller.
+	CertSerial string
 	// Usage is the slave's report of its jobs, kept on the slave's row (its latest only).
 	Usage json.RawMessage
 	// Samples are appended to the jobs' usage series, each standing for SampleSecs.
@@ -54,10 +58,15 @@ type BeatView struct {
 // it anyway. With fsync on, waiting for the flush was most of a heartbeat's time and a share of
 // Postgres's CPU at 1,000 heartbeats a second (B8x).
 var heartbeats = `WITH b AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::float8[])
-        WITH ORDINALITY AS b(name, instance_id, usage, grace, secs, i)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::float8[], $13::text[])
+        WITH ORDINALITY AS b(name, instance_id, usage, grace, secs, serial, i)
+), refused AS (
+    SELECT b.i, b.serial, CASE WHEN c.revoked_at IS NOT NULL THEN 'revoked' ELSE 'expired' END AS state
+    FROM b JOIN certificates c ON c.serial = b.serial
+    WHERE b.serial <> '' AND (c.revoked_at IS NOT NULL OR c.not_after <= now())
 ), old AS (
     SELECT s.id, s.online, b.usage, b.i FROM slaves s JOIN b ON s.name = b.name AND s.instance_id = b.instance_id
+    WHERE b.i NOT IN (SELECT i FROM refused)
     ORDER BY s.id FOR UPDATE OF s
 ), async AS (
     SELECT set_config('synchronous_commit', 'off', true) WHERE EXISTS (SELECT 1 FROM old)
@@ -75,8 +84,10 @@ var heartbeats = `WITH b AS (
 SELECT hb.i, hb.online, ` + slaveJobsJSON("hb.name", "b.grace") + ` AS jobs,
     COALESCE((SELECT json_agg(json_build_object('jobUuid', r.job_uuid::text, 'attempt', r.attempt, 'slaveName', r.slave_name,
             'resources', r.resources, 'reason', r.reason, 'since', r.since) ORDER BY r.since, r.job_uuid)
-        FROM job_releases r WHERE r.slave_name = hb.name), '[]') AS releases
-FROM hb JOIN b ON b.i = hb.i, async`
+        FROM job_releases r WHERE r.slave_name = hb.name), '[]') AS releases, '' AS refused
+FROM hb JOIN b ON b.i = hb.i, async
+UNION ALL
+SELECT i, TRUE, '[]'::json, '[]'::json, state FROM refused`
 
 // slaveJobsJSON is an expression for the live jobs on slave (an SQL expression), oldest first,
 // as a JSON array that decodeSlaveJobs reads: ListSlaveJobs's rows, for statements that read
@@ -113,12 +124,12 @@ func decodeSlaveJobs(slave string, b []byte) ([]SlaveJob, error) {
 
 // heartbeatArgs are the heartbeats statement's arguments for beats.
 func heartbeatArgs(beats []Beat) []any {
-	names, instances, usage := make([]string, len(beats)), make([]string, len(beats)), make([]string, len(beats))
+	names, instances, usage, serials := make([]string, len(beats)), make([]string, len(beats)), make([]string, len(beats)), make([]string, len(beats))
 	grace, secs := make([]float64, len(beats)), make([]float64, len(beats))
 	var of []int64
 	var samples []UsageSample
 	for i, b := range beats {
-		names[i], instances[i], grace[i], secs[i] = b.Slave, b.InstanceID, b.MissingGrace.Seconds(), b.SampleSecs
+		names[i], instances[i], grace[i], secs[i], serials[i] = b.Slave, b.InstanceID, b.MissingGrace.Seconds(), b.SampleSecs, b.CertSerial
 		usage[i] = string(b.Usage)
 		if len(b.Usage) == 0 {
 			usage[i] = "null"
@@ -131,8 +142,8 @@ func heartbeatArgs(beats []Beat) []any {
 			samples = append(samples, u)
 		}
 	}
-	return append([]any{pq.Array(names), pq.Array(instances), pq.Array(usage), pq.Array(grace), pq.Array(secs), pq.Array(of)},
-		usageArgs(samples)...)
+	return append(append([]any{pq.Array(names), pq.Array(instances), pq.Array(usage), pq.Array(grace), pq.Array(secs), pq.Array(of)},
+		usageArgs(samples)...), pq.Array(serials))
 }
 
 // beatRow is a row of the heartbeats statement.
@@ -141,6 +152,15 @@ type beatRow struct {
 	Online   bool   `db:"online"`
 	Jobs     []byte `db:"jobs"`
 	Releases []byte `db:"releases"`
+	Refused  string `db:"refused"` // the certificate's state when it is refused, else ""
+}
+
+// CertificateRefusedError is a heartbeat's answer when its certificate (Beat.CertSerial) is
+// recorded as revoked or expired (State).
+type CertificateRefusedError struct{ Serial, State string }
+
+func (e *CertificateRefusedError) Error() string {
+	return "certificate " + e.Serial + " is " + e.State
 }
 
 // recordBeats runs the heartbeats statement for beats and returns each one's view, in order;
@@ -167,6 +187,10 @@ func (s *Store) recordBeats(ctx context.Context, beats []Beat) ([]BeatView, []er
 		i := r.I - 1
 		if i < 0 || i >= len(beats) {
 			return nil, nil, fmt.Errorf("heartbeats: row %d of %d", r.I, len(beats))
+		}
+		if r.Refused != "" {
+			views[i], errs[i] = BeatView{}, &CertificateRefusedError{Serial: beats[i].CertSerial, State: r.Refused}
+			continue
 		}
 		views[i], errs[i] = decodeBeat(beats[i].Slave, r)
 	}
