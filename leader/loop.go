@@ -658,6 +658,7 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	if err != nil {
 		return snap, hosts, err
 	}
+	snap.Slaves = make([]scheduler.Slave, 0, len(slaves))
 	for _, s := range slaves {
 		hosts[s.Name] = firstNonEmpty(s.DNSName, s.Host, s.Name)
 		inv := s.docs.inventory
@@ -675,6 +676,7 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 		return snap, hosts, err
 	}
 	snap.Queued = queued
+	snap.Running = make([]scheduler.Placed, 0, len(held))
 	for _, h := range held {
 		snap.Running = append(snap.Running, placedOf(h, now))
 	}
