@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -120,10 +122,31 @@ func (h hubAPI) hubctl(args ...string) (string, error) {
 func bridgeGateway(t *testing.T, e *env) string {
 	t.Helper()
 	n, err := e.docker.NetworkInspect(context.Background(), "bridge", network.InspectOptions{})
-	if err != nil || len(n.IPAM.Config) == 0 || n.IPAM.Config[0].Gateway == "" {
-		t.Fatalf("Docker's bridge network has no gateway: %v", err)
+	if err != nil {
+		t.Fatalf("inspect Docker's bridge network: %v", err)
 	}
-	return n.IPAM.Config[0].Gateway
+	if len(n.IPAM.Config) > 0 && n.IPAM.Config[0].Gateway != "" {
+		return n.IPAM.Config[0].Gateway
+	}
+	// The engine may leave the gateway out of the network's IPAM configuration (seen here with
+	// Docker 20.10, IPAM listing the subnet alone): the bridge interface's own IPv4 address is
+	// the gateway.
+	name := cmp.Or(n.Options["com.docker.network.bridge.name"], "docker0")
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		t.Fatalf("Docker's bridge network names no gateway, and its interface %s: %v", name, err)
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		t.Fatalf("addresses of %s: %v", name, err)
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+			return ipn.IP.String()
+		}
+	}
+	t.Fatalf("Docker's bridge network names no gateway, and its interface %s has no IPv4 address: %v", name, addrs)
+	return ""
 }
 
 func TestJupyterHub(t *testing.T) {
