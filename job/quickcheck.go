@@ -199,7 +199,7 @@ func (p *plainReader) str() ([]byte, bool) {
 				}
 				hex := p.b[p.i+2 : p.i+6]
 				for _, h := range hex {
-					if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
+					if (h < '0' || h > '9') && (h < 'a' || h > 'f') && (h < 'A' || h > 'F') {
 						return nil, false
 					}
 				}

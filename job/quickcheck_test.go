@@ -2,6 +2,7 @@ package job
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -90,16 +91,10 @@ func TestPlainJSONKeepsTheMessages(t *testing.T) {
 	for _, doc := range []string{`{"a":{"b":1,"b":2}}`, `{"jobs":[1,2,3,4,5,6]}`, `{"s":"` + strings.Repeat("y", 17) + `"}`, `{"a":"\u0000"}`} {
 		err := CheckJSON([]byte(doc), checkLimits)
 		var ve *ValidationError
-		if err == nil || !asValidation(err, &ve) || len(ve.Problems) == 0 || ve.Problems[0].Path == "" {
+		if !errors.As(err, &ve) || len(ve.Problems) == 0 || ve.Problems[0].Path == "" {
 			t.Errorf("CheckJSON(%s) = %v, want a problem with its path", doc, err)
 		}
 	}
-}
-
-func asValidation(err error, ve **ValidationError) bool {
-	v, ok := err.(*ValidationError)
-	*ve = v
-	return ok
 }
 
 // TestPlainJSONRandom: random documents, made to sit on the edges (strings of 15 to 17 bytes,
