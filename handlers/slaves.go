@@ -153,6 +153,13 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 	}
 	var msg heartbeat
 	if err := decodeBody(w, r, &msg); err != nil {
+		if c.CertToCheck != "" {
+			// A refused certificate is told so before anything about its body, as at every
+			// other endpoint (this read happens only for a body that is refused anyway).
+			if cerr := CheckCertificate(r.Context(), h.store, c.CertToCheck); cerr != nil {
+				return cerr
+			}
+		}
 		return err
 	}
 	hb := protocol.Heartbeat(msg)
@@ -190,6 +197,20 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 	}
 	writeJSON(w, http.StatusOK, protocol.HeartbeatReply{Interval: h.cfg.HeartbeatInterval, Stops: stops, Jobs: view, FenceAfter: h.cfg.FenceAfter})
 	return nil
+}
+
+// CheckCertificate refuses (401) a certificate the master recorded as revoked or expired. One
+// the master has no record of (issued before certificates were recorded) is left to the TLS
+// stack's checks of signature and expiry.
+func CheckCertificate(ctx context.Context, st *store.Store, serial string) error {
+	rec, err := st.GetCertificate(ctx, serial)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("check certificate %s: %w", serial, err)
+	}
+	return CertificateRefused(serial, rec.State(time.Now()))
 }
 
 // CertificateRefused is the 401 of a certificate recorded as revoked or expired (state), nil

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/pki"
@@ -139,18 +138,10 @@ func (s *Server) callerFromCert(r *http.Request) (*handlers.Caller, error) {
 	return c, err
 }
 
-// checkCertificate refuses (401) a certificate the master recorded as revoked or expired. One
-// the master has no record of (issued before certificates were recorded) is left to the TLS
-// stack's checks of signature and expiry; its user can still be disabled.
+// checkCertificate is handlers.CheckCertificate: a certificate recorded as revoked or expired
+// gets 401; one not on record is left to the TLS stack (its user can still be disabled).
 func (s *Server) checkCertificate(ctx context.Context, serial string) error {
-	rec, err := s.store.GetCertificate(ctx, serial)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("check certificate %s: %w", serial, err)
-	}
-	return certStateError(serial, rec.State(time.Now()))
+	return handlers.CheckCertificate(ctx, s.store, serial)
 }
 
 // certStateError is the 401 of a revoked or expired certificate, nil for any other state.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"html"
+	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"strings"
@@ -311,4 +312,34 @@ func between(s, from, to string) string {
 	_, rest, _ := strings.Cut(s, from)
 	v, _, _ := strings.Cut(rest, to)
 	return v
+}
+
+// A revoked slave certificate is refused at the heartbeat before a word of its body counts,
+// as at every other endpoint (the heartbeat reads the certificate in its own statement): a
+// malformed heartbeat gets 401, not 400.
+func TestRevokedSlaveHeartbeatRefusedBeforeItsBody(t *testing.T) {
+	m := testmaster.Start(t, testmaster.Options{})
+	cert := m.SlaveCert("revoked-hb", 1)
+	c := m.Client(&cert)
+	post := func(body string) (int, string) {
+		t.Helper()
+		resp, err := c.Post(m.URL+protocol.HeartbeatPath, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if status, got := post(`{"instanceId": 5}`); status != http.StatusBadRequest {
+		t.Fatalf("a malformed heartbeat of a valid certificate: %d %s, want 400", status, got)
+	}
+	if serials, err := m.Store.RevokeCertificatesOf(context.Background(), store.CertSlave, "revoked-hb"); err != nil || len(serials) != 1 {
+		t.Fatalf("revoke: %v %v", serials, err)
+	}
+	for _, body := range []string{`{"instanceId": 5}`, `not json`, `{"instanceId": "i1", "accepting": true}`} {
+		if status, got := post(body); status != http.StatusUnauthorized || !strings.Contains(got, "revoked") {
+			t.Errorf("heartbeat %s with a revoked certificate: %d %s, want 401", body, status, got)
+		}
+	}
 }
