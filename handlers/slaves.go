@@ -170,9 +170,10 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 	if every <= 0 {
 		every = 5 * time.Second // the slaves' own default when the master names none
 	}
-	// One statement records the heartbeat and its samples and reads what reconciling needs
-	// (shared with the other slaves' heartbeats that wait for the database at the same time):
-	// more follow only when there is something to fix.
+	// One statement checks the certificate (when the middleware left it to the heartbeat),
+	// records the heartbeat and its samples and reads what reconciling needs (shared with the
+	// other slaves' heartbeats that wait for the database at the same time): more follow only
+	// when there is something to fix.
 	beat, err := h.store.Heartbeat(ctx, store.Beat{Slave: c.SlaveName, InstanceID: hb.InstanceID, CertSerial: c.CertToCheck, Usage: usage,
 		Samples: usageSamples(hb.Jobs), SampleSecs: every.Seconds(), MissingGrace: h.cfg.MissingGrace})
 	var refused *store.CertificateRefusedError

@@ -43,8 +43,11 @@ type BeatView struct {
 // each slave's live jobs and releases, in one statement: a heartbeat of a slave in a steady
 // state (nothing to reconcile) is one row of a statement shared with the other heartbeats that
 // arrived meanwhile (see beatQueue), whatever the number of jobs it runs, and writes one row of
-// slaves plus its samples, nothing per job. (It used to be six statements per heartbeat, one
-// of them an UPDATE of every running job's row to keep a latest sample nobody read.) A sample
+// slaves plus a usage sample per running job, no job's row. (It used to be six statements per
+// heartbeat, one of them an UPDATE of every running job's row to keep a latest sample nobody
+// read, and the certificate was read in a statement of its own.) A heartbeat that names its
+// certificate (Beat.CertSerial) recorded as revoked or expired writes nothing and comes back
+// with the certificate's state, so a revocation holds at the next heartbeat. A sample
 // is kept only for a job the master has on that slave: a slave cannot write another's jobs'
 // usage. A heartbeat's writes are made only when it is its slave's current instance's ($2):
 // else nothing is written for it and no row comes back for it. The slaves' rows are locked in
@@ -61,7 +64,7 @@ var heartbeats = `WITH b AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::float8[], $13::text[])
         WITH ORDINALITY AS b(name, instance_id, usage, grace, secs, serial, i)
 ), refused AS (
-    SELECT b.i, b.serial, CASE WHEN c.revoked_at IS NOT NULL THEN 'revoked' ELSE 'expired' END AS state
+    SELECT b.i, CASE WHEN c.revoked_at IS NOT NULL THEN 'revoked' ELSE 'expired' END AS state
     FROM b JOIN certificates c ON c.serial = b.serial
     WHERE b.serial <> '' AND (c.revoked_at IS NOT NULL OR c.not_after <= now())
 ), old AS (

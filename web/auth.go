@@ -106,7 +106,7 @@ func (s *Server) callerFromCert(r *http.Request) (*handlers.Caller, error) {
 	// heartbeat, still read at the request itself, so a revocation holds at the next one.
 	beat := id.Kind == pki.KindSlave && r.Method == http.MethodPost && r.URL.Path == protocol.HeartbeatPath
 	if id.Kind != pki.KindUser && !beat {
-		if err := s.checkCertificate(r.Context(), serial); err != nil {
+		if err := handlers.CheckCertificate(r.Context(), s.store, serial); err != nil {
 			return nil, err
 		}
 	}
@@ -129,7 +129,7 @@ func (s *Server) callerFromCert(r *http.Request) (*handlers.Caller, error) {
 	// deleted, or by an old master, must not bring him back.
 	c, err := s.userCaller(r.Context(), id.URN, id.Email, serial, s.cfg.AutoCreateCertUsers, "certificate")
 	if errors.Is(err, store.ErrNotFound) {
-		if err := s.checkCertificate(r.Context(), serial); err != nil {
+		if err := handlers.CheckCertificate(r.Context(), s.store, serial); err != nil {
 			return nil, err
 		}
 		return nil, &handlers.Error{Status: http.StatusUnauthorized,
@@ -137,15 +137,6 @@ func (s *Server) callerFromCert(r *http.Request) (*handlers.Caller, error) {
 	}
 	return c, err
 }
-
-// checkCertificate is handlers.CheckCertificate: a certificate recorded as revoked or expired
-// gets 401; one not on record is left to the TLS stack (its user can still be disabled).
-func (s *Server) checkCertificate(ctx context.Context, serial string) error {
-	return handlers.CheckCertificate(ctx, s.store, serial)
-}
-
-// certStateError is the 401 of a revoked or expired certificate, nil for any other state.
-func certStateError(serial, state string) error { return handlers.CertificateRefused(serial, state) }
 
 // userCaller loads a user and his projects as a caller, for certificates (serial: the
 // certificate's, checked in the same query) and sessions (serial "") alike. Admins named in the
@@ -159,7 +150,7 @@ func (s *Server) userCaller(ctx context.Context, urnStr, email, serial string, c
 	}
 	u, projectIDs, certState, err := s.store.GetUserWithProjectsAndCert(ctx, urnStr, serial)
 	if create && errors.Is(err, store.ErrNotFound) {
-		if err := s.checkCertificate(ctx, serial); err != nil {
+		if err := handlers.CheckCertificate(ctx, s.store, serial); err != nil {
 			return nil, err
 		}
 		if _, err = s.store.UpsertUser(ctx, urnStr, urn.Name, email, false); err == nil {
@@ -170,7 +161,7 @@ func (s *Server) userCaller(ctx context.Context, urnStr, email, serial string, c
 	if err != nil {
 		return nil, fmt.Errorf("load user %s: %w", urnStr, err)
 	}
-	if err := certStateError(serial, certState); err != nil {
+	if err := handlers.CertificateRefused(serial, certState); err != nil {
 		return nil, err
 	}
 	if u.Disabled {
@@ -213,7 +204,7 @@ func (s *Server) serviceCaller(r *http.Request, id pki.Identity, serial string) 
 		// was not made by service-cert.
 		return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: "client certificate " + serial + " of service " + urn.Name + " is not recorded by the master"}
 	}
-	if err := certStateError(serial, acc.CertState.String); err != nil {
+	if err := handlers.CertificateRefused(serial, acc.CertState.String); err != nil {
 		return nil, err
 	}
 	values := r.Header.Values(handlers.ActAsHeader)
