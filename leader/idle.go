@@ -51,6 +51,17 @@ func ValidateIdle(c IdleConfig) error {
 	return nil
 }
 
+// UsageFlush is how long the master may sum a job's usage samples before writing them
+// (store.SetUsageFlush), given the configured interval and the idle check: the check averages
+// the rows written over its window and judges a job only when they cover half of it, so a row
+// may stand for at most a quarter of the window.
+func UsageFlush(configured time.Duration, c IdleConfig) time.Duration {
+	if c.After > 0 && c.After/4 < configured {
+		return c.After / 4
+	}
+	return configured
+}
+
 // IdleVerdict is what the idle check does to one job.
 type IdleVerdict struct {
 	JobUUID   string

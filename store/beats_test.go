@@ -149,17 +149,34 @@ func TestHeartbeatsTogether(t *testing.T) {
 	if beats-beats0 != n+3 || stmts-stmts0 > 3 {
 		t.Errorf("%d heartbeats sent in %d statements; want %d in at most 3", beats-beats0, stmts-stmts0, n+3)
 	}
-	var samples, ofZero, ofOne, ofTwo, ofSeven int
-	if err := st.DB().QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE job_uuid = $1), count(*) FILTER (WHERE job_uuid = $2),
-    count(*) FILTER (WHERE job_uuid = $3), count(*) FILTER (WHERE job_uuid = $4) FROM job_usage`,
-		jobOf[name(0)], jobOf[name(1)], jobOf[name(2)], jobOf[name(7)]).Scan(&samples, &ofZero, &ofOne, &ofTwo, &ofSeven); err != nil {
+	// The heartbeats wrote no usage row: the samples wait in the master's sums until flushed.
+	var rows int
+	if err := st.DB().QueryRowContext(ctx, `SELECT count(*) FROM job_usage`).Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("the heartbeats wrote %d usage rows (%v), want none", rows, err)
+	}
+	// Read from this master, the job's series has them already, as its latest point.
+	if pts, err := st.JobUsage(ctx, jobOf[name(1)]); err != nil || len(pts) != 1 || pts[0].Secs != 10 || pts[0].CPUPercent != 50 {
+		t.Errorf("hb01's job's usage before the flush: %+v %v, want one pending point of 10 s at 50 %%", pts, err)
+	}
+	if err := st.FlushUsage(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// One per slave's heartbeat, one more for hb01's second; none for the stale instance's, the
-	// unknown slave's, hb06's of hb07's job, the one given up, or those of refused certificates.
-	if samples != n-1 || ofZero != 1 || ofOne != 2 || ofTwo != 1 || ofSeven != 1 {
-		t.Errorf("usage samples: %d in all (want %d), %d of hb00's job (want 1), %d of hb01's (2), %d of hb02's (1), %d of hb07's (1)",
-			samples, n-1, ofZero, ofOne, ofTwo, ofSeven)
+	if pts, err := st.JobUsage(ctx, jobOf[name(1)]); err != nil || len(pts) != 1 || pts[0].Secs != 10 || len(pts[0].GPUs) != 1 || pts[0].GPUs[0].UtilPercent != 90 {
+		t.Errorf("hb01's job's usage after the flush: %+v %v, want the one written point", pts, err)
+	}
+	var samples, ofZero int
+	var secsOne, secsTwo, secsSeven float64
+	if err := st.DB().QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE job_uuid = $1), coalesce(sum(secs) FILTER (WHERE job_uuid = $2), 0),
+    coalesce(sum(secs) FILTER (WHERE job_uuid = $3), 0), coalesce(sum(secs) FILTER (WHERE job_uuid = $4), 0) FROM job_usage`,
+		jobOf[name(0)], jobOf[name(1)], jobOf[name(2)], jobOf[name(7)]).Scan(&samples, &ofZero, &secsOne, &secsTwo, &secsSeven); err != nil {
+		t.Fatal(err)
+	}
+	// One row per job of a slave whose heartbeat was recorded, hb01's two samples summed in
+	// one (10 s); nothing of the stale instance's, the unknown slave's, hb06's of hb07's job,
+	// the one given up, or those of refused certificates.
+	if samples != n-2 || ofZero != 1 || secsOne != 10 || secsTwo != 5 || secsSeven != 5 {
+		t.Errorf("usage rows: %d in all (want %d), %d of hb00's job (want 1), %gs of hb01's (10), %gs of hb02's (5), %gs of hb07's (5)",
+			samples, n-2, ofZero, secsOne, secsTwo, secsSeven)
 	}
 }
 

@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/lib/pq"
 
 	"github.com/opengpulab/gpulab/job"
@@ -23,7 +23,8 @@ type Beat struct {
 	CertSerial string
 	// Usage is the slave's report of its jobs, kept on the slave's row (its latest only).
 	Usage json.RawMessage
-	// Samples are appended to the jobs' usage series, each standing for SampleSecs.
+	// Samples go to the jobs' usage series (through the master's buffer, see usageBuffer),
+	// each standing for SampleSecs; only those of jobs the master has on the slave are kept.
 	Samples    []UsageSample
 	SampleSecs float64
 	// MissingGrace is ListSlaveJobs' grace, for the jobs Heartbeat returns.
@@ -39,30 +40,29 @@ type BeatView struct {
 	Releases   []Release
 }
 
-// heartbeats records heartbeats of several slaves, appends their usage samples and reads back
-// each slave's live jobs and releases, in one statement: a heartbeat of a slave in a steady
-// state (nothing to reconcile) is one row of a statement shared with the other heartbeats that
-// arrived meanwhile (see beatQueue), whatever the number of jobs it runs, and writes one row of
-// slaves plus a usage sample per running job, no job's row. (It used to be six statements per
-// heartbeat, one of them an UPDATE of every running job's row to keep a latest sample nobody
-// read, and the certificate was read in a statement of its own.) A heartbeat that names its
+// heartbeats records heartbeats of several slaves and reads back each slave's live jobs and
+// releases, in one statement: a heartbeat of a slave in a steady state (nothing to reconcile)
+// is one row of a statement shared with the other heartbeats that arrived meanwhile (see
+// beatQueue), whatever the number of jobs it runs, and writes one row of slaves, nothing per
+// job: the jobs' usage samples are summed in the master and written apart (usageBuffer). (It
+// used to be six statements per heartbeat, one of them an UPDATE of every running job's row to
+// keep a latest sample nobody read, then one statement that appended a usage row per running
+// job, and the certificate was read in a statement of its own.) A heartbeat that names its
 // certificate (Beat.CertSerial) recorded as revoked or expired writes nothing and comes back
-// with the certificate's state, so a revocation holds at the next heartbeat. A sample
-// is kept only for a job the master has on that slave: a slave cannot write another's jobs'
-// usage. A heartbeat's writes are made only when it is its slave's current instance's ($2):
-// else nothing is written for it and no row comes back for it. The slaves' rows are locked in
-// id order, so two batches (or a batch and any other statement locking several slaves in that
-// order) cannot deadlock.
+// with the certificate's state, so a revocation holds at the next heartbeat. A heartbeat's
+// writes are made only when it is its slave's current instance's ($2): else nothing is written
+// for it and no row comes back for it. The slaves' rows are locked in id order, so two batches
+// (or a batch and any other statement locking several slaves in that order) cannot deadlock.
 //
 // Its commit does not wait for the WAL to reach the disk (synchronous_commit off for this
-// transaction alone): what a heartbeat writes is soft state (the time of the last heartbeat,
-// usage samples), of which a crash of Postgres may lose the last fraction of a second, and the
-// slave's next heartbeat writes it again; a later synchronous commit (any state change) flushes
-// it anyway. With fsync on, waiting for the flush was most of a heartbeat's time and a share of
+// transaction alone): what a heartbeat writes is soft state (the time of the last heartbeat),
+// of which a crash of Postgres may lose the last fraction of a second, and the slave's next
+// heartbeat writes it again; a later synchronous commit (any state change) flushes it anyway.
+// With fsync on, waiting for the flush was most of a heartbeat's time and a share of
 // Postgres's CPU at 1,000 heartbeats a second (B8x).
 var heartbeats = `WITH b AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::float8[], $13::text[])
-        WITH ORDINALITY AS b(name, instance_id, usage, grace, secs, serial, i)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[])
+        WITH ORDINALITY AS b(name, instance_id, usage, grace, serial, i)
 ), refused AS (
     SELECT b.i, CASE WHEN c.revoked_at IS NOT NULL THEN 'revoked' ELSE 'expired' END AS state
     FROM b JOIN certificates c ON c.serial = b.serial
@@ -76,13 +76,6 @@ var heartbeats = `WITH b AS (
 ), hb AS (
     UPDATE slaves s SET last_heartbeat = now(), online = TRUE, offline_since = NULL, usage = old.usage::jsonb
     FROM old WHERE s.id = old.id RETURNING old.i, s.name, old.online
-), samples AS (
-    INSERT INTO job_usage (job_uuid, at, secs, cpu_percent, mem_mib, gpu_idx, gpu_util, gpu_mem_mib)
-    SELECT u.id, now(), b.secs, u.cpu, u.mem, u.idx::int[], u.util::real[], u.gmem::bigint[]
-    FROM unnest($6::bigint[], $7::uuid[], $8::float8[], $9::bigint[], $10::text[], $11::text[], $12::text[])
-        AS u(i, id, cpu, mem, idx, util, gmem)
-    JOIN hb ON hb.i = u.i JOIN b ON b.i = u.i
-    WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.uuid = u.id AND j.assigned_slave_name = hb.name)
 )
 SELECT hb.i, hb.online, ` + slaveJobsJSON("hb.name", "b.grace") + ` AS jobs,
     COALESCE((SELECT json_agg(json_build_object('jobUuid', r.job_uuid::text, 'attempt', r.attempt, 'slaveName', r.slave_name,
@@ -128,25 +121,15 @@ func decodeSlaveJobs(slave string, b []byte) ([]SlaveJob, error) {
 // heartbeatArgs are the heartbeats statement's arguments for beats.
 func heartbeatArgs(beats []Beat) []any {
 	names, instances, usage, serials := make([]string, len(beats)), make([]string, len(beats)), make([]string, len(beats)), make([]string, len(beats))
-	grace, secs := make([]float64, len(beats)), make([]float64, len(beats))
-	var of []int64
-	var samples []UsageSample
+	grace := make([]float64, len(beats))
 	for i, b := range beats {
-		names[i], instances[i], grace[i], secs[i], serials[i] = b.Slave, b.InstanceID, b.MissingGrace.Seconds(), b.SampleSecs, b.CertSerial
+		names[i], instances[i], grace[i], serials[i] = b.Slave, b.InstanceID, b.MissingGrace.Seconds(), b.CertSerial
 		usage[i] = string(b.Usage)
 		if len(b.Usage) == 0 {
 			usage[i] = "null"
 		}
-		for _, u := range b.Samples {
-			if uuid.Validate(u.JobUUID) != nil {
-				continue // the master checks them first; here one would fail every heartbeat of the batch
-			}
-			of = append(of, int64(i+1)) // WITH ORDINALITY counts from 1
-			samples = append(samples, u)
-		}
 	}
-	return append(append([]any{pq.Array(names), pq.Array(instances), pq.Array(usage), pq.Array(grace), pq.Array(secs), pq.Array(of)},
-		usageArgs(samples)...), pq.Array(serials))
+	return []any{pq.Array(names), pq.Array(instances), pq.Array(usage), pq.Array(grace), pq.Array(serials)}
 }
 
 // beatRow is a row of the heartbeats statement.
@@ -206,14 +189,33 @@ func (s *Store) recordBeats(ctx context.Context, beats []Beat) ([]BeatView, []er
 // the others waiting for the database in one statement (beatQueue); inside one it runs alone,
 // in it, and turns the synchronous commit off for that transaction.
 func (s *Store) Heartbeat(ctx context.Context, b Beat) (BeatView, error) {
+	var view BeatView
+	var err error
 	if s.tx == nil && s.beats != nil {
-		return s.beats.record(ctx, b)
+		view, err = s.beats.record(ctx, b)
+	} else {
+		views, errs, rerr := s.recordBeats(ctx, []Beat{b})
+		if rerr != nil {
+			return BeatView{}, rerr
+		}
+		view, err = views[0], errs[0]
 	}
-	views, errs, err := s.recordBeats(ctx, []Beat{b})
-	if err != nil {
-		return BeatView{}, err
+	if err == nil && s.usage != nil {
+		s.usage.add(time.Now(), b.SampleSecs, ownSamples(b.Samples, view.Jobs))
 	}
-	return views[0], errs[0]
+	return view, err
+}
+
+// ownSamples are the samples of the jobs the master has on the slave (jobs): a slave cannot
+// write the usage of another's jobs.
+func ownSamples(samples []UsageSample, jobs []SlaveJob) []UsageSample {
+	own := samples[:0:0]
+	for _, u := range samples {
+		if slices.ContainsFunc(jobs, func(j SlaveJob) bool { return j.UUID == u.JobUUID }) {
+			own = append(own, u)
+		}
+	}
+	return own
 }
 
 // decodeBeat reads a row of the heartbeats statement.

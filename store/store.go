@@ -58,6 +58,7 @@ type Store struct {
 	leases  Leases
 	url     string     // for LISTEN connections
 	beats   *beatQueue // heartbeats waiting to be recorded together; nil inside WithTx
+	usage   *usageBuffer
 }
 
 // maxConns bounds the pool. Idle connections are kept as long as there are open ones: a new
@@ -95,6 +96,7 @@ func OpenPool(ctx context.Context, url string, conns int) (*Store, error) {
 	// heartbeat is what keeps a slave's jobs alive; it must not queue behind reads and submits.
 	beatDB := newPool(pc, beatsInFlight)
 	s.beats = newBeatQueue(&Store{db: beatDB, q: &prepared{querier: beatDB, cache: newStmtCache(beatDB)}, decoded: s.decoded, leases: s.leases, url: url})
+	s.usage = newUsageBuffer(s.appendUsage)
 	return s, nil
 }
 
@@ -107,8 +109,13 @@ func newPool(pc driver.Connector, conns int) *sqlx.DB {
 	return db
 }
 
-// Close closes the pools.
+// Close writes the usage samples not yet written (see usageBuffer) and closes the pools.
 func (s *Store) Close() error {
+	if s.usage != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = s.usage.close(ctx) // a database that is gone loses them, as a crash would
+		cancel()
+	}
 	if s.beats != nil {
 		_ = s.beats.s.db.Close()
 	}
@@ -134,7 +141,7 @@ func (s *Store) WithTx(ctx context.Context, fn func(tx *Store) error) error {
 	if err != nil {
 		return mapErr(err, "begin transaction")
 	}
-	if err := fn(&Store{db: s.db, tx: tx, q: &prepared{querier: tx, tx: tx, cache: s.q.(*prepared).cache}, decoded: s.decoded, leases: s.leases, url: s.url}); err != nil {
+	if err := fn(&Store{db: s.db, tx: tx, q: &prepared{querier: tx, tx: tx, cache: s.q.(*prepared).cache}, decoded: s.decoded, leases: s.leases, url: s.url, usage: s.usage}); err != nil {
 		_ = tx.Rollback()
 		return err
 	}

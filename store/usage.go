@@ -40,28 +40,55 @@ type UsageTier struct {
 	Span time.Duration
 }
 
-// UsageTiers is how a job's series is downsampled as it ages: full resolution for the last
-// hour, a point a minute up to a day, one per 10 minutes up to a week, one an hour beyond. With
-// the default 5 s heartbeat a job keeps at most 720 + 1,380 + 864 points for its first week and
-// 24 a day after that (a 30-day job: under 3,600 points, about 300 kB).
+// UsageTiers is how a job's series is downsampled as it ages: full resolution (a point per
+// usage flush, see usageBuffer) for the last hour, a point a minute up to a day, one per 10
+// minutes up to a week, one an hour beyond. With the default 30 s flush a job keeps at most
+// 120 + 1,380 + 864 points for its first week and 24 a day after that (a 30-day job: under
+// 3,000 points, about 250 kB).
 var UsageTiers = []UsageTier{
 	{Age: time.Hour, Span: time.Minute},
 	{Age: 24 * time.Hour, Span: 10 * time.Minute},
 	{Age: 7 * 24 * time.Hour, Span: time.Hour},
 }
 
-// AddUsageSamples appends one sample per job to the jobs' series, all in one statement (one per
-// heartbeat, whatever the number of jobs the slave runs). secs is the time each sample stands
-// for: the heartbeat interval.
+// AddUsageSamples appends one sample per job to the jobs' series at once, all in one statement.
+// secs is the time each sample stands for. (Heartbeats' samples go through the master's buffer
+// instead, see usageBuffer.)
 func (s *Store) AddUsageSamples(ctx context.Context, secs float64, samples []UsageSample) error {
+	each := make([]float64, len(samples))
+	for i := range each {
+		each[i] = secs
+	}
+	return s.appendUsage(ctx, each, samples)
+}
+
+// appendUsage appends samples[i], standing for secs[i] seconds, to the jobs' series, stamped
+// now (database clock); a sample of a job deleted meanwhile is dropped.
+func (s *Store) appendUsage(ctx context.Context, secs []float64, samples []UsageSample) error {
 	if len(samples) == 0 {
 		return nil
 	}
 	_, err := s.q.ExecContext(ctx, `INSERT INTO job_usage (job_uuid, at, secs, cpu_percent, mem_mib, gpu_idx, gpu_util, gpu_mem_mib)
-SELECT u.id, now(), $1, u.cpu, u.mem, u.idx::int[], u.util::real[], u.gmem::bigint[]
-FROM unnest($2::uuid[], $3::float8[], $4::bigint[], $5::text[], $6::text[], $7::text[]) AS u(id, cpu, mem, idx, util, gmem)
-WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.uuid = u.id)`, append([]any{secs}, usageArgs(samples)...)...)
+SELECT u.id, now(), u.secs, u.cpu, u.mem, u.idx::int[], u.util::real[], u.gmem::bigint[]
+FROM unnest($1::float8[], $2::uuid[], $3::float8[], $4::bigint[], $5::text[], $6::text[], $7::text[]) AS u(secs, id, cpu, mem, idx, util, gmem)
+WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.uuid = u.id)`, append([]any{pq.Array(secs)}, usageArgs(samples)...)...)
 	return mapErr(err, fmt.Sprintf("add usage samples of %d jobs", len(samples)))
+}
+
+// SetUsageFlush sets how long heartbeats' samples of a job are summed before they are written
+// as one row of its series (DefaultUsageFlush unless set; see usageBuffer).
+func (s *Store) SetUsageFlush(d time.Duration) {
+	if d > 0 && s.usage != nil {
+		s.usage.setEvery(d)
+	}
+}
+
+// FlushUsage writes every job's heartbeat samples summed so far, whether due or not.
+func (s *Store) FlushUsage(ctx context.Context) error {
+	if s.usage == nil {
+		return nil
+	}
+	return s.usage.flush(ctx, time.Now(), true)
 }
 
 // usageArgs are samples as the six arrays the statements appending them unnest: job ids, CPU,
@@ -107,7 +134,10 @@ type usageRow struct {
 	GPUMem pq.Int64Array   `db:"gpu_mem_mib"`
 }
 
-// JobUsage returns a job's usage series, oldest first.
+// JobUsage returns a job's usage series, oldest first. Its last point is what this master has
+// summed of the job's latest samples and not yet written, when it has any (stamped with the
+// master's clock): the series is current on the master that receives the job's heartbeats, and
+// at most a flush interval behind on another.
 func (s *Store) JobUsage(ctx context.Context, uuid string) ([]UsagePoint, error) {
 	var rows []usageRow
 	if err := s.q.SelectContext(ctx, &rows, `SELECT at, span_s, secs, cpu_percent, mem_mib, gpu_idx, gpu_util, gpu_mem_mib
@@ -128,6 +158,14 @@ FROM job_usage WHERE job_uuid = $1 ORDER BY at`, uuid); err != nil {
 			p.GPUs = append(p.GPUs, g)
 		}
 		out[i] = p
+	}
+	if s.usage != nil {
+		if p, ok := s.usage.pending(uuid, time.Now()); ok {
+			if len(out) > 0 && p.Time.Before(out[len(out)-1].Time) {
+				p.Time = out[len(out)-1].Time // the two clocks differ: the pending sum is the latest
+			}
+			out = append(out, p)
+		}
 	}
 	return out, nil
 }

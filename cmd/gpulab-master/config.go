@@ -49,6 +49,7 @@ type config struct {
 	// Files holding the secrets above (secretfile: mode 0600), so they stay off the command line.
 	OIDCClientSecretFile, SessionKeysFile string
 	HeartbeatInterval                     time.Duration
+	UsageFlush                            time.Duration
 	HeartbeatGrace                        time.Duration
 	JobGrace                              time.Duration
 	FenceMargin                           time.Duration
@@ -110,6 +111,8 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.TLSKey, "tls-key", getenv("GPULAB_TLS_KEY"), "key of --tls-cert (env GPULAB_TLS_KEY)")
 	fs.BoolVar(&c.NoMigrate, "no-migrate", getenv("GPULAB_NO_MIGRATE") == "1", "do not migrate the schema at start; refuse to start on an older one (env GPULAB_NO_MIGRATE=1)")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", envDuration(getenv, "GPULAB_HEARTBEAT_INTERVAL", 5*time.Second), "how often slaves heartbeat (env GPULAB_HEARTBEAT_INTERVAL)")
+	fs.DurationVar(&c.UsageFlush, "usage-flush", envDuration(getenv, "GPULAB_USAGE_FLUSH", store.DefaultUsageFlush),
+		"how long a job's usage samples are summed in the master before they are written as one point of its series; at most a quarter of --idle-gpu-after is used (env GPULAB_USAGE_FLUSH)")
 	fs.DurationVar(&c.HeartbeatGrace, "heartbeat-grace", envDuration(getenv, "GPULAB_HEARTBEAT_GRACE", 30*time.Second), "a slave silent this long is offline (env GPULAB_HEARTBEAT_GRACE)")
 	fs.DurationVar(&c.JobGrace, "job-grace", envDuration(getenv, "GPULAB_JOB_GRACE", 5*time.Minute), "a slave that reaches no master this long stops its jobs; after this plus --fence-margin offline, they fail with `worker lost` (env GPULAB_JOB_GRACE)")
 	fs.DurationVar(&c.FenceMargin, "fence-margin", envDuration(getenv, "GPULAB_FENCE_MARGIN", 45*time.Second), "time a cut-off slave has to stop its jobs before they may start elsewhere (env GPULAB_FENCE_MARGIN)")

@@ -61,6 +61,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return err
 	}
 	defer func() { _ = st.Close() }()
+	st.SetUsageFlush(leader.UsageFlush(c.UsageFlush, idle))
 	if !c.NoMigrate {
 		applied, err := st.Migrate(ctx)
 		if err != nil {

@@ -101,7 +101,7 @@ func (c *config) check() (checkedServe, error) {
 		{"heartbeat-interval", c.HeartbeatInterval}, {"heartbeat-grace", c.HeartbeatGrace}, {"job-grace", c.JobGrace},
 		{"fence-margin", c.FenceMargin}, {"assign-lease", c.AssignLease}, {"start-lease", c.StartLease},
 		{"start-deadline", c.StartDeadline}, {"halt-lease", c.HaltLease}, {"scheduler-interval", c.SchedulerInterval},
-		{"tally-half-life", c.TallyHalfLife}} {
+		{"tally-half-life", c.TallyHalfLife}, {"usage-flush", c.UsageFlush}} {
 		if d.v <= 0 {
 			return out, fmt.Errorf("--%s must be positive, not %s", d.name, d.v)
 		}

@@ -75,6 +75,9 @@ type Options struct {
 	MaxLongPoll, WorkRecheck time.Duration
 	// HeartbeatInterval is what slaves are told (default 500 ms).
 	HeartbeatInterval time.Duration
+	// UsageFlush is --usage-flush (default store.DefaultUsageFlush, at most a quarter of the
+	// idle check's window as the master makes it).
+	UsageFlush time.Duration
 	// OIDC turns the portal login on against a given provider. Its RedirectURL may be left
 	// empty (derived from the request); the provider must accept URL+"/auth/callback", so
 	// give Listener too when the provider needs the master's address in advance.
@@ -177,6 +180,7 @@ func Start(t testing.TB, opts Options) *Master {
 	if lc.FenceMargin == 0 {
 		lc.FenceMargin = time.Second
 	}
+	st.SetUsageFlush(leader.UsageFlush(cmp.Or(opts.UsageFlush, store.DefaultUsageFlush), lc.Idle))
 	notebooks := cmp.Or(opts.MaxNotebooksPerUser, handlers.DefaultMaxNotebooksPerUser)
 	if notebooks < 0 {
 		notebooks = 0
