@@ -171,3 +171,24 @@ func TestLiveSlavesUtilisation(t *testing.T) {
 		t.Errorf("an offline slave's old sample is shown")
 	}
 }
+
+// What a heartbeat keeps on its slave's row reads as the full job list did, and is smaller.
+func TestGPUReportKeepsTheUtilisation(t *testing.T) {
+	held := []protocol.RunningJob{
+		{JobUUID: "3f1d2c1e-8a4b-4c56-9d7e-0123456789ab", Attempt: 2, ContainerID: "c0ffee", Status: job.StatusRunning,
+			Usage: &protocol.Usage{CPUPercent: 250, MemoryMiB: 4096, GPUs: []protocol.GPUUsage{{Index: 3, UtilPercent: 87.25, MemoryUsedMiB: 9000}, {Index: 0, UtilPercent: 0}}}},
+		{JobUUID: "4f1d2c1e-8a4b-4c56-9d7e-0123456789ab", Attempt: 1, ContainerID: "beef", Status: job.StatusStarting},
+		{JobUUID: "5f1d2c1e-8a4b-4c56-9d7e-0123456789ab", Attempt: 1, Status: job.StatusRunning, Usage: &protocol.Usage{GPUs: []protocol.GPUUsage{{Index: 5, UtilPercent: 12}}}},
+	}
+	full, _ := json.Marshal(held)
+	report := gpuReport(held)
+	if got, want := gpuUtilisation(report), map[int]float64{0: 0, 3: 87.3, 5: 12}; !reflect.DeepEqual(got, want) {
+		t.Errorf("utilisation from the report %s: %v, want %v", report, got, want)
+	}
+	if len(report) >= len(full)/3 {
+		t.Errorf("the report (%d bytes) is not much smaller than the job list (%d)", len(report), len(full))
+	}
+	if got := gpuUtilisation(gpuReport(nil)); len(got) != 0 {
+		t.Errorf("no jobs: %v", got)
+	}
+}

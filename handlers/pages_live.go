@@ -3,6 +3,7 @@ package handlers
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 
@@ -98,8 +99,39 @@ func liveSlaves(c *Caller, infos []ClusterInfo, slaveInfos []SlaveInfo, raw []st
 	return out
 }
 
-// gpuUtilisation reads the per-GPU utilisation from a slave's last heartbeat (its jobs' usage
-// samples, by GPU index of the slave).
+// gpuReport is what a heartbeat keeps on its slave's row for gpuUtilisation: each GPU's
+// utilisation, by index of the slave, in the shape of the heartbeat's job list (one entry, its
+// usage's GPUs alone), so that rows written before it read the same. The whole list (container
+// ids, CPU, memory: about 250 bytes a job) made every heartbeat's row version, and its WAL,
+// several times larger for nothing read (issue 16, B8x).
+func gpuReport(held []protocol.RunningJob) json.RawMessage {
+	type gpu struct {
+		Index       int     `json:"index"`
+		UtilPercent float64 `json:"utilPercent"`
+	}
+	var gpus []gpu
+	for _, j := range held {
+		if j.Usage == nil {
+			continue
+		}
+		for _, g := range j.Usage.GPUs {
+			gpus = append(gpus, gpu{Index: g.Index, UtilPercent: math.Round(g.UtilPercent*10) / 10})
+		}
+	}
+	if len(gpus) == 0 {
+		return json.RawMessage(`[]`)
+	}
+	type usage struct {
+		GPUs []gpu `json:"gpus"`
+	}
+	b, _ := json.Marshal([]struct {
+		Usage usage `json:"usage"`
+	}{{usage{gpus}}})
+	return b
+}
+
+// gpuUtilisation reads the per-GPU utilisation from a slave's last heartbeat (gpuReport, or
+// before it its jobs' usage samples, by GPU index of the slave).
 func gpuUtilisation(usage json.RawMessage) map[int]float64 {
 	out := map[int]float64{}
 	var jobs []protocol.RunningJob

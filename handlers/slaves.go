@@ -164,7 +164,6 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 	}
 	hb := protocol.Heartbeat(msg)
 	ctx := r.Context()
-	usage, _ := json.Marshal(hb.Jobs)
 	// Each sample stands for one heartbeat interval (the slave samples once per interval).
 	every := h.cfg.HeartbeatInterval
 	if every <= 0 {
@@ -174,7 +173,7 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 	// records the heartbeat and its samples and reads what reconciling needs (shared with the
 	// other slaves' heartbeats that wait for the database at the same time): more follow only
 	// when there is something to fix.
-	beat, err := h.store.Heartbeat(ctx, store.Beat{Slave: c.SlaveName, InstanceID: hb.InstanceID, CertSerial: c.CertToCheck, Usage: usage,
+	beat, err := h.store.Heartbeat(ctx, store.Beat{Slave: c.SlaveName, InstanceID: hb.InstanceID, CertSerial: c.CertToCheck, Usage: gpuReport(hb.Jobs),
 		Samples: usageSamples(hb.Jobs), SampleSecs: every.Seconds(), MissingGrace: h.cfg.MissingGrace})
 	var refused *store.CertificateRefusedError
 	if errors.As(err, &refused) {
