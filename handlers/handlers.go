@@ -133,6 +133,9 @@ type Caller struct {
 	// not read before the handler: the heartbeat reads it in its own statement. requireSlave
 	// refuses such a caller; only SlaveHeartbeat takes it.
 	CertToCheck string
+	// Job, when set, is the job the request names, read with the caller (GET jobs/{id}: one
+	// round trip for both). Whether the caller may see it is still for the handler to decide.
+	Job *store.JobRecord
 }
 
 // ActAsHeader names the user a service certificate acts for: his name or URN.

@@ -255,7 +255,11 @@ func (h *Handlers) findJob(r *http.Request, c *Caller) (*store.JobRecord, error)
 	if !idPattern.MatchString(id) {
 		return nil, fieldError("id", "must be a job UUID or a unique prefix of at least 6 characters, not %q", id)
 	}
-	rec, err := h.store.FindJob(r.Context(), id)
+	rec := c.Job
+	var err error
+	if rec == nil || rec.Job.UUID != strings.ToLower(id) {
+		rec, err = h.store.FindJob(r.Context(), id)
+	}
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, errorf(http.StatusNotFound, "no job %s", id)

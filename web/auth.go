@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/google/uuid"
+
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/protocol"
@@ -74,7 +76,7 @@ func (s *Server) sessionContext(r *http.Request) (context.Context, error) {
 	if urn == "" {
 		return ctx, nil
 	}
-	caller, err := s.userCaller(ctx, urn, "", "", false, viaSession)
+	caller, err := s.userCaller(ctx, urn, "", "", false, viaSession, "")
 	if errors.Is(err, store.ErrNotFound) {
 		return ctx, nil
 	}
@@ -127,7 +129,7 @@ func (s *Server) callerFromCert(r *http.Request) (*handlers.Caller, error) {
 	// A certificate of a user the master does not know is refused unless the operator lets the
 	// CA's word create users (--auto-create-cert-users): a certificate made before the user was
 	// deleted, or by an old master, must not bring him back.
-	c, err := s.userCaller(r.Context(), id.URN, id.Email, serial, s.cfg.AutoCreateCertUsers, "certificate")
+	c, err := s.userCaller(r.Context(), id.URN, id.Email, serial, s.cfg.AutoCreateCertUsers, "certificate", jobToRead(r))
 	if errors.Is(err, store.ErrNotFound) {
 		if err := handlers.CheckCertificate(r.Context(), s.store, serial); err != nil {
 			return nil, err
@@ -138,17 +140,47 @@ func (s *Server) callerFromCert(r *http.Request) (*handlers.Caller, error) {
 	return c, err
 }
 
+// jobToRead is the job of a GET jobs/{id} of the API naming a whole UUID (lowercased), "" for
+// any other request: the caller's certificate reads it with the user (userCaller).
+func jobToRead(r *http.Request) string {
+	if r.Method != http.MethodGet {
+		return ""
+	}
+	rest, ok := strings.CutPrefix(r.URL.Path, "/api/gpulab/")
+	if !ok {
+		return ""
+	}
+	version, rest, _ := strings.Cut(rest, "/")
+	id, ok := strings.CutPrefix(rest, "jobs/")
+	if !ok || !slices.Contains(handlers.APIVersions, version) || len(id) != 36 || uuid.Validate(id) != nil {
+		return ""
+	}
+	return strings.ToLower(id)
+}
+
 // userCaller loads a user and his projects as a caller, for certificates (serial: the
 // certificate's, checked in the same query) and sessions (serial "") alike. Admins named in the
 // configuration (by verified e-mail or issuer and subject) are admins for this request. With
 // create, a user not yet known is created (with email); without, a store.ErrNotFound comes
-// back. A disabled user, a revoked or expired certificate, are refused with 401.
-func (s *Server) userCaller(ctx context.Context, urnStr, email, serial string, create bool, via string) (*handlers.Caller, error) {
+// back. A disabled user, a revoked or expired certificate, are refused with 401. With jobID,
+// the job is read in the same statement and handed to the handler (Caller.Job), which still
+// decides whether the caller may see it.
+func (s *Server) userCaller(ctx context.Context, urnStr, email, serial string, create bool, via, jobID string) (*handlers.Caller, error) {
 	urn, err := pki.ParseURN(urnStr)
 	if err != nil || urn.Type != "user" {
 		return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: fmt.Sprintf("credentials name %q, not a user", urnStr)}
 	}
-	u, projectIDs, certState, err := s.store.GetUserWithProjectsAndCert(ctx, urnStr, serial)
+	var u store.User
+	var projectIDs []int64
+	var certState string
+	var rec *store.JobRecord
+	if jobID != "" {
+		u, projectIDs, certState, rec, err = s.store.GetUserAndJob(ctx, urnStr, serial, jobID)
+	}
+	if jobID == "" || errors.Is(err, store.ErrNotFound) {
+		// No such job (or user): read the user alone, for the answer each gives.
+		u, projectIDs, certState, err = s.store.GetUserWithProjectsAndCert(ctx, urnStr, serial)
+	}
 	if create && errors.Is(err, store.ErrNotFound) {
 		if err := handlers.CheckCertificate(ctx, s.store, serial); err != nil {
 			return nil, err
@@ -168,7 +200,7 @@ func (s *Server) userCaller(ctx context.Context, urnStr, email, serial string, c
 		return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: "user " + u.Name + " is disabled: ask an administrator"}
 	}
 	u.IsAdmin = u.IsAdmin || s.admins.match(u)
-	c := &handlers.Caller{User: u, Kind: pki.KindUser, Via: via, ProjectIDs: projectIDs}
+	c := &handlers.Caller{User: u, Kind: pki.KindUser, Via: via, ProjectIDs: projectIDs, Job: rec}
 	return c, nil
 }
 
@@ -250,7 +282,7 @@ func (s *Server) actAs(ctx context.Context, acc store.ServiceAccess, values []st
 		}
 		urnStr = u.URN
 	}
-	c, err := s.userCaller(ctx, urnStr, "", "", false, "service")
+	c, err := s.userCaller(ctx, urnStr, "", "", false, "service", "")
 	var he *handlers.Error
 	switch {
 	case errors.Is(err, store.ErrNotFound):

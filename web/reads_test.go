@@ -130,8 +130,8 @@ func TestAPIJSONCompactUnlessAsked(t *testing.T) {
 	}
 }
 
-// Reads send a fixed number of statements, whatever the rows: GET jobs/{id} two (the caller,
-// the job), a list and the portal's Jobs page the same for 2 jobs as for 30, no query per row
+// Reads send a fixed number of statements, whatever the rows: GET jobs/{id} one (the caller
+// and the job), a list and the portal's Jobs page the same for 2 jobs as for 30, no query per row
 // (nor a read of the whole slave table to show SSH endpoints).
 func TestReadsStatementsDoNotGrowWithRows(t *testing.T) {
 	m := startReadsMaster(t)
@@ -159,8 +159,8 @@ func TestReadsStatementsDoNotGrowWithRows(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("get: %d %s", status, body)
 	}
-	if one > 2 {
-		t.Errorf("GET jobs/{id} sent %d statements, want at most 2 (the caller, the job)", one)
+	if one != 1 {
+		t.Errorf("GET jobs/{id} sent %d statements, want 1 (the caller and the job together)", one)
 	}
 	m.submitN(alice, 28)
 	for _, id := range ids {
@@ -233,5 +233,51 @@ func TestShownJobsFollowTheRow(t *testing.T) {
 	bob := m.AddUser("bob", false, "", "nlp")
 	if status, body, _ := m.get(bob, v31+"/jobs/"+id); status != http.StatusNotFound {
 		t.Errorf("bob reads alice's job: %d %s", status, body)
+	}
+}
+
+// GET jobs/{id} reads the caller and the job in one statement, and answers as before: the
+// owner and his project's members see the job (any API version, the UUID in capitals too), a
+// prefix still works (read apart), anybody else and a job that does not exist get the same
+// 404, a revoked certificate and a disabled user 401.
+func TestGetJobReadsCallerAndJobTogether(t *testing.T) {
+	m := startReadsMaster(t)
+	alice := m.AddUser("alice", false, "", "vision")
+	carol := m.AddUser("carol", false, "", "vision")
+	bob := m.AddUser("bob", false, "", "nlp")
+	id := m.submitN(alice, 1)[0]
+	for _, c := range []struct {
+		who        *testmaster.User
+		path       string
+		status     int
+		statements int // 0: not checked
+		body       string
+	}{
+		{alice, "/api/gpulab/v3.0/jobs/" + id, 200, 1, id},
+		{alice, v31 + "/jobs/" + id, 200, 1, id},
+		{alice, "/api/gpulab/v4.0/jobs/" + id, 200, 1, id},
+		{alice, v31 + "/jobs/" + strings.ToUpper(id), 200, 1, id},
+		{alice, v31 + "/jobs/" + id[:8], 200, 0, id},
+		{carol, v31 + "/jobs/" + id, 200, 1, id},
+		{bob, v31 + "/jobs/" + id, 404, 0, "no job " + id},
+		{alice, v31 + "/jobs/00000000-0000-4000-8000-000000000000", 404, 0, "no job 00000000-0000-4000-8000-000000000000"},
+	} {
+		status, body, n := m.get(c.who, c.path)
+		if status != c.status || !strings.Contains(body, c.body) || (c.statements > 0 && n != c.statements) {
+			t.Errorf("%s GET %s: %d, %d statements, %.200s; want %d, %d statements, %q", c.who.Name, c.path, status, n, body, c.status, c.statements, c.body)
+		}
+	}
+	ctx := context.Background()
+	if _, err := m.Store.RevokeCertificate(ctx, carol.Serial); err != nil {
+		t.Fatal(err)
+	}
+	if status, body, _ := m.get(carol, v31+"/jobs/"+id); status != 401 || !strings.Contains(body, "revoked") {
+		t.Errorf("a revoked certificate: %d %.200s", status, body)
+	}
+	if err := m.Store.SetUserDisabled(ctx, "alice", true); err != nil {
+		t.Fatal(err)
+	}
+	if status, body, _ := m.get(alice, v31+"/jobs/"+id); status != 401 || !strings.Contains(body, "disabled") {
+		t.Errorf("a disabled user: %d %.200s", status, body)
 	}
 }
