@@ -1,6 +1,7 @@
 package leader
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -46,5 +47,28 @@ func TestWrittenEstimates(t *testing.T) {
 	w.forget(func(id string) bool { return id != "a" })
 	if got := w.changed(first, []string{"a", "b"}); !slices.Equal(got, []string{"a"}) {
 		t.Errorf("a forgotten (it left the queue): %v, want it written again", got)
+	}
+}
+
+// A pass sends only the explanations that changed since this term wrote them, and all of a job
+// it does not know (new, forgotten, or after a failed write).
+func TestExplainedSendsOnlyChanges(t *testing.T) {
+	e := explained{}
+	first := map[string][]string{"a": {"waits for 2 GPUs", "behind 3 jobs"}, "b": {"waits"}}
+	if got := e.changed(first); !reflect.DeepEqual(got, first) {
+		t.Fatalf("unknown jobs: %v, want all", got)
+	}
+	e.record(first)
+	second := map[string][]string{"a": {"waits for 2 GPUs", "behind 3 jobs"}, "b": {"waits", "longer"}, "c": {"new"}}
+	if got, want := e.changed(second), map[string][]string{"b": {"waits", "longer"}, "c": {"new"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("after a pass: %v, want %v", got, want)
+	}
+	// Lines are hashed apart: moving a word from one line to the next is a change.
+	if got := e.changed(map[string][]string{"a": {"waits for 2", "GPUs behind 3 jobs"}}); len(got) != 1 {
+		t.Errorf("lines split elsewhere count as unchanged")
+	}
+	e.forget(func(id string) bool { return id != "a" })
+	if got := e.changed(map[string][]string{"a": first["a"]}); len(got) != 1 {
+		t.Errorf("a forgotten job's explanation is not sent again")
 	}
 }

@@ -108,8 +108,10 @@ type Loop struct {
 	// arrived are the recent submissions (arrivals) as of arrivalsAt.
 	arrived    []scheduler.Arrival
 	arrivalsAt time.Time
-	// written are the start estimates this term wrote (see EstimateTolerance).
-	written written
+	// written are the start estimates this term wrote (see EstimateTolerance); explained the
+	// explanations.
+	written   written
+	explained explained
 	// fleet remembers the slaves between passes.
 	fleet *fleet
 	// dbNow is the database's clock as the last snapshot read it, at dbNowAt on this one's.
@@ -249,7 +251,7 @@ func NewLoop(st *store.Store, cfg Config, log *slog.Logger, wake, work *schedule
 	}
 	return &Loop{st: st, cfg: cfg, log: log, wake: wake, work: work, queue: newQueue(cfg.FullReadEvery, log, cfg.Metrics.ObserveDrift),
 		fleet:   newFleet(cfg.FullReadEvery, log, cfg.Metrics.ObserveDrift),
-		written: written{}}
+		written: written{}, explained: explained{}}
 }
 
 // Run schedules until ctx ends. Only one master at a time holds the lease; the others try
@@ -286,7 +288,7 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 	// reads and plans everything.
 	l.queue.reset()
 	l.fleet.reset()
-	l.planned, l.accruedAt, l.dbNow, l.written = nil, time.Time{}, time.Time{}, written{}
+	l.planned, l.accruedAt, l.dbNow, l.written, l.explained = nil, time.Time{}, time.Time{}, written{}, explained{}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	renewed := make(chan struct{})
@@ -787,10 +789,14 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 	// forgotten.
 	for _, a := range plan.Assignments {
 		delete(l.written, a.JobUUID)
+		delete(l.explained, a.JobUUID)
 	}
-	l.written.forget(func(id string) bool { _, ok := l.queue.jobs[id]; return ok })
+	queued := func(id string) bool { _, ok := l.queue.jobs[id]; return ok }
+	l.written.forget(queued)
+	l.explained.forget(queued)
 	var wrote []string
 	var estimates map[string]job.StartEstimate
+	explain := l.explained.changed(plan.Explanations)
 	// What waiting jobs are told comes in a transaction of its own, after the decisions are
 	// committed and their slaves woken: on a long queue writing every explanation and estimate
 	// took most of the pass (B1x's burst: 7.6 of 17.8 s), and assignments waited for it. The
@@ -798,7 +804,7 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 	// plans these jobs again.
 	err = l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
 		t := time.Now()
-		if err := tx.SetQueuedExplanations(ctx, plan.Explanations); err != nil {
+		if err := tx.SetQueuedExplanations(ctx, explain); err != nil {
 			return err
 		}
 		l.timed("explanations", t)
@@ -840,10 +846,11 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 		return nil
 	})
 	if err != nil {
-		l.written = written{} // what the database holds is unknown again
+		l.written, l.explained = written{}, explained{} // what the database holds is unknown again
 		return assigned, fmt.Errorf("explain the waiting jobs: %w", err)
 	}
 	l.written.record(estimates, wrote)
+	l.explained.record(explain)
 	return assigned, nil
 }
 

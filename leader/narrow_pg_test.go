@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -76,5 +77,51 @@ func TestNarrowedPassOnPostgres(t *testing.T) {
 	pass(2) // the sweep and the new job
 	if estimate(fresh).IsZero() {
 		t.Errorf("the new job got no estimate")
+	}
+}
+
+// A pass sends only the explanations that changed since its term wrote them: one changed
+// behind the leader's back stays as it is (which shows the pass did not send it), until the
+// leader forgets what it wrote.
+func TestUnchangedExplanationsAreNotSentAgain(t *testing.T) {
+	w := newEstimateWorld(t)
+	ctx := context.Background()
+	w.oneGPUSlave()
+	var ids []string
+	for range 3 {
+		ids = append(ids, w.submit(time.Hour))
+	}
+	loop := leader.NewLoop(w.st, leader.Config{FullReadEvery: time.Hour}, slog.New(slog.NewTextHandler(io.Discard, nil)),
+		scheduler.NewSignal(), scheduler.NewSignal())
+	explanation := func(id string) []string {
+		t.Helper()
+		rec, err := w.st.GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Job.State.Scheduling.QueuedExplanations
+	}
+	pass := func() {
+		t.Helper()
+		if err := loop.Pass(ctx, w.lead); err != nil {
+			t.Fatalf("pass: %v", err)
+		}
+	}
+	pass()
+	want := explanation(ids[2])
+	if len(want) == 0 {
+		t.Fatalf("a waiting job has no explanation after the first pass")
+	}
+	if _, err := w.st.DB().ExecContext(ctx, `UPDATE jobs SET scheduling = jsonb_set(scheduling, '{queuedExplanations}', '["behind the back"]') WHERE uuid = $1`, ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	pass()
+	if got := explanation(ids[2]); !slices.Equal(got, []string{"behind the back"}) {
+		t.Errorf("an unchanged explanation was sent again: %q", got)
+	}
+	loop.ForgetEstimates()
+	pass()
+	if got := explanation(ids[2]); !slices.Equal(got, want) {
+		t.Errorf("after the leader forgot what it wrote: %q, want %q", got, want)
 	}
 }
