@@ -3,6 +3,7 @@ package leader
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
@@ -43,3 +44,6 @@ func (l *Loop) ForgetEstimates() { l.written, l.explained = written{}, explained
 
 // CheckFleetNow makes the next read of the slaves a full one that checks the memory.
 func (l *Loop) CheckFleetNow() { l.fleet.checkedAt = l.fleet.checkedAt.Add(-l.fleet.checkEvery) }
+
+// ForecastNow makes the next pass forecast and write estimates, whatever Config.ForecastEvery.
+func (l *Loop) ForecastNow() { l.forecastAt = time.Time{} }

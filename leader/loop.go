@@ -59,6 +59,12 @@ type Config struct {
 	// A full pass, which plans every queued job, comes at the start of a term and every
 	// FullReadEvery; see narrow.
 	Sweep int
+	// ForecastEvery is how often a pass forecasts the waiting jobs' starts and writes the
+	// estimates (a term's first pass and every full one do). The forecast replays the queue
+	// three times (scheduler.ForecastSamples) and was a sixth of a pass at B8x's size, where
+	// passes come twice a second to move estimates shown to the minute; between two, jobs keep
+	// what the last one wrote, and a new job gets its estimate at the next. Zero: every pass.
+	ForecastEvery time.Duration
 	// UsageCompactEvery is how often the leader downsamples the usage series (default 1 min).
 	UsageCompactEvery time.Duration
 	// OnPass, when set, is called after every pass of Run with when it started, how long it
@@ -105,6 +111,8 @@ type Loop struct {
 	// when the last full pass began (see narrow).
 	planned map[string]bool
 	fullAt  time.Time
+	// forecastAt is when the last pass that forecast began (see Config.ForecastEvery).
+	forecastAt time.Time
 	// arrived are the recent submissions (arrivals) as of arrivalsAt.
 	arrived    []scheduler.Arrival
 	arrivalsAt time.Time
@@ -460,7 +468,10 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 	t = time.Now()
 	var plan scheduler.Plan
 	narrowed := false
-	if l.planned == nil || l.cfg.Sweep < 0 || time.Since(l.fullAt) >= l.cfg.FullReadEvery {
+	full := l.planned == nil || l.cfg.Sweep < 0 || time.Since(l.fullAt) >= l.cfg.FullReadEvery
+	estimate := full || l.cfg.ForecastEvery <= 0 || time.Since(l.forecastAt) >= l.cfg.ForecastEvery
+	snap.NoRanges = !estimate
+	if full {
 		l.planned, l.fullAt = map[string]bool{}, time.Now()
 		plan = snap.Plan()
 	} else {
@@ -468,9 +479,12 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 	}
 	ph.Planned, ph.Plan = len(snap.Queued), time.Since(t)
 	t = time.Now()
-	placed, err := l.apply(ctx, lead, snap, hosts, plan, narrowed)
+	placed, err := l.apply(ctx, lead, snap, hosts, plan, narrowed, estimate)
 	ph.Apply, ph.Assigned = time.Since(t), placed
 	if err == nil {
+		if estimate {
+			l.forecastAt = start
+		}
 		l.remember(snap.Queued, plan)
 		l.cfg.Metrics.ObservePass(time.Since(start), placed)
 		if l.log.Enabled(ctx, slog.LevelDebug) {
@@ -689,8 +703,9 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 // apply writes a plan in one transaction that proves the lease first. Each change stays
 // conditional on the state the snapshot saw: a job cancelled since is skipped, not assigned.
 //
-// A narrowed plan (see narrow) sets the estimates of the jobs it planned only.
-func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.Snapshot, hosts map[string]string, plan scheduler.Plan, narrowed bool) (int, error) {
+// A narrowed plan (see narrow) sets the estimates of the jobs it planned only; without estimate,
+// no estimate is written (the plan forecast none: see Config.ForecastEvery).
+func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.Snapshot, hosts map[string]string, plan scheduler.Plan, narrowed, estimate bool) (int, error) {
 	assigned, halted := 0, 0
 	var haltReasons, conflicts []string
 	wake := wakeSlaves(snap, plan)
@@ -808,6 +823,9 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 			return err
 		}
 		l.timed("explanations", t)
+		if !estimate {
+			return nil
+		}
 		t = time.Now()
 		est := startEstimates(plan)
 		// What changed by more than EstimateTolerance since this term wrote it; everything at

@@ -125,3 +125,44 @@ func TestUnchangedExplanationsAreNotSentAgain(t *testing.T) {
 		t.Errorf("after the leader forgot what it wrote: %q, want %q", got, want)
 	}
 }
+
+// With ForecastEvery, passes between two forecasts write explanations but no estimate: a new
+// job is explained at once and gets its estimate at the next forecast; a term's first pass
+// forecasts.
+func TestForecastEvery(t *testing.T) {
+	w := newEstimateWorld(t)
+	ctx := context.Background()
+	w.oneGPUSlave()
+	w.submit(time.Hour)
+	waiting := w.submit(time.Hour)
+	loop := leader.NewLoop(w.st, leader.Config{FullReadEvery: time.Hour, ForecastEvery: time.Hour}, slog.New(slog.NewTextHandler(io.Discard, nil)),
+		scheduler.NewSignal(), scheduler.NewSignal())
+	state := func(id string) (estimate *time.Time, explained bool) {
+		t.Helper()
+		rec, err := w.st.GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Job.State.Scheduling.EstimatedStart, len(rec.Job.State.Scheduling.QueuedExplanations) > 0
+	}
+	pass := func() {
+		t.Helper()
+		if err := loop.Pass(ctx, w.lead); err != nil {
+			t.Fatalf("pass: %v", err)
+		}
+	}
+	pass()
+	if e, x := state(waiting); e == nil || !x {
+		t.Fatalf("after the term's first pass: estimate %v, explained %v", e, x)
+	}
+	fresh := w.submit(time.Hour)
+	pass()
+	if e, x := state(fresh); e != nil || !x {
+		t.Errorf("a pass between forecasts: the new job's estimate %v (want none yet), explained %v (want it)", e, x)
+	}
+	loop.ForecastNow()
+	pass()
+	if e, _ := state(fresh); e == nil {
+		t.Errorf("the next forecast gave the new job no estimate")
+	}
+}

@@ -106,6 +106,9 @@ func (c *config) check() (checkedServe, error) {
 			return out, fmt.Errorf("--%s must be positive, not %s", d.name, d.v)
 		}
 	}
+	if c.ForecastEvery < 0 {
+		return out, fmt.Errorf("--forecast-every must be 0 (every pass) or positive, not %s", c.ForecastEvery)
+	}
 	if c.HaltFactor < 1 {
 		return out, fmt.Errorf("--halt-factor %g: must be 1 (any higher fair rank) or more", c.HaltFactor)
 	}
