@@ -17,6 +17,9 @@ import (
 	"github.com/opengpulab/gpulab/store"
 )
 
+// DefaultForecastEvery is `gpulab-master serve --forecast-every`'s default (Config.ForecastEvery).
+const DefaultForecastEvery = 10 * time.Second
+
 // Config tunes the loop.
 type Config struct {
 	// Interval is the longest time between two passes; submits, slaves coming back online and

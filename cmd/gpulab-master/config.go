@@ -16,6 +16,7 @@ import (
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/internal/secretfile"
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/leader"
 	"github.com/opengpulab/gpulab/mail"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/scheduler"
@@ -122,7 +123,7 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.StartDeadline, "start-deadline", envDuration(getenv, "GPULAB_START_DEADLINE", store.DefaultLeases.StartDeadline), "the longest a job may take to start, image pull included (env GPULAB_START_DEADLINE)")
 	fs.DurationVar(&c.HaltLease, "halt-lease", envDuration(getenv, "GPULAB_HALT_LEASE", store.DefaultLeases.Halting), "a halt not begun, or not ended, this long fails the job (env GPULAB_HALT_LEASE)")
 	fs.DurationVar(&c.SchedulerInterval, "scheduler-interval", envDuration(getenv, "GPULAB_SCHEDULER_INTERVAL", 5*time.Second), "longest time between scheduler passes (env GPULAB_SCHEDULER_INTERVAL)")
-	fs.DurationVar(&c.ForecastEvery, "forecast-every", envDuration(getenv, "GPULAB_FORECAST_EVERY", 10*time.Second),
+	fs.DurationVar(&c.ForecastEvery, "forecast-every", envDuration(getenv, "GPULAB_FORECAST_EVERY", leader.DefaultForecastEvery),
 		"how often a scheduler pass forecasts the queued jobs' start times and writes them; 0: every pass (env GPULAB_FORECAST_EVERY)")
 	fs.IntVar(&c.MemoryReserveGb, "memory-reserve-gb", envInt(getenv, "GPULAB_MEMORY_RESERVE_GB", 1), "memory kept free on every slave for its system (env GPULAB_MEMORY_RESERVE_GB)")
 	c.limits.addLimits(fs, getenv)
