@@ -163,7 +163,7 @@ func runMaster() error {
 	}
 	defer func() { _ = lst.Close() }()
 	d.loop = leader.NewLoop(lst, leader.Config{Interval: cfg.Interval, HeartbeatGrace: cfg.HeartbeatGrace,
-		JobGrace: cfg.JobGrace, Limits: limits, TallyHalfLife: halfLife, ForecastEvery: leader.DefaultForecastEvery, OnPass: d.onPass}, log, wake, work)
+		JobGrace: cfg.JobGrace, Limits: limits, TallyHalfLife: halfLife, ForecastEvery: leader.DefaultForecastEvery, MaxBusy: leader.DefaultMaxBusy, OnPass: d.onPass}, log, wake, work)
 
 	listen := func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
 	ml, err := listen()

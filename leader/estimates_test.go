@@ -72,3 +72,22 @@ func TestExplainedSendsOnlyChanges(t *testing.T) {
 		t.Errorf("a forgotten job's explanation is not sent again")
 	}
 }
+
+// After a pass the loop rests so that passes take at most MaxBusy of the time.
+func TestRestAfter(t *testing.T) {
+	for _, c := range []struct {
+		took    time.Duration
+		maxBusy float64
+		want    time.Duration
+	}{
+		{100 * time.Millisecond, 0.5, 100 * time.Millisecond},
+		{100 * time.Millisecond, 0.2, 400 * time.Millisecond},
+		{100 * time.Millisecond, 0, 0},
+		{100 * time.Millisecond, 1, 0},
+		{0, 0.5, 0},
+	} {
+		if got := restAfter(c.took, c.maxBusy); got != c.want {
+			t.Errorf("restAfter(%s, %g) = %s, want %s", c.took, c.maxBusy, got, c.want)
+		}
+	}
+}

@@ -60,6 +60,7 @@ type config struct {
 	HaltLease                             time.Duration
 	SchedulerInterval                     time.Duration
 	ForecastEvery                         time.Duration
+	MaxBusy                               float64
 	MemoryReserveGb                       int
 	MaxRunningUser                        int
 	MaxRunningProject                     int
@@ -125,6 +126,8 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.SchedulerInterval, "scheduler-interval", envDuration(getenv, "GPULAB_SCHEDULER_INTERVAL", 5*time.Second), "longest time between scheduler passes (env GPULAB_SCHEDULER_INTERVAL)")
 	fs.DurationVar(&c.ForecastEvery, "forecast-every", envDuration(getenv, "GPULAB_FORECAST_EVERY", leader.DefaultForecastEvery),
 		"how often a scheduler pass forecasts the queued jobs' start times and writes them; 0: every pass (env GPULAB_FORECAST_EVERY)")
+	fs.Float64Var(&c.MaxBusy, "scheduler-max-busy", envFloat(getenv, "GPULAB_SCHEDULER_MAX_BUSY", leader.DefaultMaxBusy),
+		"the most of the time scheduler passes woken by work may take: after a pass the loop rests in proportion (0.5: as long as the pass took); 0 or 1: passes back to back (env GPULAB_SCHEDULER_MAX_BUSY)")
 	fs.IntVar(&c.MemoryReserveGb, "memory-reserve-gb", envInt(getenv, "GPULAB_MEMORY_RESERVE_GB", 1), "memory kept free on every slave for its system (env GPULAB_MEMORY_RESERVE_GB)")
 	c.limits.addLimits(fs, getenv)
 	c.idle.addIdle(fs, getenv)

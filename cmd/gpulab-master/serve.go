@@ -120,7 +120,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	loop := leader.NewLoop(lst, leader.Config{Interval: c.SchedulerInterval, HeartbeatGrace: c.HeartbeatGrace,
 		JobGrace: c.JobGrace, FenceMargin: c.FenceMargin, MemoryReserveGb: c.MemoryReserveGb,
 		Limits: &scheduler.Limits{PerUser: c.MaxRunningUser, PerProject: c.MaxRunningProject}, TallyHalfLife: c.TallyHalfLife, Metrics: mets, Idle: idle,
-		HaltFactor: c.HaltFactor, HaltNonRestartable: c.HaltNonRestartable, ForecastEvery: c.ForecastEvery,
+		HaltFactor: c.HaltFactor, HaltNonRestartable: c.HaltNonRestartable, ForecastEvery: c.ForecastEvery, MaxBusy: c.MaxBusy,
 		WhileLeading: retention.New(st, c.retention.policy(), log).Run}, log, wake, work)
 	go func() {
 		if err := loop.Run(ctx); err != nil {

@@ -190,6 +190,8 @@ func TestConfigCheckRefusesWhatServeRefuses(t *testing.T) {
 		{"idle-gpu-action = \"explode\"\n", "idle"},
 		{"retention-logs = \"-1s\"\n", "retention"},
 		{"halt-factor = 0.5\n", "--halt-factor"},
+		{"scheduler-max-busy = 1.5\n", "--scheduler-max-busy"},
+		{"forecast-every = \"-1s\"\n", "--forecast-every"},
 	} {
 		code, _, errOut := runWith(nil, "config", "check", writeFile(t, tc.file))
 		if code == 0 || !strings.Contains(errOut, tc.want) {
