@@ -73,7 +73,7 @@ func TestExplainedSendsOnlyChanges(t *testing.T) {
 	}
 }
 
-// After a pass the loop rests so that passes take at most MaxBusy of the time.
+// After a slow pass the loop rests so that slow passes take at most MaxBusy of the time.
 func TestRestAfter(t *testing.T) {
 	for _, c := range []struct {
 		took    time.Duration
@@ -81,9 +81,10 @@ func TestRestAfter(t *testing.T) {
 		want    time.Duration
 	}{
 		{100 * time.Millisecond, 0.5, 100 * time.Millisecond},
-		{100 * time.Millisecond, 0.2, 400 * time.Millisecond},
-		{100 * time.Millisecond, 0, 0},
-		{100 * time.Millisecond, 1, 0},
+		{300 * time.Millisecond, 0.2, 1200 * time.Millisecond},
+		{300 * time.Millisecond, 0, 0},
+		{300 * time.Millisecond, 1, 0},
+		{QuickPass - time.Millisecond, 0.2, 0}, // a quick pass never rests
 		{0, 0.5, 0},
 	} {
 		if got := restAfter(c.took, c.maxBusy); got != c.want {

@@ -127,7 +127,7 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.ForecastEvery, "forecast-every", envDuration(getenv, "GPULAB_FORECAST_EVERY", leader.DefaultForecastEvery),
 		"how often a scheduler pass forecasts the queued jobs' start times and writes them; 0: every pass (env GPULAB_FORECAST_EVERY)")
 	fs.Float64Var(&c.MaxBusy, "scheduler-max-busy", envFloat(getenv, "GPULAB_SCHEDULER_MAX_BUSY", leader.DefaultMaxBusy),
-		"the most of the time scheduler passes woken by work may take: after a pass the loop rests in proportion (0.5: as long as the pass took); 0 or 1: passes back to back (env GPULAB_SCHEDULER_MAX_BUSY)")
+		"the most of the time slow scheduler passes (100 ms or more) woken by work may take: after one the loop rests in proportion (0.2: four times as long as the pass took); 0 or 1: passes back to back (env GPULAB_SCHEDULER_MAX_BUSY)")
 	fs.IntVar(&c.MemoryReserveGb, "memory-reserve-gb", envInt(getenv, "GPULAB_MEMORY_RESERVE_GB", 1), "memory kept free on every slave for its system (env GPULAB_MEMORY_RESERVE_GB)")
 	c.limits.addLimits(fs, getenv)
 	c.idle.addIdle(fs, getenv)
