@@ -80,7 +80,8 @@ type Config struct {
 	// resting so), for placements under a second sooner on a queue where jobs wait minutes.
 	// Quick passes never rest: they are what places a burst of submissions at once (B2x: resting
 	// after its 30-ms passes too put submit → RUNNING p99 at 361 ms instead of 142). Zero or ≥ 1:
-	// no bound. (Slurm's backfill yields in the same way: bf_yield_interval, bf_yield_sleep.)
+	// no bound. A rest is never longer than Interval. (Slurm's backfill yields in the same way:
+	// bf_yield_interval, bf_yield_sleep.)
 	MaxBusy float64
 	// UsageCompactEvery is how often the leader downsamples the usage series (default 1 min).
 	UsageCompactEvery time.Duration
@@ -359,7 +360,9 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 		start := time.Now()
 		err := l.Pass(ctx, lead)
 		ended = time.Now()
-		rest = restAfter(ended.Sub(start), l.cfg.MaxBusy)
+		// Never longer than the interval: after a full pass of a long queue (seconds) the
+		// next submissions must not wait four times that.
+		rest = min(restAfter(ended.Sub(start), l.cfg.MaxBusy), l.cfg.Interval)
 		if l.cfg.OnPass != nil {
 			l.cfg.OnPass(start, ended.Sub(start), err)
 		}
