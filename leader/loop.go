@@ -79,7 +79,7 @@ type Config struct {
 	// same machine (B8x: 92 % busy at 5,000 slaves, heartbeat p50 31 ms; 16–19 % and 8 ms
 	// resting so), for placements under a second sooner on a queue where jobs wait minutes.
 	// Quick passes never rest: they are what places a burst of submissions at once (B2x: resting
-	// after its 30-ms passes too put submit → RUNNING p99 at 361 ms instead of 142). Zero or ≥ 1:
+	// after its 30-ms passes too put submit → RUNNING p99 at 361 ms; 97 ms without). Zero or ≥ 1:
 	// no bound. A rest is never longer than Interval. (Slurm's backfill yields in the same way:
 	// bf_yield_interval, bf_yield_sleep.)
 	MaxBusy float64

@@ -34,14 +34,20 @@ func (s *usageSum) add(u UsageSample, secs float64) {
 	s.cpu += u.CPUPercent * secs
 	s.mem += float64(u.MemoryMiB) * secs
 	for _, g := range u.GPUs {
-		i, found := slices.BinarySearchFunc(s.gpus, g.Index, func(x gpuSum, idx int) int { return x.index - idx })
-		if !found {
-			s.gpus = slices.Insert(s.gpus, i, gpuSum{index: g.Index})
-		}
-		s.gpus[i].secs += secs
-		s.gpus[i].util += g.UtilPercent * secs
-		s.gpus[i].mem += float64(g.MemoryUsedMiB) * secs
+		sum := s.gpu(g.Index)
+		sum.secs += secs
+		sum.util += g.UtilPercent * secs
+		sum.mem += float64(g.MemoryUsedMiB) * secs
 	}
+}
+
+// gpu is the sum of GPU index, added (in index order) when new.
+func (s *usageSum) gpu(index int) *gpuSum {
+	i, found := slices.BinarySearchFunc(s.gpus, index, func(x gpuSum, idx int) int { return x.index - idx })
+	if !found {
+		s.gpus = slices.Insert(s.gpus, i, gpuSum{index: index})
+	}
+	return &s.gpus[i]
 }
 
 // merge adds o's sums to s (o began at o.since).
@@ -51,13 +57,10 @@ func (s *usageSum) merge(o *usageSum) {
 	}
 	s.secs, s.cpu, s.mem = s.secs+o.secs, s.cpu+o.cpu, s.mem+o.mem
 	for _, g := range o.gpus {
-		i, found := slices.BinarySearchFunc(s.gpus, g.index, func(x gpuSum, idx int) int { return x.index - idx })
-		if !found {
-			s.gpus = slices.Insert(s.gpus, i, gpuSum{index: g.index})
-		}
-		s.gpus[i].secs += g.secs
-		s.gpus[i].util += g.util
-		s.gpus[i].mem += g.mem
+		sum := s.gpu(g.index)
+		sum.secs += g.secs
+		sum.util += g.util
+		sum.mem += g.mem
 	}
 }
 
