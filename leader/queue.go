@@ -69,6 +69,15 @@ func (q *queue) readAgain(ids ...string) {
 	}
 }
 
+// rechecked lists the jobs readAgain named.
+func (q *queue) rechecked() []string {
+	also := make([]string, 0, len(q.recheck))
+	for id := range q.recheck {
+		also = append(also, id)
+	}
+	return also
+}
+
 // read returns the queued jobs in queue order (oldest first) and what is held on the slaves
 // (oldest first, as store.ListHeld orders it); mark, taken before the read, is where the next
 // read of the feed starts. The queued jobs' slice is the memory's own: valid until the next
@@ -76,9 +85,29 @@ func (q *queue) readAgain(ids ...string) {
 func (q *queue) read(ctx context.Context, st *store.Store, mark store.ChangeMark) ([]scheduler.Job, []store.Held, error) {
 	full := q.jobs == nil || time.Since(q.checkedAt) >= q.checkEvery
 	if full {
-		rows, err := st.SchedulerJobs(ctx)
+		// A check compares the memory, brought up to date through the feed, with the full
+		// read, both in one snapshot: compared with the memory of the last pass, every change
+		// made since (submits, ends: hundreds at B8x's size) looked like drift.
+		check := q.jobs != nil
+		also := q.rechecked()
+		var rows, changed []store.SchedJob
+		err := st.InSnapshot(ctx, func(tx *store.Store) error {
+			var err error
+			if check {
+				if changed, err = tx.JobsChangedSince(ctx, q.mark, also); err != nil {
+					return err
+				}
+			}
+			rows, err = tx.SchedulerJobs(ctx)
+			return err
+		})
 		if err != nil {
 			return nil, nil, err
+		}
+		if check {
+			if err := q.apply(changed, also); err != nil {
+				return nil, nil, err
+			}
 		}
 		decoded, err := decodeQueued(rows)
 		if err != nil {
@@ -96,10 +125,7 @@ func (q *queue) read(ctx context.Context, st *store.Store, mark store.ChangeMark
 		q.jobs, q.held, q.checkedAt = jobs, held, time.Now()
 		q.order, q.holders = sortedValues(jobs, compareJobs), sortedValues(held, compareHeld)
 	} else {
-		also := make([]string, 0, len(q.recheck))
-		for id := range q.recheck {
-			also = append(also, id)
-		}
+		also := q.rechecked()
 		rows, err := st.JobsChangedSince(ctx, q.mark, also)
 		if err != nil {
 			return nil, nil, err

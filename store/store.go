@@ -133,11 +133,25 @@ func (s *Store) Ping(ctx context.Context) error {
 // WithTx runs fn in one transaction: committed if fn returns nil, rolled back otherwise. The
 // Store given to fn runs every method inside the transaction.
 func (s *Store) WithTx(ctx context.Context, fn func(tx *Store) error) error {
+	return s.withTx(ctx, nil, fn)
+}
+
+// InSnapshot runs fn's reads in one read-only transaction that sees a single snapshot of the
+// database (REPEATABLE READ): two reads made in it agree with each other, whatever commits
+// between them.
+func (s *Store) InSnapshot(ctx context.Context, fn func(tx *Store) error) error {
+	if s.tx != nil {
+		return fmt.Errorf("a snapshot inside a transaction: %w", errors.ErrUnsupported)
+	}
+	return s.withTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}, fn)
+}
+
+func (s *Store) withTx(ctx context.Context, opts *sql.TxOptions, fn func(tx *Store) error) error {
 	if s.tx != nil {
 		return fn(s)
 	}
 	countStatement(ctx) // BEGIN
-	tx, err := s.db.BeginTxx(ctx, nil)
+	tx, err := s.db.BeginTxx(ctx, opts)
 	if err != nil {
 		return mapErr(err, "begin transaction")
 	}
