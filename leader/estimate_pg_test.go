@@ -41,6 +41,22 @@ func newEstimateWorld(t *testing.T) *estimateWorld {
 	return &estimateWorld{t: t, st: st, u: u, p: p, lead: lead}
 }
 
+// loop is a leader loop over the world's store with cfg, logging to logs (nil: nowhere).
+func (w *estimateWorld) loop(cfg leader.Config, logs io.Writer) *leader.Loop {
+	if logs == nil {
+		logs = io.Discard
+	}
+	return leader.NewLoop(w.st, cfg, slog.New(slog.NewTextHandler(logs, nil)), scheduler.NewSignal(), scheduler.NewSignal())
+}
+
+// pass runs one pass of loop as the world's leader.
+func (w *estimateWorld) pass(loop *leader.Loop) {
+	w.t.Helper()
+	if err := loop.Pass(context.Background(), w.lead); err != nil {
+		w.t.Fatalf("pass: %v", err)
+	}
+}
+
 // oneGPUSlave registers slave node1 with one fake V100 in cluster 1.
 func (w *estimateWorld) oneGPUSlave() {
 	w.t.Helper()
@@ -85,7 +101,7 @@ func TestLoopStoresEveryEstimate(t *testing.T) {
 	for range 4 {
 		ids = append(ids, w.submit(time.Hour))
 	}
-	loop := leader.NewLoop(w.st, leader.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)), scheduler.NewSignal(), scheduler.NewSignal())
+	loop := w.loop(leader.Config{}, nil)
 	if err := loop.Pass(ctx, w.lead); err != nil {
 		t.Fatalf("pass: %v", err)
 	}
@@ -142,7 +158,7 @@ func TestLoopStoresEveryEstimate(t *testing.T) {
 	}
 	// The loop read the ratios (none) at its first pass and keeps them for RatioRefresh; a new
 	// loop, as after a change of leader, reads them now.
-	loop = leader.NewLoop(w.st, leader.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)), scheduler.NewSignal(), scheduler.NewSignal())
+	loop = w.loop(leader.Config{}, nil)
 	if err := loop.Pass(ctx, w.lead); err != nil {
 		t.Fatalf("pass: %v", err)
 	}
@@ -169,7 +185,7 @@ func TestLoopStretchesByArrivals(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	loop := leader.NewLoop(w.st, leader.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)), scheduler.NewSignal(), scheduler.NewSignal())
+	loop := w.loop(leader.Config{}, nil)
 	if err := loop.Pass(ctx, w.lead); err != nil {
 		t.Fatalf("pass: %v", err)
 	}

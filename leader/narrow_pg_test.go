@@ -2,15 +2,12 @@ package leader_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/leader"
-	"github.com/opengpulab/gpulab/scheduler"
 )
 
 // TestNarrowedPassOnPostgres: on a full one-GPU slave with three jobs waiting, a pass after the
@@ -25,8 +22,7 @@ func TestNarrowedPassOnPostgres(t *testing.T) {
 	for range 4 {
 		ids = append(ids, w.submit(time.Hour))
 	}
-	loop := leader.NewLoop(w.st, leader.Config{Sweep: 1, FullReadEvery: time.Hour}, slog.New(slog.NewTextHandler(io.Discard, nil)),
-		scheduler.NewSignal(), scheduler.NewSignal())
+	loop := w.loop(leader.Config{Sweep: 1, FullReadEvery: time.Hour}, nil)
 	pass := func(wantPlanned int) {
 		t.Helper()
 		if err := loop.Pass(ctx, w.lead); err != nil {
@@ -91,8 +87,7 @@ func TestUnchangedExplanationsAreNotSentAgain(t *testing.T) {
 	for range 3 {
 		ids = append(ids, w.submit(time.Hour))
 	}
-	loop := leader.NewLoop(w.st, leader.Config{FullReadEvery: time.Hour}, slog.New(slog.NewTextHandler(io.Discard, nil)),
-		scheduler.NewSignal(), scheduler.NewSignal())
+	loop := w.loop(leader.Config{FullReadEvery: time.Hour}, nil)
 	explanation := func(id string) []string {
 		t.Helper()
 		rec, err := w.st.GetJob(ctx, id)
@@ -101,12 +96,7 @@ func TestUnchangedExplanationsAreNotSentAgain(t *testing.T) {
 		}
 		return rec.Job.State.Scheduling.QueuedExplanations
 	}
-	pass := func() {
-		t.Helper()
-		if err := loop.Pass(ctx, w.lead); err != nil {
-			t.Fatalf("pass: %v", err)
-		}
-	}
+	pass := func() { t.Helper(); w.pass(loop) }
 	pass()
 	want := explanation(ids[2])
 	if len(want) == 0 {
@@ -135,8 +125,7 @@ func TestForecastEvery(t *testing.T) {
 	w.oneGPUSlave()
 	w.submit(time.Hour)
 	waiting := w.submit(time.Hour)
-	loop := leader.NewLoop(w.st, leader.Config{FullReadEvery: time.Hour, ForecastEvery: time.Hour}, slog.New(slog.NewTextHandler(io.Discard, nil)),
-		scheduler.NewSignal(), scheduler.NewSignal())
+	loop := w.loop(leader.Config{FullReadEvery: time.Hour, ForecastEvery: time.Hour}, nil)
 	state := func(id string) (estimate *time.Time, explained bool) {
 		t.Helper()
 		rec, err := w.st.GetJob(ctx, id)
@@ -145,12 +134,7 @@ func TestForecastEvery(t *testing.T) {
 		}
 		return rec.Job.State.Scheduling.EstimatedStart, len(rec.Job.State.Scheduling.QueuedExplanations) > 0
 	}
-	pass := func() {
-		t.Helper()
-		if err := loop.Pass(ctx, w.lead); err != nil {
-			t.Fatalf("pass: %v", err)
-		}
-	}
+	pass := func() { t.Helper(); w.pass(loop) }
 	pass()
 	if e, x := state(waiting); e == nil || !x {
 		t.Fatalf("after the term's first pass: estimate %v, explained %v", e, x)

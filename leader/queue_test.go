@@ -3,7 +3,6 @@ package leader_test
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -25,8 +24,7 @@ func TestQueueMemory(t *testing.T) {
 	ctx := context.Background()
 	var logs bytes.Buffer
 	mets := metrics.NewMaster(nil, metrics.MasterOptions{})
-	loop := leader.NewLoop(w.st, leader.Config{FullReadEvery: time.Hour, Metrics: mets},
-		slog.New(slog.NewTextHandler(&logs, nil)), scheduler.NewSignal(), scheduler.NewSignal())
+	loop := w.loop(leader.Config{FullReadEvery: time.Hour, Metrics: mets}, &logs)
 	a, b, c := w.submit(time.Hour), w.submit(time.Hour), w.submit(time.Hour)
 	read := func() []scheduler.Job {
 		t.Helper()
@@ -108,8 +106,7 @@ func TestQueueCheckCountsNoRecentChangeAsDrift(t *testing.T) {
 	ctx := context.Background()
 	var logs bytes.Buffer
 	mets := metrics.NewMaster(nil, metrics.MasterOptions{})
-	loop := leader.NewLoop(w.st, leader.Config{FullReadEvery: time.Hour, Metrics: mets},
-		slog.New(slog.NewTextHandler(&logs, nil)), scheduler.NewSignal(), scheduler.NewSignal())
+	loop := w.loop(leader.Config{FullReadEvery: time.Hour, Metrics: mets}, &logs)
 	a, b := w.submit(time.Hour), w.submit(time.Hour)
 	if _, err := loop.ReadQueue(ctx); err != nil {
 		t.Fatal(err)

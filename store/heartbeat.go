@@ -183,8 +183,9 @@ func (s *Store) recordBeats(ctx context.Context, beats []Beat) ([]BeatView, []er
 	return views, errs, nil
 }
 
-// Heartbeat records a heartbeat of the slave's current instance with its usage samples, and
-// returns what reconciling it needs (see heartbeats). ErrNotFound when the slave is unknown or
+// Heartbeat records a heartbeat of the slave's current instance, adds the samples of the jobs
+// the master has on the slave to the usage buffer (usageBuffer), and returns what reconciling
+// it needs (see heartbeats). ErrNotFound when the slave is unknown or
 // runs another instance (it must register again). Outside a transaction the heartbeat joins
 // the others waiting for the database in one statement (beatQueue); inside one it runs alone,
 // in it, and turns the synchronous commit off for that transaction.

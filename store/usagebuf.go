@@ -137,10 +137,10 @@ func (b *usageBuffer) add(now time.Time, secs float64, samples []UsageSample) {
 	}
 }
 
-// tick is how often the flusher looks for due sums: a quarter of the interval, within
+// flushTick is how often the flusher looks for due sums: a quarter of the interval, within
 // [50 ms, 1 s], so a sum is written at most a quarter late and a tick writes what a quarter
 // second of heartbeats made due.
-func tick(every time.Duration) time.Duration {
+func flushTick(every time.Duration) time.Duration {
 	return min(max(every/4, 50*time.Millisecond), time.Second)
 }
 
@@ -150,7 +150,7 @@ func (b *usageBuffer) run(stop, done chan struct{}) {
 	b.mu.Lock()
 	every := b.every
 	b.mu.Unlock()
-	t := time.NewTicker(tick(every))
+	t := time.NewTicker(flushTick(every))
 	defer t.Stop()
 	for {
 		select {
@@ -163,7 +163,7 @@ func (b *usageBuffer) run(stop, done chan struct{}) {
 			b.mu.Lock()
 			if e := b.every; e != every {
 				every = e
-				t.Reset(tick(every))
+				t.Reset(flushTick(every))
 			}
 			b.mu.Unlock()
 		}

@@ -38,9 +38,10 @@ func heartbeatStatements(t *testing.T, logs *lockedBuffer, skip int) []int {
 }
 
 // A heartbeat costs one statement whatever the number of jobs its slave runs: it reads the
-// slave's certificate's state, records the heartbeat, appends the jobs' usage samples and
-// reads what reconciling needs. It used to write every running job's row too, and to read
-// the certificate in a statement of its own.
+// slave's certificate's state, records the heartbeat and reads what reconciling needs (the
+// jobs' usage samples are summed in the master and written apart, see store.usageBuffer). It
+// used to write every running job's row too, then a usage row per job, and to read the
+// certificate in a statement of its own.
 func TestHeartbeatStatementsDoNotGrowWithJobs(t *testing.T) {
 	logs := &lockedBuffer{}
 	// Debug: a heartbeat that succeeds is logged at debug (web.routineSlaveCall).
@@ -102,7 +103,7 @@ func TestHeartbeatStatementsDoNotGrowWithJobs(t *testing.T) {
 			t.Errorf("a heartbeat sent %d statements, want 1 (the heartbeat's, which reads the certificate's state too and may be shared with other slaves'): %v with 1 job, %v with 8", n, one, eight)
 		}
 	}
-	// The samples were appended, one per job and heartbeat.
+	// The samples reached each job's series (this master's sum not yet written included).
 	for _, hj := range held {
 		pts, err := m.Store.JobUsage(ctx, hj.JobUUID)
 		if err != nil {
