@@ -142,7 +142,7 @@ func TestLoopStoresEveryEstimate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rows, err := w.st.RunRatios(ctx, time.Now().Add(-time.Hour), leader.RatioMinJobs, scheduler.RatioQuantiles)
+	rows, err := w.st.RunRatios(ctx, time.Now().Add(-time.Hour), leader.RatioMinJobs, scheduler.RatioQuantiles, scheduler.RatioRecentJobs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,15 @@
 package leader
 
 import (
+	"math"
 	"reflect"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/scheduler"
+	"github.com/opengpulab/gpulab/store"
 )
 
 // TestWrittenEstimates: an estimate is written again when it is unknown, appears, disappears,
@@ -90,5 +93,32 @@ func TestRestAfter(t *testing.T) {
 		if got := restAfter(c.took, c.maxBusy); got != c.want {
 			t.Errorf("restAfter(%s, %g) = %s, want %s", c.took, c.maxBusy, got, c.want)
 		}
+	}
+}
+
+// TestRatiosOfWeighsTheLatest: a user's ratio for a class is weighed by recency from the latest
+// ratios the store returns with it (scheduler.RecentRatio), the window's early end kept; the
+// other groups are the window's as read.
+func TestRatiosOfWeighsTheLatest(t *testing.T) {
+	q := make([]float64, scheduler.RatioQuantiles+1)
+	for k := range q {
+		q[k] = 0.1
+	}
+	recent := make([]float64, 300)
+	for i := range recent {
+		recent[i] = 0.9
+	}
+	rows := []store.RunRatio{
+		{UserID: 7, Class: 6, Jobs: 1000, Mid: 0.1, Q: q, Recent: recent},
+		{UserID: 0, Class: 6, Jobs: 1000, Mid: 0.1, Q: q},
+		{UserID: 0, Class: -1, Jobs: 1000, Mid: 0.1, Q: q},
+	}
+	r := ratiosOf(rows, RatioMinJobs)
+	uc := r.UserClasses[scheduler.UserClass{UserID: 7, Class: 6}]
+	if math.Abs(uc.Mid-0.9) > 1e-9 || uc.Low != 0.1 {
+		t.Errorf("user 7's class: mid %.3f low %.3f, want his latest 0.9 and the window's low 0.1", uc.Mid, uc.Low)
+	}
+	if c := r.Classes[6]; c.Mid != 0.1 || r.Global.Mid != 0.1 {
+		t.Errorf("class %.3f, global %.3f: want the window's 0.1", c.Mid, r.Global.Mid)
 	}
 }

@@ -182,7 +182,7 @@ func (l *Loop) runRatios(ctx context.Context, now time.Time) scheduler.RunRatios
 	if !l.ratiosAt.IsZero() && now.Sub(l.ratiosAt) < RatioRefresh {
 		return l.ratios
 	}
-	rows, err := l.st.RunRatios(ctx, now.Add(-RatioWindow), RatioMinJobs, scheduler.RatioQuantiles)
+	rows, err := l.st.RunRatios(ctx, now.Add(-RatioWindow), RatioMinJobs, scheduler.RatioQuantiles, scheduler.RatioRecentJobs)
 	if err != nil {
 		l.log.Warn("reading run-time ratios for start estimates failed", "err", err)
 		return l.ratios
@@ -223,7 +223,8 @@ func ratiosOf(rows []store.RunRatio, minJobs int) scheduler.RunRatios {
 		rr := scheduler.NewRunRatio(r.Mid, r.Q)
 		switch {
 		case r.UserID != 0 && r.Class >= 0:
-			out.UserClasses[scheduler.UserClass{UserID: r.UserID, Class: r.Class}] = rr
+			// A user's ratio for a class follows his latest jobs (scheduler.RecentRatio).
+			out.UserClasses[scheduler.UserClass{UserID: r.UserID, Class: r.Class}] = scheduler.RecentRatio(recentRuns(r), rr)
 		case r.UserID != 0:
 			out.Users[r.UserID] = rr
 		case r.Class >= 0:
@@ -231,6 +232,16 @@ func ratiosOf(rows []store.RunRatio, minJobs int) scheduler.RunRatios {
 		case r.Jobs >= minJobs:
 			out.Global = rr
 		}
+	}
+	return out
+}
+
+// recentRuns pairs a group's latest ratios with whether each job ran that long without ending
+// on its own.
+func recentRuns(r store.RunRatio) []scheduler.RatioRun {
+	out := make([]scheduler.RatioRun, len(r.Recent))
+	for i, x := range r.Recent {
+		out[i] = scheduler.RatioRun{Ratio: x, Censored: i < len(r.Censored) && r.Censored[i]}
 	}
 	return out
 }

@@ -28,9 +28,10 @@ import (
 // jobs to end, and the first of many uncertain ends comes much sooner than the first of their
 // expected ends. On the Philly replay (fair-halt), ends from each job's expected run time (given
 // how long it has run) left the median error over the wait at 0.44, the median of drawn replays
-// at 0.40 (las: 0.40 and 0.29), with the same learned distributions; knowing the running jobs'
-// real run times would give 0.10, so what is left is how little a job's kind and age tell of
-// its end.
+// at 0.40 (las: 0.40 and 0.29), with the same learned distributions of a month; knowing the
+// running jobs' real run times would give 0.10, so what is left is how little a job's kind and
+// age tell of its end. A user's ratio for a class that follows his latest jobs, the running and
+// halted ones counted as cut short (RecentRatio), took it to 0.25–0.28 over three seeds.
 //
 // The replay is list scheduling with backfill: its clock never goes back, but a job that fits on
 // GPUs left free once the jobs ahead of it have their places may start as early as those GPUs

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -169,5 +170,116 @@ func TestRatioGiven(t *testing.T) {
 		if _, ok := lit.QuantileGiven(0.3, 0.5); ok {
 			t.Errorf("literal %v: a quantile", lit.Q)
 		}
+	}
+}
+
+// TestRecentRatio: a user's ratio for a class weighs his latest jobs most, each half as much as
+// the one RatioHalfLife places later: after a month of jobs that ran 10 % of their maxDuration,
+// his latest RatioHalfLife ran 90 % and already make the mean about 0.5 and the median about
+// 0.9's edge; jobs past RatioRecentJobs weigh nothing; the early end (Low) is never later than
+// the whole window's; and jobs all alike give that ratio everywhere.
+func TestRecentRatio(t *testing.T) {
+	var latest []RatioRun // latest first
+	for range RatioHalfLife {
+		latest = append(latest, RatioRun{Ratio: 0.9})
+	}
+	for range 5 * RatioRecentJobs {
+		latest = append(latest, RatioRun{Ratio: 0.1})
+	}
+	wide := NewRunRatio(0.1, nil)
+	r := RecentRatio(latest, wide)
+	// The latest RatioHalfLife weigh (1 − 2^−1)/(1 − 2^−10) of the RatioRecentJobs read.
+	share := 0.5 / (1 - math.Exp2(-10))
+	if want := share*0.9 + (1-share)*0.1; math.Abs(r.Mid-want) > 0.01 {
+		t.Errorf("mid %.4f, want %.4f", r.Mid, want)
+	}
+	if med := r.Q[RatioQuantiles/2]; med <= 0.1 || med >= 0.9 {
+		t.Errorf("median %.3f: want between the old jobs' 0.1 and the latest 0.9", med)
+	}
+	if q := r.Q[RatioQuantiles*6/10]; q != 0.9 {
+		t.Errorf("60th percentile %.3f, want the latest jobs' 0.9", q)
+	}
+	if r.Low != 0.1 {
+		t.Errorf("low %.3f, want the window's 0.1", r.Low)
+	}
+	// The same latest jobs with nothing older: 0.9 throughout, Low too (the window's is later).
+	r = RecentRatio(latest[:RatioHalfLife], NewRunRatio(0.95, nil))
+	if math.Abs(r.Mid-0.9) > 1e-9 || r.Low != 0.9 || r.Q[0] != 0.9 || r.Q[RatioQuantiles] != 0.9 {
+		t.Errorf("alike: mid %g low %g quantiles %v", r.Mid, r.Low, r.Q)
+	}
+	// Only the latest RatioRecentJobs count: more of the old ones change nothing.
+	if a, b := RecentRatio(latest[:RatioRecentJobs], wide), RecentRatio(latest, wide); a.Mid != b.Mid || !slices.Equal(a.Q, b.Q) {
+		t.Errorf("jobs past RatioRecentJobs counted: %v vs %v", a.Q, b.Q)
+	}
+	if r := RecentRatio(nil, wide); r.Mid != wide.Mid || r.Low != wide.Low {
+		t.Errorf("no recent jobs: %+v, want the window's", r)
+	}
+}
+
+// TestRecentRatioCountsTheRunning: the latest twenty jobs still run, at 0.5 of their
+// maxDuration so far, behind twenty that ended at 0.2. Learned from the ended ones alone, jobs
+// of this class run 0.2; counted as running at least 0.5 (Kaplan–Meier), the share they weigh
+// is still to end after 0.2, and with no ended job past it, ends at maxDuration. Running jobs
+// behind an ended one at a higher ratio share in it: a job running at 0.3 among jobs that
+// ended at 0.2 and 0.8 moves the mass it would carry to 0.8.
+func TestRecentRatioCountsTheRunning(t *testing.T) {
+	var latest []RatioRun
+	var runW, allW float64
+	for i := range 40 {
+		w := math.Exp2(-float64(i) / RatioHalfLife)
+		allW += w
+		if i < 20 {
+			latest = append(latest, RatioRun{Ratio: 0.5, Censored: true})
+			runW += w
+			continue
+		}
+		latest = append(latest, RatioRun{Ratio: 0.2})
+	}
+	r := RecentRatio(latest, RunRatio{})
+	a := 1 - runW/allW
+	if want := 0.2*a + 1*(1-a); math.Abs(r.Mid-want) > 1e-9 {
+		t.Errorf("mid %.4f, want %.4f (%.3f of the weight ended at 0.2, the rest at 1)", r.Mid, want, a)
+	}
+	if r.Q[0] != 0.2 || r.Q[RatioQuantiles] != 1 {
+		t.Errorf("quantiles %v: want from 0.2 to 1", r.Q)
+	}
+	// Nothing ended: nothing learned beyond the window's.
+	if r := RecentRatio(latest[:20], NewRunRatio(0.3, nil)); r.Mid != 0.3 {
+		t.Errorf("all running: mid %.3f, want the window's 0.3", r.Mid)
+	}
+	// Equal weights near enough (three jobs): 0.2 ended, 0.3 running, 0.8 ended. The 0.2 takes
+	// a third; the running one's share goes to 0.8.
+	r = RecentRatio([]RatioRun{{Ratio: 0.2}, {Ratio: 0.3, Censored: true}, {Ratio: 0.8}}, RunRatio{})
+	w := []float64{1, math.Exp2(-1.0 / RatioHalfLife), math.Exp2(-2.0 / RatioHalfLife)}
+	m02 := w[0] / (w[0] + w[1] + w[2])
+	if want := 0.2*m02 + 0.8*(1-m02); math.Abs(r.Mid-want) > 1e-9 {
+		t.Errorf("mid %.4f, want %.4f", r.Mid, want)
+	}
+}
+
+// TestLearnRatiosWeighsTheLatest: LearnRatios takes its samples in the order the jobs ended and
+// gives a user's class the recency-weighted ratio (RecentRatio), while everyone's class weighs
+// every job alike.
+func TestLearnRatiosWeighsTheLatest(t *testing.T) {
+	var s []RatioSample
+	for range 1000 {
+		s = append(s, RatioSample{UserID: 1, MaxDuration: time.Hour, Ratio: 0.1})
+	}
+	for range 200 {
+		s = append(s, RatioSample{UserID: 1, MaxDuration: time.Hour, Ratio: 0.9})
+	}
+	r := LearnRatios(s, 20)
+	hour := DurationClass(time.Hour)
+	uc, class := r.UserClasses[UserClass{1, hour}], r.Classes[hour]
+	if uc.Mid < 0.5 || math.Abs(class.Mid-(1000*0.1+200*0.9)/1200) > 1e-9 {
+		t.Errorf("user's class mid %.3f (want over 0.5: his latest ran 0.9), everyone's %.3f", uc.Mid, class.Mid)
+	}
+	if uc.Low != class.Low {
+		t.Errorf("user's class low %.3f, want the window's %.3f", uc.Low, class.Low)
+	}
+	// In the other order the latest ran 0.1.
+	slices.Reverse(s)
+	if r := LearnRatios(s, 20); r.UserClasses[UserClass{1, hour}].Mid > 0.2 {
+		t.Errorf("latest ran 0.1, mid %.3f", r.UserClasses[UserClass{1, hour}].Mid)
 	}
 }

@@ -18,7 +18,7 @@ func accuracyRow(name string, a sim.Accuracy) string {
 		}
 		h = append(h, fmt.Sprintf("%s / %.0f %%", secs(b.MedianErr), 100*b.InRange))
 	}
-	return fmt.Sprintf("| %s | %d | %d | %d | %s | %s | %.2f | %.1f %% | %.1f %% | %.1f %% | %s | %s |",
+	return fmt.Sprintf("| %s | %d | %d | %d | %s | %s | %.3f | %.1f %% | %.1f %% | %.1f %% | %s | %s |",
 		name, a.Waited, a.AtOnce, a.NoRange, secs(a.MedianErr), secs(a.P90Err), a.MedianRel,
 		100*a.InRange, 100*a.Early, 100*a.Late, secs(a.MedianWidth), strings.Join(h, " | "))
 }

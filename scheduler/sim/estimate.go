@@ -287,22 +287,44 @@ func fmtHorizon(d time.Duration) string {
 	return fmt.Sprintf("%.0fh", d.Hours())
 }
 
-// ratioLearner learns run-time ratios from the runs the replay ended, as the master's loop does
-// from its store: runs created within ratioWindow, ratioMinJobs per group (user and maxDuration
-// class, class, user, everyone), read again every refresh. The replay refreshes every ratioRefresh while it has few
-// samples and every ratioRefreshLong after: ratios drift slowly once learned, and sorting weeks
-// of samples every five simulated minutes would cost more than the replay.
+// ratioLearner learns run-time ratios from the runs of the replay, as the master's loop does
+// from its store: runs created within ratioWindow, ratioMinJobs ended per group (user and
+// maxDuration class, class, user, everyone), read again every ratioRefresh. The month's groups
+// are read again every ratioRefresh while there are few samples and every ratioRefreshLong
+// after (they drift slowly once learned, and sorting weeks of samples every five simulated
+// minutes would cost more than the replay); a user's ratio for a class, which weighs his latest
+// runs most and counts those still running (scheduler.RecentRatio), and so moves with each of
+// them, is read again every ratioRefresh for the groups that started or ended a run since or
+// have one running, against the month's distribution of the last full read.
 type ratioLearner struct {
-	samples []ratioSample // in end order, those of the window at the last refresh and after
+	samples []ratioSample // ended, in end order: those of the window at the last refresh and after
 	runs    int           // runs ended so far
 	cur     scheduler.RunRatios
 	at      time.Time
 	n       int // runs ended at the last refresh
+	// latest holds each user and class's latest runs in start order (at most
+	// 2·RatioRecentJobs), live how many of them run, changed the groups that started or ended
+	// one since the last refresh, wide their month's ratio at the last full read, recentAt the
+	// last refresh of the recent ratios.
+	latest   map[scheduler.UserClass][]*learnRun
+	live     map[scheduler.UserClass]int
+	changed  map[scheduler.UserClass]bool
+	wide     map[scheduler.UserClass]scheduler.RunRatio
+	recentAt time.Time
 }
 
 type ratioSample struct {
 	created time.Time
 	s       scheduler.RatioSample
+}
+
+// learnRun is one run for the recent ratios: when its job (or restart) was queued, when it
+// started, when it ended (zero while it runs), its maxDuration, whether it was halted.
+type learnRun struct {
+	created, started, ended time.Time
+	maxDur                  time.Duration
+	halted                  bool
+	uc                      scheduler.UserClass
 }
 
 // The master loop's learning parameters (its RatioWindow, RatioMinJobs and RatioRefresh),
@@ -314,13 +336,37 @@ const (
 	ratioRefreshLong = 24 * time.Hour
 )
 
-// ended records a run that ended: created is when its job (or restart) was queued.
-func (l *ratioLearner) ended(created time.Time, user int64, ran, maxDur time.Duration) {
+// started records a run's start (nil: a job without maxDuration, which teaches nothing); its
+// end is given to ended.
+func (l *ratioLearner) started(created, at time.Time, user int64, maxDur time.Duration) *learnRun {
 	if maxDur <= 0 {
+		return nil
+	}
+	if l.latest == nil {
+		l.latest, l.live, l.changed = map[scheduler.UserClass][]*learnRun{}, map[scheduler.UserClass]int{}, map[scheduler.UserClass]bool{}
+	}
+	r := &learnRun{created: created, started: at, maxDur: maxDur, uc: scheduler.UserClass{UserID: user, Class: scheduler.DurationClass(maxDur)}}
+	g := append(l.latest[r.uc], r)
+	if len(g) > 2*scheduler.RatioRecentJobs {
+		g = append(g[:0], g[len(g)-scheduler.RatioRecentJobs:]...)
+	}
+	l.latest[r.uc] = g
+	l.live[r.uc]++
+	l.changed[r.uc] = true
+	return r
+}
+
+// ended records the end of a run that started, halted or on its own.
+func (l *ratioLearner) ended(r *learnRun, at time.Time, halted bool) {
+	if r == nil || !r.ended.IsZero() {
 		return
 	}
+	r.ended, r.halted = at, halted
+	l.live[r.uc]--
+	l.changed[r.uc] = true
 	l.runs++
-	l.samples = append(l.samples, ratioSample{created: created, s: scheduler.RatioSample{UserID: user, MaxDuration: maxDur, Ratio: ran.Seconds() / maxDur.Seconds()}})
+	l.samples = append(l.samples, ratioSample{created: r.created, s: scheduler.RatioSample{UserID: r.uc.UserID, MaxDuration: r.maxDur,
+		Ratio: at.Sub(r.started).Seconds() / r.maxDur.Seconds(), Started: r.started, Halted: halted}})
 }
 
 // ratios returns the ratios as of now.
@@ -330,6 +376,9 @@ func (l *ratioLearner) ratios(now time.Time) scheduler.RunRatios {
 		every = ratioRefreshLong
 	}
 	if !l.at.IsZero() && now.Sub(l.at) < every {
+		if now.Sub(l.recentAt) >= ratioRefresh {
+			l.refreshRecent(now, false)
+		}
 		return l.cur
 	}
 	// The window only moves forward: samples older than it are dropped for good, so that a
@@ -337,16 +386,67 @@ func (l *ratioLearner) ratios(now time.Time) scheduler.RunRatios {
 	from := now.Add(-ratioWindow)
 	kept := l.samples[:0]
 	in := make([]scheduler.RatioSample, 0, len(l.samples))
+	perUC := map[scheduler.UserClass][]float64{}
 	for _, s := range l.samples {
 		if !s.created.Before(from) {
 			kept = append(kept, s)
 			in = append(in, s.s)
+			k := scheduler.UserClass{UserID: s.s.UserID, Class: scheduler.DurationClass(s.s.MaxDuration)}
+			perUC[k] = append(perUC[k], s.s.Ratio)
 		}
 	}
 	clear(l.samples[len(kept):])
 	l.samples = kept
 	l.cur, l.at, l.n = scheduler.LearnRatios(in, ratioMinJobs), now, l.runs
+	l.wide = make(map[scheduler.UserClass]scheduler.RunRatio, len(perUC))
+	for k, rs := range perUC {
+		if len(rs) >= ratioMinJobs {
+			l.wide[k] = scheduler.WindowRatio(rs)
+		}
+	}
+	l.refreshRecent(now, true)
 	return l.cur
+}
+
+// refreshRecent learns again the users' ratios for their classes from their latest runs in the
+// window (scheduler.RecentRatio, as LearnRatios does): every group after a full read (all), else
+// those that started or ended a run since the last refresh or have one running (what it has run
+// so far grows).
+func (l *ratioLearner) refreshRecent(now time.Time, all bool) {
+	l.recentAt = now
+	from := now.Add(-ratioWindow)
+	uc := make(map[scheduler.UserClass]scheduler.RunRatio, len(l.cur.UserClasses)+len(l.changed))
+	for k, r := range l.cur.UserClasses { // a new map: a snapshot handed out keeps its own
+		if _, ok := l.wide[k]; ok {
+			uc[k] = r
+		}
+	}
+	var latest []scheduler.RatioRun
+	for k, g := range l.latest {
+		if !all && !l.changed[k] && l.live[k] == 0 {
+			continue
+		}
+		wide, ok := l.wide[k]
+		if !ok {
+			// Fewer than ratioMinJobs ended in the window at the last full read: no ratio of
+			// its own until the next (as the master's HAVING).
+			continue
+		}
+		latest = latest[:0]
+		for i := len(g) - 1; i >= 0 && len(latest) < scheduler.RatioRecentJobs; i-- {
+			r := g[i]
+			switch {
+			case r.created.Before(from):
+			case r.ended.IsZero():
+				latest = append(latest, scheduler.RatioRun{Ratio: now.Sub(r.started).Seconds() / r.maxDur.Seconds(), Censored: true})
+			default:
+				latest = append(latest, scheduler.RatioRun{Ratio: r.ended.Sub(r.started).Seconds() / r.maxDur.Seconds(), Censored: r.halted})
+			}
+		}
+		uc[k] = scheduler.RecentRatio(latest, wide)
+	}
+	clear(l.changed)
+	l.cur.UserClasses = uc
 }
 
 // waitingBeside copies the queued jobs that are not candidates of the pass, for

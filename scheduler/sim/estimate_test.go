@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -58,7 +59,7 @@ func TestAccuracyByHand(t *testing.T) {
 func TestLearnRatiosInSim(t *testing.T) {
 	var l ratioLearner
 	for i := range 20 {
-		l.ended(t0, 1, time.Duration(i+1)*time.Minute, 20*time.Minute)
+		l.ended(l.started(t0, t0, 1, 20*time.Minute), t0.Add(time.Duration(i+1)*time.Minute), false)
 	}
 	r := l.ratios(t0)
 	u, ok := r.Users[1]
@@ -73,3 +74,87 @@ func TestLearnRatiosInSim(t *testing.T) {
 }
 
 func abs(x float64) float64 { return max(x, -x) }
+
+// TestLearnerFollowsTheLatestRuns: once the replay reads the month's ratios only daily, a user's
+// ratio for a class still follows his latest runs at every ratioRefresh, the running ones
+// counted for what they have run so far (as the master's, read every RatioRefresh), and is what
+// LearnRatios gives over the same runs; the month's groups wait for the next full read.
+func TestLearnerFollowsTheLatestRuns(t *testing.T) {
+	var l ratioLearner
+	var all []scheduler.RatioSample
+	at := t0
+	run := func(n int, ran time.Duration) {
+		for range n {
+			at = at.Add(time.Second)
+			l.ended(l.started(at, at, 1, time.Hour), at.Add(ran), false)
+			all = append(all, scheduler.RatioSample{UserID: 1, MaxDuration: time.Hour, Ratio: ran.Hours(), Started: at})
+		}
+	}
+	run(500, 6*time.Minute)
+	now := at.Add(time.Hour)
+	first := l.ratios(now)
+	run(200, 54*time.Minute)
+	var runs []*learnRun
+	at = now.Add(ratioRefresh - 30*time.Minute)
+	for range 50 { // still running at now + ratioRefresh, for about 30 minutes then
+		at = at.Add(time.Second)
+		runs = append(runs, l.started(at, at, 1, time.Hour))
+	}
+	k := scheduler.UserClass{UserID: 1, Class: scheduler.DurationClass(time.Hour)}
+	if r := l.ratios(now.Add(ratioRefresh / 2)); r.UserClasses[k].Mid != first.UserClasses[k].Mid {
+		t.Fatalf("read again before ratioRefresh: mid %.3f → %.3f", first.UserClasses[k].Mid, r.UserClasses[k].Mid)
+	}
+	now = now.Add(ratioRefresh)
+	for _, r := range runs {
+		all = append(all, scheduler.RatioSample{UserID: 1, MaxDuration: time.Hour, Ratio: now.Sub(r.started).Hours(), Started: r.started, Running: true})
+	}
+	r := l.ratios(now)
+	want := scheduler.LearnRatios(all, ratioMinJobs).UserClasses[k]
+	if got := r.UserClasses[k]; abs(got.Mid-want.Mid) > 1e-9 || got.Low != want.Low || !slices.Equal(got.Q, want.Q) || got.Mid < 0.5 {
+		t.Errorf("after the latest runs: mid %.3f low %.3f, want LearnRatios' %.3f and %.3f", got.Mid, got.Low, want.Mid, want.Low)
+	}
+	if r.Global.Mid != first.Global.Mid {
+		t.Errorf("global ratio read again before the daily read: %.3f → %.3f", first.Global.Mid, r.Global.Mid)
+	}
+	if first.UserClasses[k].Mid > 0.11 {
+		t.Errorf("the map handed out before changed: mid %.3f", first.UserClasses[k].Mid)
+	}
+	// Nothing ends, but the running jobs run on: read again at every refresh. Past the 0.9 of
+	// the jobs that ended longest, they are sure to run longer than those: their share moves
+	// from 0.9 to maxDuration.
+	if r2 := l.ratios(now.Add(6 * ratioRefresh)); r2.UserClasses[k].Mid <= r.UserClasses[k].Mid+0.01 {
+		t.Errorf("running jobs ran past 0.9: mid %.4f → %.4f, want it higher", r.UserClasses[k].Mid, r2.UserClasses[k].Mid)
+	}
+}
+
+// TestLearnerTakesHaltsAsCut: a run the scheduler halted did not end on its own; a user's ratio
+// for the class takes it as one that would have run longer (scheduler.RatioRun.Censored), while
+// the class over everyone counts it as ended (it freed its GPUs then).
+func TestLearnerTakesHaltsAsCut(t *testing.T) {
+	var l ratioLearner
+	at := t0
+	for i := range 60 {
+		at = at.Add(time.Second)
+		ran := 12 * time.Minute // 0.2 of the hour
+		if i >= 40 {
+			ran = 18 * time.Minute // halted at 0.3
+		}
+		l.ended(l.started(at, at, 1, time.Hour), at.Add(ran), i >= 40)
+	}
+	r := l.ratios(at.Add(time.Hour))
+	k := scheduler.UserClass{UserID: 1, Class: scheduler.DurationClass(time.Hour)}
+	// The ended runs keep the weight they have among all (all of them ended below every halt);
+	// the halted ones' goes to maxDuration.
+	var ended, all float64
+	for i := range 60 {
+		w := math.Exp2(-float64(i) / scheduler.RatioHalfLife) // latest first
+		all += w
+		if i >= 20 {
+			ended += w
+		}
+	}
+	want := 0.2*ended/all + (1 - ended/all)
+	if uc, c := r.UserClasses[k], r.Classes[k.Class]; abs(uc.Mid-want) > 1e-9 || abs(c.Mid-(40*0.2+20*0.3)/60) > 1e-9 {
+		t.Errorf("user's class mid %.4f, want %.4f (the halted would have run past 0.3); class %.4f, want the halts as ends", uc.Mid, want, c.Mid)
+	}
+}

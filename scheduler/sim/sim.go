@@ -172,6 +172,7 @@ type running struct {
 	slave  int
 	haltAt time.Time // when Plan halted it; zero while not halting
 	pos    int       // index in runList and runPlaced
+	learn  *learnRun // the run as the ratios learn it
 }
 
 // simJob is a trace job's state across its restarts.
@@ -295,7 +296,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		}
 	}
 	// release frees what a running job holds and returns the GPU time of its run.
-	release := func(r *running, at time.Time) time.Duration {
+	release := func(r *running, at time.Time, halted bool) time.Duration {
 		delete(run, r.placed.JobUUID)
 		last := len(runList) - 1
 		runList[r.pos], runPlaced[r.pos] = runList[last], runPlaced[last]
@@ -307,7 +308,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		userGPUs[r.placed.UserID] -= g
 		held := time.Duration(g) * at.Sub(r.placed.Started)
 		state[r.idx].held += held
-		est.learn.ended(state[r.idx].since, r.placed.UserID, at.Sub(r.placed.Started), r.placed.Ends.Sub(r.placed.Started))
+		est.learn.ended(r.learn, at, halted)
 		return held
 	}
 
@@ -353,7 +354,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 			st := &state[r.idx]
 			switch e.kind {
 			case evEnd:
-				held := release(r, now)
+				held := release(r, now, false)
 				st.attained += held
 				done[r.idx] = true
 				outcomes[r.idx] = Outcome{Job: jobs[r.idx], Start: st.first, End: now, Slave: r.placed.SlaveName,
@@ -363,7 +364,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 				if r.haltAt.IsZero() {
 					continue
 				}
-				held := release(r, now)
+				held := release(r, now, true)
 				st.attained += held
 				changed = true
 				ran := now.Sub(r.placed.Started)
@@ -376,6 +377,8 @@ func Run(cfg Config, jobs []TraceJob) Result {
 					st.seg++
 					res.GraceGPUTime += time.Duration(len(r.placed.GPUIndices)) * now.Sub(r.haltAt)
 					enqueue(r.idx, now)
+					// A restart arrives in the queue as a new job, as the master's Arrivals count it.
+					arrivals = append(arrivals, arrival{at: now, a: scheduler.Arrival{UserID: uid[jobs[r.idx].User], GPUs: jobs[r.idx].GPUs, MaxDuration: st.maxDur}})
 				} else {
 					res.Lost++
 					res.LostGPUTime += held
@@ -512,6 +515,7 @@ func Run(cfg Config, jobs []TraceJob) Result {
 				est.started(i, now)
 			}
 			heap.Push(&events, event{at: now.Add(st.left), kind: evEnd, uuid: a.JobUUID})
+			r.learn = est.learn.started(st.since, now, uid[j.User], st.maxDur)
 			if halting && !j.Interactive {
 				// Rounded up to a whole minute, so that the wakes of jobs started at nearby
 				// instants make one pass (the master plans every few seconds; a halt at most a
