@@ -43,7 +43,7 @@ func runB7(t *testing.T, rep *report, sz sizes) {
 			Value: fmt.Sprintf("%.0f s · %.0f s · %.3f · %.3f · %.0f %%", m.AvgJCT.Seconds(), m.P99Wait.Seconds(), m.Jain, m.HaltsPerJob, 100*a.InRange)})
 		rep.add(result{Scenario: "B7", Measure: fmt.Sprintf("replay %s: wall time (%d Plan calls)", p.Name, r.PlanCalls), Value: secs(r.Wall),
 			Goal: "≤ 20 s", Met: met(r.Wall <= 20*time.Second)})
-		rep.note("B7", "%s: %d jobs, avg wait %.0f s, p95 wait %.0f s, bounded slowdown %.2f, GPU util %.1f %%, halted before minDuration %d, lost %d jobs (%.0f GPU-h), grace %.1f GPU-h, interactive failed %d; estimates at submission: %d waited, err p50 %.0f s, p90 %.0f s, err/wait p50 %.2f, %.1f %% in range",
+		rep.note("B7", "%s: %d jobs, avg wait %.0f s, p95 wait %.0f s, bounded slowdown %.2f, GPU util %.1f %%, halted before minDuration %d, lost %d jobs (%.0f GPU-h), grace %.1f GPU-h, interactive failed %d; estimates at submission: %d waited, err p50 %.0f s, p90 %.0f s, err/wait p50 %.3f, %.1f %% in range",
 			p.Name, m.Jobs, m.AvgWait.Seconds(), m.P95Wait.Seconds(), m.AvgSlowdown, 100*m.Utilisation, r.HaltedEarly, r.Lost, r.LostGPUTime.Hours(),
 			r.GraceGPUTime.Hours(), r.InteractiveFailed, a.Waited, a.MedianErr.Seconds(), a.P90Err.Seconds(), a.MedianRel, 100*a.InRange)
 	}
@@ -56,6 +56,6 @@ func runB7(t *testing.T, rep *report, sz sizes) {
 	rep.add(result{Scenario: "B7", Measure: "fair-halt halts per job · halted before minDuration", Value: fmt.Sprintf("%.3f · %d", m.HaltsPerJob, fh.HaltedEarly),
 		Goal: "< 0.2 · 0", Met: met(m.HaltsPerJob < 0.2 && fh.HaltedEarly == 0)})
 	a := fh.Accuracy
-	rep.add(result{Scenario: "B7", Measure: "fair-halt estimate at submission: error / wait p50 · started inside the range", Value: fmt.Sprintf("%.2f · %.1f %%", a.MedianRel, 100*a.InRange),
+	rep.add(result{Scenario: "B7", Measure: "fair-halt estimate at submission: error / wait p50 · started inside the range", Value: fmt.Sprintf("%.3f · %.1f %%", a.MedianRel, 100*a.InRange),
 		Goal: "≤ 0.30 · ≥ 80 %", Met: met(a.Waited > 0 && a.MedianRel <= 0.3 && a.InRange >= 0.8)})
 }
