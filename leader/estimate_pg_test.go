@@ -3,9 +3,11 @@ package leader_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -209,5 +211,72 @@ func TestLoopStretchesByArrivals(t *testing.T) {
 	}
 	if got := s.EstimatedStartEarliest.Sub(assigned); got < 55*time.Minute || got > 65*time.Minute {
 		t.Errorf("its earliest start is %s after the assignment, want the raw 1 h", got)
+	}
+}
+
+// TestLearnedOffThePasses: while it leads, the loop reads the run-time ratios and the arrivals in
+// the background (at a month of a busy site's jobs the ratios take a second to read); a pass
+// reads them itself only when it has none, however stale they are. Jobs that end meanwhile reach
+// the ratios at a later background read; without the background (a pass alone), a pass reads
+// stale ones itself.
+func TestLearnedOffThePasses(t *testing.T) {
+	w := newEstimateWorld(t)
+	var passes atomic.Int32
+	l := w.loop(leader.Config{Interval: 10 * time.Millisecond, OnPass: func(time.Time, time.Duration, error) { passes.Add(1) }}, nil)
+	lead := func() (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- l.Lead(ctx, w.lead) }()
+		return func() {
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatalf("lead: %v", err)
+			}
+		}
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(2 * time.Minute); !ok(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waited 2 minutes for %s", what)
+			}
+		}
+	}
+	// Stale after a millisecond, but the background looks only hourly: the passes go on with
+	// what the first one read.
+	l.LearnEvery(time.Hour, time.Millisecond)
+	stop := lead()
+	waitFor("ten passes", func() bool { return passes.Load() >= 10 })
+	stop()
+	first, reads, _ := l.Learned()
+	if reads != 1 {
+		t.Errorf("the passes read the ratios %d times themselves, want once (the first pass)", reads)
+	}
+	// Twenty ended jobs, then a background that looks every 10 ms: it reads them.
+	for range leader.RatioMinJobs {
+		id := w.submit(4 * time.Hour)
+		if _, err := w.st.DB().ExecContext(context.Background(), `UPDATE jobs SET status = 'FINISHED',
+    event_times = jsonb_build_object('RUNNING', now() - interval '2 hours', 'FINISHED', now() - interval '1 hour') WHERE uuid = $1`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.LearnEvery(10*time.Millisecond, 50*time.Millisecond)
+	stop = lead()
+	waitFor("ratios read again", func() bool {
+		r, _, global := l.Learned()
+		return r.After(first) && global.Mid > 0.24 && global.Mid < 0.26
+	})
+	stop()
+	if _, reads, _ := l.Learned(); reads != 1 {
+		t.Errorf("the passes read the ratios %d times themselves, want once (the first pass)", reads)
+	}
+	// No background now: a pass reads stale ones itself.
+	waitFor("the ratios to be stale", func() bool {
+		r, _, _ := l.Learned()
+		return time.Since(r) > 100*time.Millisecond
+	})
+	w.pass(l)
+	if _, reads, _ := l.Learned(); reads != 2 {
+		t.Errorf("a pass without the background read %d times in all, want 2", reads)
 	}
 }

@@ -47,3 +47,15 @@ func (l *Loop) CheckFleetNow() { l.fleet.checkedAt = l.fleet.checkedAt.Add(-l.fl
 
 // ForecastNow makes the next pass forecast and write estimates, whatever Config.ForecastEvery.
 func (l *Loop) ForecastNow() { l.forecastAt = time.Time{} }
+
+// LearnEvery makes the loop check its learned inputs every `every` and read them again when
+// older than `after` (RatioRefresh), for tests that cannot wait minutes.
+func (l *Loop) LearnEvery(every, after time.Duration) { l.learnEvery, l.learnAfter = every, after }
+
+// Learned says when the ratios were last read (the database's clock), how many reads the
+// passes made themselves, and the global ratio read.
+func (l *Loop) Learned() (ratiosAt time.Time, passReads int, global scheduler.RunRatio) {
+	l.learned.mu.Lock()
+	defer l.learned.mu.Unlock()
+	return l.learned.ratiosAt, l.learned.passReads, l.learned.ratios.Global
+}

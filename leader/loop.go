@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/opengpulab/gpulab/job"
@@ -117,10 +118,11 @@ type Loop struct {
 	// lastIdle and lastCompact are when this leader last ran the idle check and the usage
 	// compaction (only the loop's goroutine touches them).
 	lastIdle, lastCompact time.Time
-	// ratios are the learned run-time ratios for start estimates, read at ratiosAt: one
-	// aggregate over a month of jobs, so read every RatioRefresh rather than every pass.
-	ratios   scheduler.RunRatios
-	ratiosAt time.Time
+	// learned holds the forecast's inputs read from the store, checked every learnEvery while
+	// leading (see learn).
+	learned    learned
+	learnEvery time.Duration
+	learnAfter time.Duration // RatioRefresh; tests shorten it
 	// phases are the last pass's (LastPass).
 	phases Phases
 	// queue remembers the queued and running jobs between passes.
@@ -131,9 +133,6 @@ type Loop struct {
 	fullAt  time.Time
 	// forecastAt is when the last pass that forecast began (see Config.ForecastEvery).
 	forecastAt time.Time
-	// arrived are the recent submissions (arrivals) as of arrivalsAt.
-	arrived    []scheduler.Arrival
-	arrivalsAt time.Time
 	// written are the start estimates this term wrote (see EstimateTolerance); explained the
 	// explanations.
 	written   written
@@ -176,43 +175,123 @@ const (
 	RatioRefresh = 5 * time.Minute
 )
 
-// runRatios returns the cached ratios, read again when older than RatioRefresh. A failed read
-// keeps the old ones: estimates are worth less than the pass.
-func (l *Loop) runRatios(ctx context.Context, now time.Time) scheduler.RunRatios {
-	if !l.ratiosAt.IsZero() && now.Sub(l.ratiosAt) < RatioRefresh {
-		return l.ratios
+// learned are the forecast's inputs that come from aggregates over many jobs: the run-time
+// ratios (a month of ended jobs, and each user's latest per class) and the recent arrivals (a
+// day of submissions), each read at most every RatioRefresh. While a term lasts they are read
+// in the background (Loop.learn), not by a pass: at a month of a busy site's jobs the ratios'
+// read takes a second or more, and a pass that waited for it every five minutes was the pass
+// p99. A pass reads them itself only when it has none (the first pass of the loop) or, without
+// the background reader (a pass run alone, as tests do), when they are stale.
+type learned struct {
+	mu         sync.Mutex
+	background bool // Loop.learn runs
+	ratios     scheduler.RunRatios
+	ratiosAt   time.Time
+	arrived    []scheduler.Arrival
+	arrivalsAt time.Time
+	// passReads counts the reads a pass made itself (for tests).
+	passReads int
+}
+
+// due says what is due for a read at now, read every `every`: ratios, arrivals. g.mu is held.
+func (g *learned) due(now time.Time, every time.Duration) (bool, bool) {
+	return g.ratiosAt.IsZero() || now.Sub(g.ratiosAt) >= every, g.arrivalsAt.IsZero() || now.Sub(g.arrivalsAt) >= every
+}
+
+// forPass returns the inputs for a pass at now, reading what the pass must read itself.
+func (l *Loop) forPass(ctx context.Context, now time.Time) (scheduler.RunRatios, []scheduler.Arrival) {
+	g := &l.learned
+	g.mu.Lock()
+	ratios, arrivals := g.due(now, l.learnAfter)
+	if g.background {
+		ratios, arrivals = g.ratiosAt.IsZero(), g.arrivalsAt.IsZero()
 	}
-	rows, err := l.st.RunRatios(ctx, now.Add(-RatioWindow), RatioMinJobs, scheduler.RatioQuantiles, scheduler.RatioRecentJobs)
-	if err != nil {
-		l.log.Warn("reading run-time ratios for start estimates failed", "err", err)
-		return l.ratios
+	if ratios || arrivals {
+		g.passReads++
 	}
-	l.ratios, l.ratiosAt = ratiosOf(rows, RatioMinJobs), now
-	return l.ratios
+	g.mu.Unlock()
+	if ratios || arrivals {
+		l.read(ctx, now, ratios, arrivals)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ratios, g.arrived
+}
+
+// learn keeps the forecast's inputs fresh while this term lasts: it checks every
+// learnEvery (a minute) and reads what is older than RatioRefresh, off the passes.
+func (l *Loop) learn(ctx context.Context) {
+	g := &l.learned
+	g.mu.Lock()
+	g.background = true
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		g.background = false
+		g.mu.Unlock()
+	}()
+	tick := time.NewTicker(l.learnEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now, err := l.st.Now(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				l.log.Warn("reading the database's clock for start estimates failed", "err", err)
+			}
+			continue
+		}
+		g.mu.Lock()
+		ratios, arrivals := g.due(now, l.learnAfter)
+		g.mu.Unlock()
+		if ratios || arrivals {
+			l.read(ctx, now, ratios, arrivals)
+		}
+	}
+}
+
+// read reads the ratios and the arrivals as of now (the database's clock), those asked for. A
+// failed read keeps the old ones: estimates are worth less than the pass.
+func (l *Loop) read(ctx context.Context, now time.Time, ratios, arrivals bool) {
+	g := &l.learned
+	if ratios {
+		rows, err := l.st.RunRatios(ctx, now.Add(-RatioWindow), RatioMinJobs, scheduler.RatioQuantiles, scheduler.RatioRecentJobs)
+		if err != nil {
+			if ctx.Err() == nil {
+				l.log.Warn("reading run-time ratios for start estimates failed", "err", err)
+			}
+		} else {
+			r := ratiosOf(rows, RatioMinJobs)
+			g.mu.Lock()
+			g.ratios, g.ratiosAt = r, now
+			g.mu.Unlock()
+		}
+	}
+	if arrivals {
+		rows, err := l.st.Arrivals(ctx, now.Add(-scheduler.ArrivalWindow), ArrivalsMax)
+		if err != nil {
+			if ctx.Err() == nil {
+				l.log.Warn("reading recent submissions for start estimates failed", "err", err)
+			}
+			return
+		}
+		out := make([]scheduler.Arrival, len(rows))
+		for i, r := range rows {
+			out[i] = scheduler.Arrival{UserID: r.UserID, GPUs: r.GPUs, MaxDuration: time.Duration(r.MaxDurationS) * time.Second, Count: r.Count}
+		}
+		g.mu.Lock()
+		g.arrived, g.arrivalsAt = out, now
+		g.mu.Unlock()
+	}
 }
 
 // ArrivalsMax bounds the groups of recent submissions (owner, GPUs, maxDuration) the forecast
 // weighs (scheduler.Snapshot.Arrivals), the largest first, read every RatioRefresh.
 const ArrivalsMax = 50000
-
-// arrivals returns the submissions of the last scheduler.ArrivalWindow, read again when older
-// than RatioRefresh; a failed read keeps the old ones.
-func (l *Loop) arrivals(ctx context.Context, now time.Time) []scheduler.Arrival {
-	if !l.arrivalsAt.IsZero() && now.Sub(l.arrivalsAt) < RatioRefresh {
-		return l.arrived
-	}
-	rows, err := l.st.Arrivals(ctx, now.Add(-scheduler.ArrivalWindow), ArrivalsMax)
-	if err != nil {
-		l.log.Warn("reading recent submissions for start estimates failed", "err", err)
-		return l.arrived
-	}
-	out := make([]scheduler.Arrival, len(rows))
-	for i, r := range rows {
-		out[i] = scheduler.Arrival{UserID: r.UserID, GPUs: r.GPUs, MaxDuration: time.Duration(r.MaxDurationS) * time.Second, Count: r.Count}
-	}
-	l.arrived, l.arrivalsAt = out, now
-	return out
-}
 
 // ratiosOf turns the store's rows into the planner's input; a global row over fewer than
 // minJobs jobs is no knowledge.
@@ -288,7 +367,7 @@ func NewLoop(st *store.Store, cfg Config, log *slog.Logger, wake, work *schedule
 	}
 	return &Loop{st: st, cfg: cfg, log: log, wake: wake, work: work, queue: newQueue(cfg.FullReadEvery, log, cfg.Metrics.ObserveDrift),
 		fleet:   newFleet(cfg.FullReadEvery, log, cfg.Metrics.ObserveDrift),
-		written: written{}, explained: explained{}}
+		written: written{}, explained: explained{}, learnEvery: time.Minute, learnAfter: RatioRefresh}
 }
 
 // Run schedules until ctx ends. Only one master at a time holds the lease; the others try
@@ -334,6 +413,13 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 		l.renew(ctx, lead, cancel)
 	}()
 	defer func() { <-renewed }()
+	defer cancel(nil)
+	learning := make(chan struct{})
+	go func() {
+		defer close(learning)
+		l.learn(ctx)
+	}()
+	defer func() { <-learning }()
 	defer cancel(nil)
 	if l.cfg.WhileLeading != nil {
 		chores := make(chan struct{})
@@ -691,8 +777,7 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	snap.Tallies = tallies
 	l.timed("tallies", t)
 	t = time.Now()
-	snap.Ratios = l.runRatios(ctx, now)
-	snap.Arrivals = l.arrivals(ctx, now)
+	snap.Ratios, snap.Arrivals = l.forPass(ctx, now)
 	l.timed("run ratios", t)
 	t = time.Now()
 	reservations, err := l.st.ListReservations(ctx, now)
