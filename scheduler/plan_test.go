@@ -210,6 +210,14 @@ func TestPlan(t *testing.T) {
 			},
 		},
 		{
+			// Named, the slave would change with every GPU that comes and goes.
+			name:    "several slaves as close: none named",
+			slaves:  []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 2)...)), mkSlave("gpu2", gpus(gpuList(v100, 32, 0, 2)...))},
+			running: []Placed{hold("gpu1", []int{0}, ids(0, 1), 1), hold("gpu2", []int{1}, ids(0, 1), 1)},
+			queued:  []Job{mkJob("big", 2, 1, 1)},
+			want:    map[string]string{"big": "WAIT needs 2 GPUs, at most 1 free on any slave"},
+		},
+		{
 			name:   "oldest submission first, whatever the snapshot order",
 			slaves: []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 1)...))},
 			queued: []Job{mkJob("late", 1, 1, 1, submitted(-time.Minute)), mkJob("early", 1, 1, 1, submitted(-time.Hour))},
