@@ -346,6 +346,9 @@ func LoadClientPEM(pemData []byte, password string) (tls.Certificate, error) {
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("parse certificate: %w", err)
 	}
+	if pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool }); !ok || !pub.Equal(leaf.PublicKey) {
+		return tls.Certificate{}, errors.New("the private key in the PEM file does not belong to its first certificate")
+	}
 	return tls.Certificate{Certificate: certs, PrivateKey: key, Leaf: leaf}, nil
 }
 
@@ -356,7 +359,8 @@ func parseKey(keyPEM []byte, password string) (crypto.Signer, error) {
 	}
 	der := b.Bytes
 	//nolint:staticcheck // see ClientPEM: the traditional encryption is the interoperable one.
-	if x509.IsEncryptedPEMBlock(b) {
+	encrypted := x509.IsEncryptedPEMBlock(b)
+	if encrypted {
 		if password == "" {
 			return nil, ErrPasswordNeeded
 		}
@@ -378,6 +382,11 @@ func parseKey(keyPEM []byte, password string) (crypto.Signer, error) {
 	}
 	if k, err := x509.ParsePKCS1PrivateKey(der); err == nil {
 		return k, nil
+	}
+	if encrypted {
+		// The legacy encryption has no integrity check: about one wrong password in 256 gets
+		// past DecryptPEMBlock's padding test and yields garbage, which is what lands here.
+		return nil, ErrWrongPassword
 	}
 	return nil, errors.New("private key is neither PKCS#8, EC nor PKCS#1")
 }

@@ -3,6 +3,7 @@ package pki
 import (
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,6 +116,28 @@ func TestURN(t *testing.T) {
 	for _, bad := range []string{"", "urn:x", "urn:publicid:IDN+a+user", "urn:publicid:IDN++user+x"} {
 		if _, err := ParseURN(bad); err == nil {
 			t.Errorf("ParseURN(%q) accepted", bad)
+		}
+	}
+}
+
+// The legacy PEM encryption has no integrity check: some wrong passwords pass its padding test.
+// Every one of many wrong passwords must still read as a wrong password.
+func TestEveryWrongPasswordIsWrong(t *testing.T) {
+	ca, err := NewCA("test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := ca.IssueClient(ClientSpec{Kind: KindUser, URN: UserURN("example.org", "carol"), Name: "carol"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pemData, err := ClientPEM(cert, key, "right")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2000; i++ {
+		if _, err := LoadClientPEM(pemData, fmt.Sprintf("wrong-%d", i)); !errors.Is(err, ErrWrongPassword) {
+			t.Fatalf("password wrong-%d: %v", i, err)
 		}
 	}
 }

@@ -61,11 +61,19 @@ export GPULAB_PUBLIC_URL="${GPULAB_PUBLIC_URL:-https://localhost:$port}"
 "$m" serve --listen ":$port" --admins alice@example.org --oidc-redirect-url "https://localhost:$port/auth/callback" \
   --idle-gpu-after "${GPULAB_RUN_IDLE_AFTER:-2m}" >"$dir/master.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 1 100); do
-  curl -sk "https://localhost:$port/readyz" >/dev/null 2>&1 && break
+# Ready is this master's own "master listening" line and its /readyz answering 200: an answer
+# alone could come from another program on the port while this master fails to bind it.
+master_ready=0
+for _ in $(seq 1 600); do
   kill -0 "${pids[1]}" 2>/dev/null || { cat "$dir/master.log" >&2; exit 1; }
+  if grep -q 'master listening' "$dir/master.log" 2>/dev/null &&
+    curl -sfk "https://localhost:$port/readyz" >/dev/null 2>&1; then
+    master_ready=1
+    break
+  fi
   sleep 0.1
 done
+[ "$master_ready" = 1 ] || { echo "the master did not get ready in 60 s:" >&2; tail -n 30 "$dir/master.log" >&2; exit 1; }
 cp "$dir/data/ca.pem" "$dir/ca.pem"
 /usr/bin/python3 "$(dirname "$0")/mailcatcher.py" --dir "$dir/mail" --port "$smtp_port" >"$dir/mail.log" 2>&1 &
 pids+=($!)

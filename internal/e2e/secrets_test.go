@@ -128,7 +128,8 @@ func TestNoSecretInArgumentsOrLogs(t *testing.T) {
 	master := "https://localhost:" + port
 	status, at, body, err := testmaster.BrowserLogin(browser, master, "alice", secrets["alice's portal password"])
 	if err != nil || status != http.StatusOK || at.Host != "localhost:"+port {
-		t.Fatalf("portal login: %d at %v: %v %.300s", status, at, err, body)
+		master, _ := os.ReadFile(filepath.Join(dir, "master.log"))
+		t.Fatalf("portal login: %d at %v: %v %.300s\nrun.sh:\n%s\nmaster.log:\n%s", status, at, err, body, runOut.String(), lastLines(string(master), 40))
 	}
 
 	// A password-protected certificate, its password in a file, used by gpulab-cli.
@@ -361,4 +362,13 @@ func interactive(t *testing.T, bin, dir, master, image string, out *testenv.Sync
 	if b, err := cancel.CombinedOutput(); err != nil {
 		t.Fatalf("gpulab-cli cancel %s: %v\n%s", id, err, b)
 	}
+}
+
+// lastLines is the end of a log, for a failure message.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
