@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -278,5 +279,72 @@ func TestLearnedOffThePasses(t *testing.T) {
 	w.pass(l)
 	if _, reads, _ := l.Learned(); reads != 2 {
 		t.Errorf("a pass without the background read %d times in all, want 2", reads)
+	}
+}
+
+// TestForecastOffThePasses: while a term lasts, the passes do not forecast; the forecaster
+// plans the snapshot a pass handed off again, with ranges, and writes the estimates in its own
+// transaction: the waiting jobs get their estimate with its range, and a new one gets its own
+// at the next forecast.
+func TestForecastOffThePasses(t *testing.T) {
+	w := newEstimateWorld(t)
+	ctx := context.Background()
+	w.oneGPUSlave()
+	running := w.submit(time.Hour)
+	waiting := w.submit(time.Hour)
+	var logs testenv.SyncBuffer
+	l := leader.NewLoop(w.st, leader.Config{Interval: 10 * time.Millisecond, ForecastEvery: 20 * time.Millisecond},
+		slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), scheduler.NewSignal(), scheduler.NewSignal())
+	leadCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- l.Lead(leadCtx, w.lead) }()
+	stop := func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("lead: %v", err)
+		}
+	}
+	defer func() {
+		if leadCtx.Err() == nil {
+			stop()
+		}
+	}()
+	estimated := func(id string) bool {
+		rec, err := w.st.GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := rec.Job.State.Scheduling
+		return s.EstimatedStart != nil && s.EstimatedStartEarliest != nil && s.EstimatedStartLatest != nil
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(2 * time.Minute); !ok(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waited 2 minutes for %s; log:\n%s", what, logs.String())
+			}
+		}
+	}
+	waitFor("the waiting job's estimate", func() bool { return estimated(waiting) })
+	late := w.submit(time.Hour)
+	waitFor("the new job's estimate", func() bool { return estimated(late) })
+	stop()
+	if rec, err := w.st.GetJob(ctx, running); err != nil || rec.Job.State.Status != job.StatusAssigned {
+		t.Fatalf("first job: %v %v, want ASSIGNED", rec, err)
+	}
+	if !strings.Contains(logs.String(), "forecast written") {
+		t.Errorf("no forecast was written by the forecaster; log:\n%s", logs.String())
+	}
+	passes := 0
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "scheduler pass phases") {
+			passes++
+			if strings.Contains(line, "estimates=") {
+				t.Errorf("a leading pass wrote estimates itself: %s", line)
+			}
+		}
+	}
+	if passes == 0 {
+		t.Error("no pass logged its phases")
 	}
 }

@@ -40,7 +40,7 @@ func (l *Loop) Snapshot(ctx context.Context) (scheduler.Snapshot, error) {
 
 // ForgetEstimates forgets what estimates the term wrote, as if they had been changed behind its
 // back (which only tests do).
-func (l *Loop) ForgetEstimates() { l.written, l.explained = written{}, explained{} }
+func (l *Loop) ForgetEstimates() { l.forgetWritten(); l.explained = explained{} }
 
 // CheckFleetNow makes the next read of the slaves a full one that checks the memory.
 func (l *Loop) CheckFleetNow() { l.fleet.checkedAt = l.fleet.checkedAt.Add(-l.fleet.checkEvery) }

@@ -133,10 +133,14 @@ type Loop struct {
 	fullAt  time.Time
 	// forecastAt is when the last pass that forecast began (see Config.ForecastEvery).
 	forecastAt time.Time
-	// written are the start estimates this term wrote (see EstimateTolerance); explained the
-	// explanations.
+	// written are the start estimates this term wrote (see EstimateTolerance), guarded by
+	// writtenMu (the forecaster writes them too); explained the explanations.
+	writtenMu sync.Mutex
 	written   written
 	explained explained
+	// forecasts hands snapshots to the forecaster while this master leads (nil otherwise: a
+	// pass forecasts itself); see forecaster.
+	forecasts chan forecastJob
 	// fleet remembers the slaves between passes.
 	fleet *fleet
 	// dbNow is the database's clock as the last snapshot read it, at dbNowAt on this one's.
@@ -404,7 +408,8 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 	// reads and plans everything.
 	l.queue.reset()
 	l.fleet.reset()
-	l.planned, l.accruedAt, l.dbNow, l.written, l.explained = nil, time.Time{}, time.Time{}, written{}, explained{}
+	l.planned, l.accruedAt, l.dbNow, l.explained = nil, time.Time{}, time.Time{}, explained{}
+	l.forgetWritten()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	renewed := make(chan struct{})
@@ -420,6 +425,16 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 		l.learn(ctx)
 	}()
 	defer func() { <-learning }()
+	defer cancel(nil)
+	forecasts := make(chan forecastJob, 1)
+	forecasting := make(chan struct{})
+	go func() {
+		defer close(forecasting)
+		l.forecaster(ctx, lead, forecasts)
+	}()
+	l.forecasts = forecasts
+	defer func() { l.forecasts = nil }()
+	defer func() { <-forecasting }()
 	defer cancel(nil)
 	if l.cfg.WhileLeading != nil {
 		chores := make(chan struct{})
@@ -609,7 +624,10 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 	narrowed := false
 	full := l.planned == nil || l.cfg.Sweep < 0 || time.Since(l.fullAt) >= l.cfg.FullReadEvery
 	estimate := full || l.cfg.ForecastEvery <= 0 || time.Since(l.forecastAt) >= l.cfg.ForecastEvery
-	snap.NoRanges = !estimate
+	// With a forecaster (a leading term), the pass's own plan never forecasts: the forecaster
+	// plans the same snapshot again with ranges, off the pass.
+	background := l.forecasts != nil
+	snap.NoRanges = !estimate || background
 	if full {
 		l.planned, l.fullAt = map[string]bool{}, time.Now()
 		plan = snap.Plan()
@@ -618,10 +636,10 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 	}
 	ph.Planned, ph.Plan = len(snap.Queued), time.Since(t)
 	t = time.Now()
-	placed, err := l.apply(ctx, lead, snap, hosts, plan, narrowed, estimate)
+	placed, err := l.apply(ctx, lead, snap, hosts, plan, narrowed, estimate && !background)
 	ph.Apply, ph.Assigned = time.Since(t), placed
 	if err == nil {
-		if estimate {
+		if estimate && (!background || l.handOff(snap, narrowed)) {
 			l.forecastAt = start
 		}
 		l.remember(snap.Queued, plan)
@@ -940,12 +958,16 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 	}
 	// Assigned jobs' estimates were cleared with the assignment; jobs no longer queued are
 	// forgotten.
+	queued := func(id string) bool { _, ok := l.queue.jobs[id]; return ok }
+	l.writtenMu.Lock()
 	for _, a := range plan.Assignments {
 		delete(l.written, a.JobUUID)
+	}
+	l.written.forget(queued)
+	l.writtenMu.Unlock()
+	for _, a := range plan.Assignments {
 		delete(l.explained, a.JobUUID)
 	}
-	queued := func(id string) bool { _, ok := l.queue.jobs[id]; return ok }
-	l.written.forget(queued)
 	l.explained.forget(queued)
 	var wrote []string
 	var estimates map[string]job.StartEstimate
@@ -965,49 +987,72 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 			return nil
 		}
 		t = time.Now()
-		est := startEstimates(plan)
-		// What changed by more than EstimateTolerance since this term wrote it; everything at
-		// the term's first (full) pass, when nothing is known of what the database holds.
-		var write []string // nil: every queued job
-		if narrowed || len(l.written) > 0 {
-			ids := make([]string, len(snap.Queued))
-			for i, j := range snap.Queued {
-				ids[i] = j.UUID
-			}
-			write = l.written.changed(est, ids)
-		}
-		if write == nil || len(write) > 0 {
-			sub := est
-			if write != nil {
-				sub = make(map[string]job.StartEstimate, len(write))
-				for _, id := range write {
-					if e, ok := est[id]; ok {
-						sub[id] = e
-					}
-				}
-			}
-			if err := tx.SetStartEstimatesAmong(ctx, sub, write); err != nil {
-				return err
-			}
-		}
-		wrote = write
-		if wrote == nil {
-			wrote = make([]string, len(snap.Queued))
-			for i, j := range snap.Queued {
-				wrote[i] = j.UUID
-			}
-		}
-		estimates = est
+		var err error
+		estimates, wrote, err = l.writeEstimates(ctx, tx, plan, snap.Queued, narrowed)
 		l.timed("estimates", t)
-		return nil
+		return err
 	})
 	if err != nil {
-		l.written, l.explained = written{}, explained{} // what the database holds is unknown again
+		l.explained = explained{} // what the database holds is unknown again
+		l.forgetWritten()
 		return assigned, fmt.Errorf("explain the waiting jobs: %w", err)
 	}
-	l.written.record(estimates, wrote)
+	l.recordWritten(estimates, wrote)
 	l.explained.record(explain)
 	return assigned, nil
+}
+
+// writeEstimates writes the start estimates of a plan's waiting jobs (queued: the jobs it
+// planned) that changed by more than EstimateTolerance since this term wrote them, everything
+// at the term's first full plan, when nothing is known of what the database holds. It returns
+// the estimates and the jobs written, for recordWritten once the transaction commits.
+func (l *Loop) writeEstimates(ctx context.Context, tx *store.Store, plan scheduler.Plan, queued []scheduler.Job, narrowed bool) (map[string]job.StartEstimate, []string, error) {
+	est := startEstimates(plan)
+	var write []string // nil: every queued job
+	l.writtenMu.Lock()
+	if narrowed || len(l.written) > 0 {
+		ids := make([]string, len(queued))
+		for i, j := range queued {
+			ids[i] = j.UUID
+		}
+		write = l.written.changed(est, ids)
+	}
+	l.writtenMu.Unlock()
+	if write == nil || len(write) > 0 {
+		sub := est
+		if write != nil {
+			sub = make(map[string]job.StartEstimate, len(write))
+			for _, id := range write {
+				if e, ok := est[id]; ok {
+					sub[id] = e
+				}
+			}
+		}
+		if err := tx.SetStartEstimatesAmong(ctx, sub, write); err != nil {
+			return nil, nil, err
+		}
+	}
+	if write == nil {
+		write = make([]string, len(queued))
+		for i, j := range queued {
+			write[i] = j.UUID
+		}
+	}
+	return est, write, nil
+}
+
+// recordWritten notes estimates committed; forgetWritten forgets them all (what the database
+// holds is unknown: a new term, a failed write).
+func (l *Loop) recordWritten(est map[string]job.StartEstimate, ids []string) {
+	l.writtenMu.Lock()
+	defer l.writtenMu.Unlock()
+	l.written.record(est, ids)
+}
+
+func (l *Loop) forgetWritten() {
+	l.writtenMu.Lock()
+	defer l.writtenMu.Unlock()
+	l.written = written{}
 }
 
 // wakeSlaves names the slaves whose long polls have news after a plan: those that got jobs and

@@ -120,7 +120,7 @@ func TestNarrowedPlanPlacesWhatTheFullPlanPlaces(t *testing.T) {
 		if !slices.ContainsFunc(jobs, func(j scheduler.Job) bool { return j.UUID == fresh }) {
 			t.Fatalf("round %d: job %s, never planned, was left out", round, fresh)
 		}
-		_, early := narrow(snap, planned, 3)
+		early := earlyJobs(snap, planned, 3)
 		if narrowed {
 			smaller++
 		} else if len(early) < len(snap.Queued) {
@@ -162,74 +162,25 @@ func TestRememberPlanned(t *testing.T) {
 	}
 }
 
-// TestFitsByCounts: fitsByCounts answers as counting every slave's free GPUs, CPUs and memory
-// one by one does, on random busy clusters where some running jobs hold what the slave no
-// longer reports (a GPU index gone, CPU ids past its count) or hold it twice.
-func TestFitsByCounts(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 7))
-	for range 300 {
-		// Few slaves, so that an answer rests on one slave's count, not on any of many.
-		snap := randomCluster(rng, 1+rng.IntN(3), 60, 3)
-		for i := range snap.Running {
-			switch rng.IntN(8) {
-			case 0:
-				snap.Running[i].GPUIndices = append(snap.Running[i].GPUIndices, 9+rng.IntN(100))
-			case 1:
-				snap.Running[i].CPUIDs = append(snap.Running[i].CPUIDs, 32+rng.IntN(100), -1)
-			case 2:
-				snap.Running[i].CPUIDs = append(snap.Running[i].CPUIDs, snap.Running[i].CPUIDs...)
-			}
-		}
-		for i := range snap.Slaves {
-			if rng.IntN(5) == 0 {
-				snap.Slaves[i].GPUs = snap.Slaves[i].GPUs[:6] // two GPUs dropped out
-			}
-		}
-		fits := fitsByCounts(snap)
-		for _, j := range snap.Queued {
-			j.Request.Resources.CPUs = 1 + rng.IntN(40)
-			if got, want := fits(j), fitsOneByOne(snap, j); got != want {
-				t.Fatalf("job %s (%d GPUs, %d CPUs, %d GB, cluster %d): fits %v, counted one by one %v (seed %d)", j.UUID,
-					j.Request.Resources.GPUs, j.Request.Resources.CPUs, j.Request.Resources.CPUMemoryGb, j.Request.Resources.ClusterID, got, want, seed)
-			}
-		}
+// earlyJobs are the jobs whose turn comes before that of the first job the narrowed plan
+// leaves out (all of them when it leaves none out): the plan decides for them exactly what the
+// full plan decides.
+func earlyJobs(snap scheduler.Snapshot, planned map[string]bool, sweep int) map[string]bool {
+	jobs, decide := narrow(snap, planned)
+	sub := snap
+	sub.Queued, sub.Sweep, sub.Decide = jobs, sweep, decide
+	plan := sub.Plan()
+	keys := make([]scheduler.QueueKey, len(jobs))
+	for i := range jobs {
+		keys[i] = sub.QueueKey(&jobs[i])
 	}
-}
-
-// fitsOneByOne is fitsByCounts's reference: each slave's free resources counted from scratch.
-func fitsOneByOne(snap scheduler.Snapshot, j scheduler.Job) bool {
-	res := j.Request.Resources
-	for _, s := range snap.Slaves {
-		if !s.Online || !s.Accepting || res.ClusterID > 0 && s.ClusterID != res.ClusterID {
-			continue
+	slices.SortFunc(keys, scheduler.QueueKey.Compare)
+	early := map[string]bool{}
+	for _, k := range keys {
+		if len(plan.Skipped) > 0 && k.Job.UUID == plan.Skipped[0] {
+			break
 		}
-		gpus, cpus := map[int]bool{}, map[int]bool{}
-		mem := 0
-		for _, pl := range snap.Running {
-			if pl.SlaveName != s.Name {
-				continue
-			}
-			for _, g := range pl.GPUIndices {
-				gpus[g] = true
-			}
-			for _, c := range pl.CPUIDs {
-				if c >= 0 && c < s.CPUs {
-					cpus[c] = true
-				}
-			}
-			mem += pl.MemoryGb
-		}
-		freeGPUs := 0
-		for _, g := range s.GPUs {
-			if !gpus[g.Index] {
-				freeGPUs++
-			}
-		}
-		if freeGPUs >= res.GPUs && s.CPUs-len(cpus) >= res.CPUs && s.MemoryGb-mem >= res.CPUMemoryGb {
-			return true
-		}
+		early[k.Job.UUID] = true
 	}
-	return false
+	return early
 }

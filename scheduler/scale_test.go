@@ -73,7 +73,17 @@ func BenchmarkPlanB1x(b *testing.B) {
 func TestScanShortcutsKeepThePlan(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	snaps := []Snapshot{b1xSnapshot(60, 1500)}
+	// A full cluster where a few users are far lighter than the rest: SCORE halts for some of
+	// their jobs, none for most (makeRoom's shortcut when no slave's top outranks).
+	steady := steadySnapshot(60, 1500, 5)
+	steady.NoRanges = false
+	for u := range steady.Tallies {
+		steady.Tallies[u] = 1000 * float64(u%10)
+	}
+	for k := range steady.Running {
+		steady.Running[k].Restartable = k%2 == 0
+	}
+	snaps := []Snapshot{b1xSnapshot(60, 1500), steady}
 	for i := range uint64(12) {
 		s := randomSnapshot(seed+i, 40+int(i)*10, 600)
 		if i%2 == 1 {
@@ -95,6 +105,9 @@ func TestScanShortcutsKeepThePlan(t *testing.T) {
 			for _, diff := range planDiff(with, without) {
 				t.Errorf("snapshot %d: %s", i, diff)
 			}
+		}
+		if i == 1 && (len(with.Halts) == 0 || len(with.Explanations) == 0) {
+			t.Fatalf("the steady full cluster: %d halts, %d waiting: want both", len(with.Halts), len(with.Explanations))
 		}
 		if i == 0 && (len(with.Assignments) == 0 || len(with.Explanations) == 0) {
 			t.Fatalf("B1x's burst: %d assigned, %d waiting: want both", len(with.Assignments), len(with.Explanations))
@@ -185,6 +198,67 @@ func BenchmarkPlanSteadyForecast(b *testing.B) {
 				p = s.Plan()
 			}
 			b.ReportMetric(float64(len(p.Ranges)), "ranges")
+		})
+	}
+}
+
+// steadySnapshot is B8x's steady state as a pass sees it: slaves × 8 GPUs full with the jobs
+// B1x's first pass placed, a few of them ended since (their room free), and the rest of the
+// burst queued behind.
+func steadySnapshot(slaves, jobs, ended int) Snapshot {
+	s := b1xSnapshot(slaves, jobs)
+	first := s.Plan()
+	byUUID := map[string]Job{}
+	for _, j := range s.Queued {
+		byUUID[j.UUID] = j
+	}
+	rng := rand.New(rand.NewPCG(8, 1))
+	placed := map[string]bool{}
+	for i, a := range first.Assignments {
+		placed[a.JobUUID] = true
+		if i%(len(first.Assignments)/max(ended, 1)) == 0 && ended > 0 {
+			ended--
+			continue // ended since: its room is free
+		}
+		j := byUUID[a.JobUUID]
+		gi := make([]int, len(a.GPUs))
+		for k, g := range a.GPUs {
+			gi[k] = g.Index
+		}
+		started := t0.Add(-time.Duration(rng.Int64N(int64(24 * time.Hour))))
+		s.Running = append(s.Running, Placed{JobUUID: a.JobUUID, SlaveName: a.SlaveName, UserID: j.UserID, GPUIndices: gi,
+			CPUIDs: a.CPUIDs, MemoryGb: a.MemoryGb, Started: started, Ends: started.Add(j.Request.Scheduling.MaxDuration.Std())})
+	}
+	var queued []Job
+	for _, j := range s.Queued {
+		if !placed[j.UUID] {
+			queued = append(queued, j)
+		}
+	}
+	s.Queued = queued
+	s.NoRanges = true
+	return s
+}
+
+// BenchmarkPlanSteadyB8x is a pass of B8x's steady state without the forecast: 5,000 full
+// slaves, 25 jobs' room free, ~22,000 queued (GPULAB_BENCH_B1X=SLAVESxJOBS sizes the burst).
+func BenchmarkPlanSteadyB8x(b *testing.B) {
+	slaves, jobs := 5000, 44000
+	if os.Getenv("GPULAB_BENCH_B1X") != "" {
+		slaves, jobs = b1xSize()
+	}
+	s := steadySnapshot(slaves, jobs, 25)
+	for _, sweep := range []int{0, ForecastCap} {
+		b.Run(fmt.Sprintf("sweep=%d", sweep), func(b *testing.B) {
+			s := s
+			s.Sweep = sweep
+			var p Plan
+			for b.Loop() {
+				p = s.Plan()
+			}
+			b.ReportMetric(float64(len(s.Queued)), "queued")
+			b.ReportMetric(float64(len(s.Queued)-len(p.Skipped)), "decided")
+			b.ReportMetric(float64(len(p.Assignments)), "assigned")
 		})
 	}
 }

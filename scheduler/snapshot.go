@@ -45,6 +45,19 @@ type Snapshot struct {
 	// waiting (undecided, or in Waiting): the simulator measures a sample of jobs, and a sampled
 	// job placed at its first pass needs no range. Nil: every pass forecasts (the master).
 	RangesFor []string
+	// Sweep, when positive, narrows the plan to what can change (issue 16): of the jobs that
+	// cannot start at their turn by counts alone (no online, accepting slave of their cluster
+	// has as many free GPUs, CPUs and GB left, after the assignments before them), only the
+	// first Sweep in queue order are decided; the others are left out of the plan (Plan.Skipped:
+	// no explanation, no estimate, no halt), unless they are interactive, past their notAfter
+	// or named in Decide. A job left out could not be assigned and takes nothing, so every
+	// assignment and failure of the jobs decided is the full plan's, except where the full plan
+	// would have given a job left out a halt (Plan.HaltAfterCut says when that may be) or the
+	// backfill head lies beyond the sweep. Zero: every job is decided (the simulator).
+	Sweep int
+	// Decide names jobs a narrowed plan decides whatever their counts (the leader's jobs never
+	// planned before: a new job gets its explanation, or its failure, at once).
+	Decide map[string]bool
 	// Reservations are the current and future reservations.
 	Reservations []Reservation
 	// Clusters are the existing clusters by id; a job naming another id fails.
