@@ -1,6 +1,7 @@
 package leader
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -67,11 +68,14 @@ type Config struct {
 	// A full pass, which plans every queued job, comes at the start of a term and every
 	// FullReadEvery; see narrow.
 	Sweep int
-	// ForecastEvery is how often a pass forecasts the waiting jobs' starts and writes the
-	// estimates (a term's first pass and every full one do). The forecast replays the queue
-	// three times (scheduler.ForecastSamples) and was a sixth of a pass at B8x's size, where
-	// passes come twice a second to move estimates shown to the minute; between two, jobs keep
-	// what the last one wrote, and a new job gets its estimate at the next. Zero: every pass.
+	// ForecastEvery is how often the waiting jobs' starts are forecast and the estimates
+	// written (a term's first pass and every full one hand theirs off too): by the forecaster,
+	// off the passes, while a term lasts (see forecaster), by the pass itself when one runs
+	// alone. The forecast replays the queue three times (scheduler.ForecastSamples) and was a
+	// sixth of a pass at B8x's size, where passes come twice a second to move estimates shown to
+	// the minute; between two, jobs keep what the last one wrote, and a new job gets its
+	// estimate at the next. Zero: after every pass (the forecaster takes a pass's snapshot only
+	// when it is done with the last one).
 	ForecastEvery time.Duration
 	// MaxBusy bounds the share of the time the loop spends in slow passes woken by work
 	// (submits, ends): after a pass that took d ≥ QuickPass it rests d×(1/MaxBusy−1) before the
@@ -647,10 +651,34 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 		if l.log.Enabled(ctx, slog.LevelDebug) {
 			l.log.Debug("scheduler pass phases", "housekeeping", ph.Housekeeping, "read", ph.Read, "plan", ph.Plan, "apply", ph.Apply,
 				"slaves", ph.Slaves, "queued", ph.Queued, "planned", ph.Planned, "running", ph.Running, "assigned", placed,
-				"steps", stepsString(l.phases.Steps))
+				"fit_waiting", plan.FitWaiting, "skipped", len(plan.Skipped), "steps", stepsString(l.phases.Steps))
+			if plan.FitWaiting > 1000 {
+				l.log.Debug("many jobs that fit by counts were left waiting", "fit_waiting", plan.FitWaiting, "explained", topReasons(plan.Explanations, 3))
+			}
 		}
 	}
 	return err
+}
+
+// topReasons names the most common first lines of the waiting jobs' explanations, with their
+// counts (for the debug log).
+func topReasons(explained map[string][]string, n int) string {
+	count := map[string]int{}
+	for _, lines := range explained {
+		if len(lines) > 0 {
+			count[lines[0]]++
+		}
+	}
+	reasons := make([]string, 0, len(count))
+	for r := range count {
+		reasons = append(reasons, r)
+	}
+	slices.SortFunc(reasons, func(a, b string) int { return cmp.Compare(count[b], count[a]) })
+	var out []string
+	for _, r := range reasons[:min(n, len(reasons))] {
+		out = append(out, fmt.Sprintf("%d× %q", count[r], r))
+	}
+	return strings.Join(out, "; ")
 }
 
 // timed records how long a step of the pass (a read of the snapshot, a write of the plan) took.

@@ -43,6 +43,11 @@ type Plan struct {
 	// which the full plan might have given to a job left out.
 	Skipped      []string
 	HaltAfterCut bool
+	// FitWaiting counts the jobs a narrowed plan decided because they could start by counts
+	// at their turn, and left waiting all the same (a GPU model, CUDA, a cap, the backfill
+	// head's guard): each such job leaves the room it was judged by free for the next, so many
+	// of them make a narrowed plan large. The leader logs it with the pass's phases.
+	FitWaiting int
 }
 
 // Assignment places one job on one slave with the exact GPUs and CPU ids it gets, so that the
@@ -77,12 +82,15 @@ func (s Snapshot) Plan() Plan {
 	var assigned []assignedJob
 	swept := 0
 	for _, j := range queueOrder(s) {
-		if s.Sweep > 0 && !p.mustDecide(j, s.Decide) && !p.mayStart(j) {
-			if swept >= s.Sweep {
-				out.Skipped = append(out.Skipped, j.UUID)
-				continue
+		fits := false
+		if s.Sweep > 0 && !p.mustDecide(j, s.Decide) {
+			if fits = p.mayStart(j); !fits {
+				if swept >= s.Sweep {
+					out.Skipped = append(out.Skipped, j.UUID)
+					continue
+				}
+				swept++
 			}
-			swept++
 		}
 		halts := len(p.halts)
 		d := p.decide(j)
@@ -96,6 +104,9 @@ func (s Snapshot) Plan() Plan {
 		case d.fail != "":
 			out.Failures = append(out.Failures, Failure{JobUUID: j.UUID, Reason: d.fail})
 		default:
+			if fits {
+				out.FitWaiting++
+			}
 			out.Explanations[j.UUID] = d.wait
 			if !d.estimate.IsZero() {
 				out.Estimates[j.UUID] = d.estimate

@@ -151,32 +151,8 @@ func planDiff(a, b Plan) []string {
 // likely start's draws cost a pass (GPULAB_BENCH_B1X as for BenchmarkPlanB1x).
 func BenchmarkPlanSteadyForecast(b *testing.B) {
 	slaves, jobs := b1xSize()
-	s := b1xSnapshot(slaves, jobs)
-	first := s.Plan()
-	rng := rand.New(rand.NewPCG(7, 1))
-	placed := map[string]bool{}
-	byUUID := map[string]Job{}
-	for _, j := range s.Queued {
-		byUUID[j.UUID] = j
-	}
-	for _, a := range first.Assignments {
-		j := byUUID[a.JobUUID]
-		gi := make([]int, len(a.GPUs))
-		for k, g := range a.GPUs {
-			gi[k] = g.Index
-		}
-		started := t0.Add(-time.Duration(rng.Int64N(int64(24 * time.Hour))))
-		s.Running = append(s.Running, Placed{JobUUID: a.JobUUID, SlaveName: a.SlaveName, UserID: j.UserID, GPUIndices: gi,
-			CPUIDs: a.CPUIDs, MemoryGb: a.MemoryGb, Started: started, Ends: started.Add(j.Request.Scheduling.MaxDuration.Std())})
-		placed[a.JobUUID] = true
-	}
-	var queued []Job
-	for _, j := range s.Queued {
-		if !placed[j.UUID] {
-			queued = append(queued, j)
-		}
-	}
-	s.Queued = queued
+	s := steadySnapshot(slaves, jobs, 0)
+	s.NoRanges = false
 	q := make([]float64, RatioQuantiles+1)
 	for k := range q {
 		x := float64(k) / RatioQuantiles

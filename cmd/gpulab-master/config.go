@@ -125,7 +125,7 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.HaltLease, "halt-lease", envDuration(getenv, "GPULAB_HALT_LEASE", store.DefaultLeases.Halting), "a halt not begun, or not ended, this long fails the job (env GPULAB_HALT_LEASE)")
 	fs.DurationVar(&c.SchedulerInterval, "scheduler-interval", envDuration(getenv, "GPULAB_SCHEDULER_INTERVAL", 5*time.Second), "longest time between scheduler passes (env GPULAB_SCHEDULER_INTERVAL)")
 	fs.DurationVar(&c.ForecastEvery, "forecast-every", envDuration(getenv, "GPULAB_FORECAST_EVERY", leader.DefaultForecastEvery),
-		"how often a scheduler pass forecasts the queued jobs' start times and writes them; 0: every pass (env GPULAB_FORECAST_EVERY)")
+		"how often the leader forecasts the queued jobs' start times and writes them, beside the scheduler passes; 0: after every pass, as often as the forecast keeps up (env GPULAB_FORECAST_EVERY)")
 	fs.Float64Var(&c.MaxBusy, "scheduler-max-busy", envFloat(getenv, "GPULAB_SCHEDULER_MAX_BUSY", leader.DefaultMaxBusy),
 		"the most of the time slow scheduler passes (100 ms or more) woken by work may take: after one the loop rests in proportion (0.2: four times as long as the pass took); 0 or 1: passes back to back (env GPULAB_SCHEDULER_MAX_BUSY)")
 	fs.IntVar(&c.MemoryReserveGb, "memory-reserve-gb", envInt(getenv, "GPULAB_MEMORY_RESERVE_GB", 1), "memory kept free on every slave for its system (env GPULAB_MEMORY_RESERVE_GB)")
