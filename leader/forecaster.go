@@ -38,11 +38,13 @@ func (l *Loop) handOff(snap scheduler.Snapshot, narrowed bool) bool {
 // forecaster forecasts the waiting jobs' starts and writes the estimates, off the passes, for
 // as long as this term lasts. The forecast replays the queue (scheduler.ForecastSamples times
 // over up to scheduler.ForecastCap jobs) and writes what moved: at B8x's size that was
-// 0.2–0.4 s added to every fifth pass, most of the pass p99. Here it plans the snapshot a pass
+// 0.2–0.4 s added to every fifth pass, much of the pass p99. Here it plans the snapshot a pass
 // handed off again, with ranges, and writes the estimates in a transaction of its own that
 // proves the lease. A pass goes on meanwhile; an estimate written for a job a later pass
-// assigned is skipped by the store (it writes only QUEUED jobs), and the later pass's
-// assignment clears it anyway.
+// assigned is skipped by the store (it writes only QUEUED jobs), and the job's entry in the
+// written memory is dropped by a following pass (it is no longer queued). A job assigned and
+// queued again before that may keep no estimate until its forecast moves by
+// EstimateTolerance: a rare, short-lived gap, taken for passes that never wait on a forecast.
 func (l *Loop) forecaster(ctx context.Context, lead store.Leadership, in <-chan forecastJob) {
 	for {
 		select {
@@ -65,8 +67,11 @@ func (l *Loop) forecaster(ctx context.Context, lead store.Leadership, in <-chan 
 				l.recordWritten(est, wrote)
 				l.log.Debug("forecast written", "plan", planned, "write", time.Since(t), "planned", len(f.snap.Queued),
 					"ranges", len(plan.Ranges), "written", len(wrote), "after_pass", t.Sub(f.at))
-			case ctx.Err() != nil || errors.Is(err, store.ErrNotLeader):
+			case ctx.Err() != nil:
 				return
+			case errors.Is(err, store.ErrNotLeader):
+				// The term is over; its passes see it too and end it (and this goroutine).
+				l.forgetWritten()
 			default:
 				l.forgetWritten() // what the database holds is unknown again
 				l.log.Warn("writing start estimates failed", "err", err)
