@@ -1,11 +1,15 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,7 +42,7 @@ type fakeSlave struct {
 	mc    *protocol.Client
 	inv   protocol.Inventory
 	hooks *fakeHooks
-	fails *atomic.Int64
+	fails *failTally
 	beats *samples // every heartbeat's round trip, failed ones too
 
 	mu   sync.Mutex
@@ -55,8 +59,8 @@ type fakeJob struct {
 // fleet is a set of simulated slaves.
 type fleet struct {
 	slaves []*fakeSlave
-	fails  atomic.Int64 // calls to the master that failed (besides expected conflicts)
-	beats  samples      // heartbeat round trips, as the slaves saw them
+	fails  failTally // calls to the master that failed (besides expected conflicts)
+	beats  samples   // heartbeat round trips, as the slaves saw them
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
@@ -152,8 +156,68 @@ func (f *fleet) stopNow() {
 
 func (s *fakeSlave) failed(ctx context.Context, err error) {
 	if err != nil && ctx.Err() == nil && !errors.Is(err, protocol.ErrConflict) {
-		s.fails.Add(1)
+		s.fails.add(err)
 	}
+}
+
+// failTally counts failed protocol calls, and how often each kind of failure came (the error's
+// text with job ids and numbers left out), so that a report names what failed.
+type failTally struct {
+	n      atomic.Int64
+	mu     sync.Mutex
+	byKind map[string]int
+}
+
+var failNoise = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f-]{27}|[0-9]+(\.[0-9]+)?`)
+
+func (t *failTally) add(err error) {
+	t.n.Add(1)
+	kind := failNoise.ReplaceAllString(err.Error(), "N")
+	if len(kind) > 160 {
+		kind = kind[:160] + "…"
+	}
+	t.mu.Lock()
+	if t.byKind == nil {
+		t.byKind = map[string]int{}
+	}
+	t.byKind[kind]++
+	t.mu.Unlock()
+}
+
+// failKinds is ", the commonest: …" naming t's three commonest failures, or "" when none.
+func failKinds(t *failTally) string {
+	if top := t.top(3); top != "" {
+		return ", the commonest: " + top
+	}
+	return ""
+}
+
+// take returns the count and failKinds of the failures so far, and starts counting afresh.
+func (t *failTally) take() (int64, string) {
+	kinds := failKinds(t)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	clear(t.byKind)
+	return t.n.Swap(0), kinds
+}
+
+// Load is the number of failed calls.
+func (t *failTally) Load() int64 { return t.n.Load() }
+
+// top names the n commonest kinds of failure with their counts ("" when none failed).
+func (t *failTally) top(n int) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	kinds := make([]string, 0, len(t.byKind))
+	for k := range t.byKind {
+		kinds = append(kinds, k)
+	}
+	slices.SortFunc(kinds, func(a, b string) int { return cmp.Or(t.byKind[b]-t.byKind[a], strings.Compare(a, b)) })
+	var out []string
+	for _, k := range kinds[:min(n, len(kinds))] {
+		out = append(out, fmt.Sprintf("%d× %q", t.byKind[k], k))
+	}
+	return strings.Join(out, ", ")
 }
 
 func (s *fakeSlave) running() []protocol.RunningJob {

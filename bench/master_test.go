@@ -17,6 +17,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,6 +74,9 @@ type masterConfig struct {
 	// it there are none (`--max-running-per-user 0 --max-running-per-project 0`), so that a
 	// burst can fill the cluster.
 	CapRunning bool `json:"capRunning"`
+	// MemoryLimit, when set, is the Go runtime's soft memory limit (what GOMEMLIMIT sets; see
+	// the README's "Running a large site").
+	MemoryLimit int64 `json:"memoryLimit,omitempty"`
 }
 
 // masterAddrs is the line the master process prints when it serves.
@@ -97,10 +102,17 @@ func (p passRecord) End() time.Time { return p.Start.Add(p.Dur) }
 
 // memReport is the master process's memory.
 type memReport struct {
-	RSSBytes      int64  `json:"rssBytes"` // VmRSS from /proc/self/status
-	HeapInuse     uint64 `json:"heapInuse"`
-	Sys           uint64 `json:"sys"`
-	NumGoroutines int    `json:"goroutines"`
+	RSSBytes   int64  `json:"rssBytes"` // VmRSS from /proc/self/status
+	HeapInuse  uint64 `json:"heapInuse"`
+	HeapLive   uint64 `json:"heapLive"` // marked live by the last collection (runtime/metrics /gc/heap/live:bytes)
+	StackInuse uint64 `json:"stackInuse"`
+	NextGC     uint64 `json:"nextGC"`
+	// GCSecs and BusySecs are the Go runtime's estimates of the CPU the collector and all of
+	// the process (idle time excluded) used since it started (runtime/metrics /cpu/classes/).
+	GCSecs        float64 `json:"gcSecs"`
+	BusySecs      float64 `json:"busySecs"`
+	Sys           uint64  `json:"sys"`
+	NumGoroutines int     `json:"goroutines"`
 }
 
 // runMaster is the master role: the wiring of `gpulab-master serve` (cmd/gpulab-master/serve.go:
@@ -131,6 +143,9 @@ func runMaster() error {
 	}
 	log := slog.New(passCounter{Handler: slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}), c: &assigned})
 
+	if cfg.MemoryLimit > 0 {
+		debug.SetMemoryLimit(cfg.MemoryLimit)
+	}
 	st, err := store.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return err
@@ -156,6 +171,7 @@ func runMaster() error {
 		limits = nil // scheduler.DefaultLimits, as serve's flag defaults
 	}
 	d := &driver{assigned: &assigned, log: log}
+	st.ObserveBeats(d.onBeats)
 	// As serve does: the scheduler on a pool of its own (store.LeaderConns).
 	lst, err := store.OpenPool(ctx, cfg.DatabaseURL, store.LeaderConns)
 	if err != nil {
@@ -258,6 +274,24 @@ type driver struct {
 	mu     sync.Mutex
 	passes []passRecord
 	before int64 // assigned when the pass being recorded began
+	// stmts are the heartbeat statements since the last GET /bench/beatstmts (which takes
+	// them), so that a 30-minute soak's hundreds of thousands do not pile up in the master.
+	stmts []beatStmt
+}
+
+// beatStmt is one heartbeat statement (store.BeatObserver): when it ended, how many heartbeats
+// it carried, how long its oldest one waited for it, how long it took.
+type beatStmt struct {
+	End    time.Time     `json:"end"`
+	Size   int           `json:"size"`
+	Waited time.Duration `json:"waited"`
+	Took   time.Duration `json:"took"`
+}
+
+func (d *driver) onBeats(size int, waited, took time.Duration) {
+	d.mu.Lock()
+	d.stmts = append(d.stmts, beatStmt{End: time.Now(), Size: size, Waited: waited, Took: took})
+	d.mu.Unlock()
 }
 
 func (d *driver) startOnce() {
@@ -315,10 +349,21 @@ func (d *driver) controlMux() *http.ServeMux {
 		d.mu.Unlock()
 		_ = json.NewEncoder(w).Encode(out)
 	})
+	mux.HandleFunc("GET /bench/beatstmts", func(w http.ResponseWriter, r *http.Request) {
+		d.mu.Lock()
+		out := d.stmts
+		d.stmts = nil
+		d.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(out)
+	})
 	mux.HandleFunc("GET /bench/mem", func(w http.ResponseWriter, r *http.Request) {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		_ = json.NewEncoder(w).Encode(memReport{RSSBytes: selfRSS(), HeapInuse: ms.HeapInuse, Sys: ms.Sys, NumGoroutines: runtime.NumGoroutine()})
+		live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/cpu/classes/gc/total:cpu-seconds"},
+			{Name: "/cpu/classes/total:cpu-seconds"}, {Name: "/cpu/classes/idle:cpu-seconds"}}
+		metrics.Read(live)
+		_ = json.NewEncoder(w).Encode(memReport{RSSBytes: selfRSS(), HeapInuse: ms.HeapInuse, HeapLive: live[0].Value.Uint64(), StackInuse: ms.StackInuse,
+			NextGC: ms.NextGC, GCSecs: live[1].Value.Float64(), BusySecs: live[2].Value.Float64() - live[3].Value.Float64(), Sys: ms.Sys, NumGoroutines: runtime.NumGoroutine()})
 	})
 	return mux
 }
@@ -362,6 +407,7 @@ type masterOptions struct {
 	HeartbeatInterval time.Duration
 	Interval          time.Duration
 	CapRunning        bool
+	MemoryLimit       int64
 }
 
 // startMaster makes a fresh database (migrated), a CA, and starts the master process on them;
@@ -398,7 +444,7 @@ func startMaster(t testing.TB, o masterOptions) *master {
 		masterURL += "&log_min_duration_statement=" + d
 	}
 	cfg := masterConfig{DatabaseURL: masterURL, CADir: caDir, LogFile: logFile, Loop: o.Loop, HeartbeatInterval: o.HeartbeatInterval,
-		Interval: o.Interval, CapRunning: o.CapRunning}
+		Interval: o.Interval, CapRunning: o.CapRunning, MemoryLimit: o.MemoryLimit}
 	if cfg.HeartbeatInterval == 0 {
 		cfg.HeartbeatInterval = 5 * time.Second
 	}
@@ -468,6 +514,13 @@ func (m *master) startLoop() {
 		m.t.Fatalf("start loop: %v", err)
 	}
 	_ = resp.Body.Close()
+}
+
+// beatStmts takes the heartbeat statements the master recorded since the last call.
+func (m *master) beatStmts() []beatStmt {
+	var out []beatStmt
+	m.getJSON("/bench/beatstmts", &out)
+	return out
 }
 
 // passes returns the passes from index `from` on.

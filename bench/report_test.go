@@ -81,6 +81,7 @@ func dash(s string) string {
 // machine describes where the run happened: date, commit and the machine's facts.
 type machine struct {
 	Date, Commit, CPU, Kernel, Go, Postgres, Fsync, SyncCommit, Docker, Load string
+	SharedBuffers, MaxWALSize                                                string
 	Cores                                                                    int
 	MemGiB                                                                   float64
 }
@@ -121,6 +122,8 @@ func describeMachine(dbURL string) machine {
 		_ = db.QueryRowContext(ctx, `SHOW server_version`).Scan(&m.Postgres)
 		_ = db.QueryRowContext(ctx, `SHOW fsync`).Scan(&m.Fsync)
 		_ = db.QueryRowContext(ctx, `SHOW synchronous_commit`).Scan(&m.SyncCommit)
+		_ = db.QueryRowContext(ctx, `SHOW shared_buffers`).Scan(&m.SharedBuffers)
+		_ = db.QueryRowContext(ctx, `SHOW max_wal_size`).Scan(&m.MaxWALSize)
 		cancel()
 		_ = db.Close()
 	}
@@ -128,8 +131,8 @@ func describeMachine(dbURL string) machine {
 }
 
 func (m machine) String() string {
-	return fmt.Sprintf("%s, %d cores, %.1f GiB RAM, Linux %s (load average %s at the start); %s; PostgreSQL %s (fsync %s, synchronous_commit %s) on loopback; Docker %s",
-		dash(m.CPU), m.Cores, m.MemGiB, dash(m.Kernel), dash(m.Load), m.Go, dash(m.Postgres), dash(m.Fsync), dash(m.SyncCommit), dash(m.Docker))
+	return fmt.Sprintf("%s, %d cores, %.1f GiB RAM, Linux %s (load average %s at the start); %s; PostgreSQL %s (fsync %s, synchronous_commit %s, shared_buffers %s, max_wal_size %s) on loopback; Docker %s",
+		dash(m.CPU), m.Cores, m.MemGiB, dash(m.Kernel), dash(m.Load), m.Go, dash(m.Postgres), dash(m.Fsync), dash(m.SyncCommit), dash(m.SharedBuffers), dash(m.MaxWALSize), dash(m.Docker))
 }
 
 func run(dir, name string, args ...string) string {

@@ -142,8 +142,8 @@ GROUP BY assigned_slave_name HAVING sum(gpus) > $1) x`, spec.GPUs).Scan(&overful
 		Floor: fmt.Sprintf("%d single-row UPDATEs in 1 tx: %s", assigned, secs(floor)), Ratio: ratio(burst.Seconds(), floor.Seconds())})
 	rep.add(result{Scenario: id, Measure: "first pass (snapshot, Plan, apply, explanations and estimates)", Value: secs(passes[0].Dur),
 		Floor: "Plan alone, in memory: " + secs(planDur), Ratio: ratio(passes[0].Dur.Seconds(), planDur.Seconds())})
-	rep.note(id, "%d jobs placed in %d pass(es) (%v assigned per pass), %d of %d GPUs used (demand %d GPUs); jobs: 70 %% 1 GPU, 20 %% 2–8 GPUs, 10 %% pinned to one of %d clusters; fake slaves acknowledged (STARTING, RUNNING) while later passes ran; %d failed protocol calls",
-		assigned, last+1, assignedPerPass(passes[:last+1]), used, capacity, demand, spec.Clusters, fails)
+	rep.note(id, "%d jobs placed in %d pass(es) (%v assigned per pass), %d of %d GPUs used (demand %d GPUs); jobs: 70 %% 1 GPU, 20 %% 2–8 GPUs, 10 %% pinned to one of %d clusters; fake slaves acknowledged (STARTING, RUNNING) while later passes ran; %d failed protocol calls%s",
+		assigned, last+1, assignedPerPass(passes[:last+1]), used, capacity, demand, spec.Clusters, fails, failKinds(&f.fails))
 }
 
 func assignedIn(ps []passRecord) int64 {
@@ -320,9 +320,9 @@ func submitToRunning(t *testing.T, rep *report, sz sizes, id string, slaves, job
 			busy += p.Dur
 		}
 	}
-	rep.note(id, "%d scheduler passes in %s (mean %s, p99 %s, the loop busy %.0f %% of the time); %d submit errors, %d failed protocol calls",
+	rep.note(id, "%d scheduler passes in %s (mean %s, p99 %s, the loop busy %.0f %% of the time); %d submit errors, %d failed protocol calls%s",
 		len(during), secs(took), ms(busy/time.Duration(max(len(during), 1))), ms(percentile(passDurations(during), 99)),
-		100*busy.Seconds()/took.Seconds(), errs.Load(), f.fails.Load())
+		100*busy.Seconds()/took.Seconds(), errs.Load(), f.fails.Load(), failKinds(&f.fails))
 	if len(backlogIDs) > 0 {
 		// The backlog must still be queued: a scenario whose backlog the master ended would
 		// measure an empty queue.

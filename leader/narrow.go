@@ -34,7 +34,10 @@ const DefaultSweep = scheduler.ForecastCap
 // able to take them removed): all done by the next full pass (Config.FullReadEvery).
 func narrow(snap scheduler.Snapshot, planned map[string]bool) (jobs []scheduler.Job, decide map[string]bool) {
 	decide = map[string]bool{}
-	jobs = make([]scheduler.Job, 0, len(snap.Queued))
+	// The queue is copied only from the first job left out: most passes leave none out, and a
+	// copy of 20,000 jobs at every pass was a fifth of what the loop allocated (B8x).
+	jobs = snap.Queued
+	copied := false
 	for i := range snap.Queued {
 		j := &snap.Queued[i]
 		fresh := !planned[j.UUID]
@@ -43,7 +46,12 @@ func narrow(snap scheduler.Snapshot, planned map[string]bool) (jobs []scheduler.
 		}
 		always := fresh || j.Request.Scheduling.Interactive ||
 			j.Request.Scheduling.NotAfter != nil && !j.Request.Scheduling.NotAfter.After(snap.Now)
-		if always || !snap.WaitsForTime(j) {
+		keep := always || !snap.WaitsForTime(j)
+		switch {
+		case !keep && !copied:
+			jobs, copied = make([]scheduler.Job, i, len(snap.Queued)), true
+			copy(jobs, snap.Queued[:i])
+		case keep && copied:
 			jobs = append(jobs, *j)
 		}
 	}

@@ -82,6 +82,16 @@ func NewMaster(st *store.Store, opts MasterOptions) *Master {
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "heartbeats_recorded_total",
 				Help: "Slaves' heartbeats sent to the database; divided by gpulab_heartbeat_statements_total, the mean batch."},
 				func() float64 { _, n := st.BeatStats(); return float64(n) }))
+		beatBuckets := prometheus.ExponentialBuckets(0.001, 2, 14) // 1 ms … 8 s
+		took := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "heartbeat_statement_duration_seconds",
+			Help: "Duration of one statement recording heartbeats (the database's share of a heartbeat's latency).", Buckets: beatBuckets})
+		waited := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "heartbeat_statement_wait_seconds",
+			Help: "How long the oldest heartbeat of a statement waited for it to be sent (all statement slots were busy).", Buckets: beatBuckets})
+		reg.MustRegister(took, waited)
+		st.ObserveBeats(func(_ int, w, d time.Duration) {
+			took.Observe(d.Seconds())
+			waited.Observe(w.Seconds())
+		})
 	}
 	return m
 }

@@ -29,7 +29,13 @@ type beatQueue struct {
 	running int
 
 	statements, recorded atomic.Int64 // for BeatStats
+	observe              atomic.Pointer[BeatObserver]
 }
+
+// BeatObserver is told of each heartbeat statement: how many heartbeats it carried, how long
+// the oldest of them had waited for it (a statement slot) and how long the statement took.
+// It splits a slow heartbeat into the master's queue and the database's work.
+type BeatObserver func(size int, waited, took time.Duration)
 
 // beatCall is one heartbeat waiting for its batch.
 type beatCall struct {
@@ -38,6 +44,8 @@ type beatCall struct {
 	done chan struct{}
 	view BeatView
 	err  error
+	// queued is when the heartbeat was queued, for BeatObserver.
+	queued time.Time
 }
 
 // Heartbeat batching defaults: two statements in flight (one being written while the other's
@@ -57,7 +65,7 @@ func newBeatQueue(s *Store) *beatQueue {
 // its batch was sent may still be recorded: a heartbeat is soft state, which the slave's next
 // one writes again.
 func (q *beatQueue) record(ctx context.Context, b Beat) (BeatView, error) {
-	c := &beatCall{ctx: ctx, beat: b, done: make(chan struct{})}
+	c := &beatCall{ctx: ctx, beat: b, done: make(chan struct{}), queued: time.Now()}
 	q.mu.Lock()
 	q.waiting = append(q.waiting, c)
 	if q.running < q.inFlight {
@@ -86,8 +94,12 @@ func (q *beatQueue) send() {
 			beats[i] = c.beat
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), q.timeout)
+		t0 := time.Now()
 		views, errs, err := q.s.recordBeats(ctx, beats)
 		cancel()
+		if f := q.observe.Load(); f != nil {
+			(*f)(len(batch), t0.Sub(batch[0].queued), time.Since(t0))
+		}
 		q.statements.Add(1)
 		q.recorded.Add(int64(len(beats)))
 		for i, c := range batch {
@@ -128,6 +140,19 @@ func (q *beatQueue) take() []*beatCall {
 		return nil
 	}
 	return batch
+}
+
+// ObserveBeats has f told of every heartbeat statement from now on (nil: none). Safe to call
+// while heartbeats are recorded.
+func (s *Store) ObserveBeats(f BeatObserver) {
+	if s.beats == nil {
+		return
+	}
+	if f == nil {
+		s.beats.observe.Store(nil)
+		return
+	}
+	s.beats.observe.Store(&f)
 }
 
 // BeatStats counts the heartbeat statements sent since the store was opened and the heartbeats

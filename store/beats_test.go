@@ -74,6 +74,19 @@ func TestHeartbeatsTogether(t *testing.T) {
 		err  error
 	}
 	stmts0, beats0 := st.BeatStats()
+	var observed struct {
+		sync.Mutex
+		statements, beats int
+		waited            time.Duration
+	}
+	st.ObserveBeats(func(size int, waited, took time.Duration) {
+		observed.Lock()
+		observed.statements++
+		observed.beats += size
+		observed.waited = max(observed.waited, waited)
+		observed.Unlock()
+	})
+	defer st.ObserveBeats(nil)
 	waiting, release := st.HoldBeats()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -149,6 +162,13 @@ func TestHeartbeatsTogether(t *testing.T) {
 	if beats-beats0 != n+3 || stmts-stmts0 > 3 {
 		t.Errorf("%d heartbeats sent in %d statements; want %d in at most 3", beats-beats0, stmts-stmts0, n+3)
 	}
+	// The observer was told of each statement, and of the wait of those held back.
+	observed.Lock()
+	if int64(observed.statements) != stmts-stmts0 || int64(observed.beats) != beats-beats0 || observed.waited <= 0 {
+		t.Errorf("observed %d statements of %d heartbeats (longest wait %s); BeatStats: %d of %d", observed.statements, observed.beats,
+			observed.waited, stmts-stmts0, beats-beats0)
+	}
+	observed.Unlock()
 	// The heartbeats wrote no usage row: the samples wait in the master's sums until flushed.
 	var rows int
 	if err := st.DB().QueryRowContext(ctx, `SELECT count(*) FROM job_usage`).Scan(&rows); err != nil || rows != 0 {

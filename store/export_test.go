@@ -49,3 +49,8 @@ func (s *Store) HoldBeats() (waiting func() int, release func()) {
 	}
 	return waiting, release
 }
+
+// ListedStats counts the listed jobs the two-step list found kept (hits) and read whole.
+func (s *Store) ListedStats() (hits, misses int64) {
+	return s.listed.hits.Load(), s.listed.misses.Load()
+}

@@ -67,3 +67,98 @@ func TestJobReadsAreCopies(t *testing.T) {
 		}
 	}
 }
+
+// TestListReadsChangedRowsOnly: a page of jobs is read in two steps, the whole rows only of the
+// jobs not listed before at the same version; what it lists is what one full read lists, in the
+// same order, and any change (the job's row, its owner's or its project's) shows at once, with
+// no caller's change to a listed record reaching the next list.
+func TestListReadsChangedRowsOnly(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	for range 12 {
+		createJob(t, st, u, p, job.StatusQueued)
+	}
+	page := store.JobFilter{UserIDs: []int64{u.ID}, Visible: &store.Visibility{UserID: u.ID, ProjectIDs: []int64{p.ID}}, Limit: 5, Offset: 2}
+	full := page
+	full.Limit, full.Offset = 0, 0 // read in one step
+	want := func() []*store.JobRecord {
+		t.Helper()
+		recs, err := st.ListJobs(ctx, full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs[2:7]
+	}
+	check := func(when string, wantHits, wantMisses int64) []*store.JobRecord {
+		t.Helper()
+		h0, m0 := st.ListedStats()
+		got, err := st.ListJobs(ctx, page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, m := st.ListedStats()
+		if h-h0 != wantHits || m-m0 != wantMisses {
+			t.Errorf("%s: %d kept and %d read whole, want %d and %d", when, h-h0, m-m0, wantHits, wantMisses)
+		}
+		w := want()
+		if len(got) != len(w) {
+			t.Fatalf("%s: %d jobs, want %d", when, len(got), len(w))
+		}
+		for i := range got {
+			if got[i].Version != w[i].Version || got[i].Job.UUID != w[i].Job.UUID || got[i].UserName != w[i].UserName ||
+				got[i].Job.Request.Docker.Image != w[i].Job.Request.Docker.Image || got[i].Job.State.Status != w[i].Job.State.Status {
+				t.Errorf("%s: job %d is %s (%s, %s, version %d), want %s (%s, %s, version %d)", when, i, got[i].Job.UUID, got[i].UserName,
+					got[i].Job.State.Status, got[i].Version, w[i].Job.UUID, w[i].UserName, w[i].Job.State.Status, w[i].Version)
+			}
+		}
+		return got
+	}
+	got := check("first list", 0, 5)
+	got[0].Job.Request.Docker.Image = "changed by a caller"
+	got[1].Job.State.EventTimes[job.StatusRunning] = time.Now()
+	for _, when := range []string{"same list again", "and again"} { // records made, then records kept
+		got = check(when, 5, 0)
+		if got[0].Job.Request.Docker.Image != "debian:stable" || len(got[1].Job.State.EventTimes) != 1 {
+			t.Errorf("%s: a caller's change reached the kept records: %q, %v", when, got[0].Job.Request.Docker.Image, got[1].Job.State.EventTimes)
+		}
+		got[0].Job.Request.Docker.Image = "changed by a caller"
+		got[1].Job.State.EventTimes[job.StatusRunning] = time.Now()
+	}
+	if _, err := st.TransitionJob(ctx, got[2].Job.UUID, []job.Status{job.StatusQueued}, job.StatusCancelled, store.Event{Actor: "owner"}); err != nil {
+		t.Fatal(err)
+	}
+	got = check("after a job's change", 4, 1)
+	if got[2].Job.State.Status != job.StatusCancelled {
+		t.Errorf("the change does not show: %s", got[2].Job.State.Status)
+	}
+	if _, err := st.DB().ExecContext(ctx, `UPDATE users SET name = 'alicia' WHERE id = $1`, u.ID); err != nil {
+		t.Fatal(err)
+	}
+	got = check("after the owner's change", 0, 5)
+	if got[0].UserName != "alicia" {
+		t.Errorf("the owner's new name does not show: %q", got[0].UserName)
+	}
+	// Inside a transaction that changes a job, the list shows the change; after a rollback the
+	// job is listed as it was.
+	err := st.WithTx(ctx, func(tx *store.Store) error {
+		if _, err := tx.TransitionJob(ctx, got[3].Job.UUID, []job.Status{job.StatusQueued}, job.StatusCancelled, store.Event{Actor: "owner"}); err != nil {
+			return err
+		}
+		recs, err := tx.ListJobs(ctx, page)
+		if err != nil {
+			return err
+		}
+		if recs[3].Job.State.Status != job.StatusCancelled {
+			t.Errorf("inside the transaction: %s", recs[3].Job.State.Status)
+		}
+		return errors.New("roll back")
+	})
+	if err == nil {
+		t.Fatal("the transaction was not rolled back")
+	}
+	got = check("after the rollback", 4, 1) // the rolled back version was kept, and is never read again
+	if got[3].Job.State.Status != job.StatusQueued {
+		t.Errorf("after the rollback: %s", got[3].Job.State.Status)
+	}
+}
