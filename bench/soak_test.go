@@ -52,9 +52,11 @@ type soakWindow struct {
 	// the window; stmtBeats the heartbeats they carried.
 	stmtTook, stmtWaited []time.Duration
 	stmtBeats            int
-	finished, queued     int
-	mem                  memReport
-	walBytes             int64 // WAL Postgres wrote in the window
+	// master, pg, bench: the CPU each used in the window.
+	master, pg, bench time.Duration
+	finished, queued  int
+	mem               memReport
+	walBytes          int64 // WAL Postgres wrote in the window
 }
 
 // soakSpec sizes a soak: B8 (500 slaves, 10 minutes) or B8x (issue 16: 5,000 slaves, 20,000
@@ -249,6 +251,7 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 	n := max(int(sp.duration/sp.window), 1)
 	windows := make([]soakWindow, n)
 	var stopProfile func() string
+	cpuM, cpuP, cpuB, _ := cpu.sample()
 	for k := range n {
 		if k == 0 || k == n-1 {
 			stopProfile = m.profile(fmt.Sprintf("%s-window%d", sp.id, k+1), sp.window)
@@ -257,6 +260,9 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 		time.Sleep(time.Until(t0.Add(time.Duration(k+1) * sp.window)))
 		windows[k].finished = int(nFinished.Load() - f0)
 		windows[k].mem = m.mem()
+		cm, cp, cb, _ := cpu.sample()
+		windows[k].master, windows[k].pg, windows[k].bench = cm-cpuM, cp-cpuP, cb-cpuB
+		cpuM, cpuP, cpuB = cm, cp, cb
 		for _, st := range m.beatStmts() {
 			windows[k].stmtTook = append(windows[k].stmtTook, st.Took)
 			windows[k].stmtWaited = append(windows[k].stmtWaited, st.Waited)
@@ -354,10 +360,12 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 		}
 		per = append(per, fmt.Sprintf("%d: %d passes (p99 %s, the loop busy %.0f %%), %d finished, %d queued, %d heartbeats (p50 %s, p99 %s; "+
 			"%d statements of %.1f, taking p50 %s p99 %s, waited for p99 %s), reads p99 %s, submits p99 %s, WAL %s, "+
+			"CPU in cores: master %.2f, postgres %.2f, bench %.2f, "+
 			"RSS %s (heap in use %s, live %s, stacks %s; the collector %.0f %% of the master's CPU), %d goroutines",
 			k+1, len(w.passes), ms(percentile(w.passes, 99)), 100*busy.Seconds()/sp.window.Seconds(), w.finished, w.queued, len(w.beats), ms(percentile(w.beats, 50)),
 			ms(percentile(w.beats, 99)), len(w.stmtTook), float64(w.stmtBeats)/float64(max(len(w.stmtTook), 1)), ms(percentile(w.stmtTook, 50)),
 			ms(percentile(w.stmtTook, 99)), ms(percentile(w.stmtWaited, 99)), ms(percentile(w.reads, 99)), ms(percentile(w.submits, 99)), mib(w.walBytes),
+			w.master.Seconds()/sp.window.Seconds(), w.pg.Seconds()/sp.window.Seconds(), w.bench.Seconds()/sp.window.Seconds(),
 			mib(w.mem.RSSBytes), mib(int64(w.mem.HeapInuse)), mib(int64(w.mem.HeapLive)), mib(int64(w.mem.StackInuse)), gcShare, w.mem.NumGoroutines))
 	}
 	rep.note(sp.id, "%d slaves × %d GPUs heartbeating every %s, job run times exponential (mean %s), each finished job replaced through the API, %d readers every 100 ms; the fill before is not measured; %d submit and %d read errors, %d failed protocol calls%s. Per %s: %s",

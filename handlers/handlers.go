@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -302,40 +301,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if !pretty {
 		if data, ok := madeJSON(v); ok {
 			w.WriteHeader(status)
-			_, _ = pieces{w}.Write(data)
+			_, _ = w.Write(data)
 			return
 		}
 	}
 	w.WriteHeader(status)
-	enc := json.NewEncoder(pieces{w})
+	enc := json.NewEncoder(w)
 	if pretty {
 		enc.SetIndent("", "  ")
 	}
 	_ = enc.Encode(v)
-}
-
-// pieces writes to an http.ResponseWriter in writes of at most pieceSize bytes. Over HTTP/2 a
-// larger write becomes a DATA frame of up to 16 KiB, and each connection's frame writer keeps
-// a buffer the size of the largest frame it ever wrote, for as long as the connection lives:
-// 5,000 slaves' connections kept 69 MB of such buffers (bench/ B8x, grown once by the fill's
-// Next answers of eight assignments each). Written in pieces, every write goes through the
-// stream's own 4 KiB buffer, and frames stay within 4 KiB.
-type pieces struct{ w io.Writer }
-
-// pieceSize is net/http's HTTP/2 handler buffer (http2handlerChunkWriteSize).
-const pieceSize = 4 << 10
-
-func (p pieces) Write(b []byte) (int, error) {
-	n := 0
-	for len(b) > 0 {
-		k, err := p.w.Write(b[:min(len(b), pieceSize)])
-		n += k
-		if err != nil {
-			return n, err
-		}
-		b = b[k:]
-	}
-	return n, nil
 }
 
 // madeJSON is the compact JSON of v, with its newline, when v is JSON made already

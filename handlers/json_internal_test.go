@@ -50,39 +50,3 @@ func TestMadeJSONIsTheEncodersJSON(t *testing.T) {
 		t.Errorf("pretty list: %.200s", rec.Body.String())
 	}
 }
-
-// writesRecorder records the size of every write.
-type writesRecorder struct {
-	*httptest.ResponseRecorder
-	sizes []int
-}
-
-func (w *writesRecorder) Write(b []byte) (int, error) {
-	w.sizes = append(w.sizes, len(b))
-	return w.ResponseRecorder.Write(b)
-}
-
-// writeJSON hands the response writer pieces of at most 4 KiB (so that HTTP/2 frames stay
-// that small), whole and in order, whichever way the JSON is made.
-func TestWriteJSONWritesInPieces(t *testing.T) {
-	long := bytes.Repeat([]byte("x"), 10000)
-	for name, v := range map[string]any{
-		"encoded": map[string]string{"a": string(long)},
-		"made":    json.RawMessage(`"` + string(long) + `"`),
-	} {
-		w := &writesRecorder{ResponseRecorder: httptest.NewRecorder()}
-		writeJSON(w, 200, v)
-		want, _ := json.Marshal(v)
-		if got := bytes.TrimSpace(w.Body.Bytes()); !bytes.Equal(got, want) {
-			t.Errorf("%s: wrote %d bytes, not the JSON (%d bytes)", name, len(got), len(want))
-		}
-		if len(w.sizes) < 3 {
-			t.Errorf("%s: %d writes %v, want pieces", name, len(w.sizes), w.sizes)
-		}
-		for _, n := range w.sizes {
-			if n > pieceSize {
-				t.Errorf("%s: a write of %d bytes (writes %v)", name, n, w.sizes)
-			}
-		}
-	}
-}

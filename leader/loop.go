@@ -544,7 +544,9 @@ type Phases struct {
 	Housekeeping, Compact, Read, Plan, Apply time.Duration
 	// Planned is how many queued jobs Plan was given (all of them in a full pass); Plan
 	// includes choosing them (narrow).
-	Planned                           int
+	Planned int
+	// Explained is how many waiting jobs' explanations changed and were written.
+	Explained                         int
 	Steps                             []Timed
 	Slaves, Queued, Running, Assigned int
 }
@@ -651,7 +653,7 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 		if l.log.Enabled(ctx, slog.LevelDebug) {
 			l.log.Debug("scheduler pass phases", "housekeeping", ph.Housekeeping, "read", ph.Read, "plan", ph.Plan, "apply", ph.Apply,
 				"slaves", ph.Slaves, "queued", ph.Queued, "planned", ph.Planned, "running", ph.Running, "assigned", placed,
-				"fit_waiting", plan.FitWaiting, "skipped", len(plan.Skipped), "steps", stepsString(l.phases.Steps))
+				"fit_waiting", plan.FitWaiting, "skipped", len(plan.Skipped), "explained", l.phases.Explained, "steps", stepsString(l.phases.Steps))
 			if plan.FitWaiting > 1000 {
 				l.log.Debug("many jobs that fit by counts were left waiting", "fit_waiting", plan.FitWaiting, "explained", topReasons(plan.Explanations, 3))
 			}
@@ -1000,6 +1002,7 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 	var wrote []string
 	var estimates map[string]job.StartEstimate
 	explain := l.explained.changed(plan.Explanations)
+	l.phases.Explained = len(explain)
 	// What waiting jobs are told comes in a transaction of its own, after the decisions are
 	// committed and their slaves woken: on a long queue writing every explanation and estimate
 	// took most of the pass (B1x's burst: 7.6 of 17.8 s), and assignments waited for it. The
