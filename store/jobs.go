@@ -494,7 +494,7 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]*JobRecord, error)
 	if f.Offset > 0 {
 		q += " OFFSET " + arg(f.Offset)
 	}
-	if f.Limit > 0 && f.Limit <= maxListedByVersion {
+	if f.Limit > 0 && f.Limit <= maxListedByVersion && s.tx == nil {
 		return s.listByVersion(ctx, strings.Replace(q, jobSelect, listSelect, 1), args)
 	}
 	var rows []jobRow
@@ -513,7 +513,9 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]*JobRecord, error)
 }
 
 // maxListedByVersion is the longest page ListJobs reads in two steps (listByVersion); a longer
-// list, or one without a limit, is read at once.
+// list, or one without a limit, is read at once, as is any list inside a transaction: there a
+// row changed twice keeps the transaction's xmin and its now(), so its version would not tell
+// the two apart.
 const maxListedByVersion = 500
 
 // listSelect is jobSelect's FROM with only what tells a row's version: Postgres gives every

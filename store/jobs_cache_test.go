@@ -139,8 +139,8 @@ func TestListReadsChangedRowsOnly(t *testing.T) {
 	if got[0].UserName != "alicia" {
 		t.Errorf("the owner's new name does not show: %q", got[0].UserName)
 	}
-	// Inside a transaction that changes a job, the list shows the change; after a rollback the
-	// job is listed as it was.
+	// Inside a transaction that changes a job (twice: the row keeps the transaction's xmin and
+	// its now()), the list shows each change; after a rollback the job is listed as it was.
 	err := st.WithTx(ctx, func(tx *store.Store) error {
 		if _, err := tx.TransitionJob(ctx, got[3].Job.UUID, []job.Status{job.StatusQueued}, job.StatusCancelled, store.Event{Actor: "owner"}); err != nil {
 			return err
@@ -152,12 +152,21 @@ func TestListReadsChangedRowsOnly(t *testing.T) {
 		if recs[3].Job.State.Status != job.StatusCancelled {
 			t.Errorf("inside the transaction: %s", recs[3].Job.State.Status)
 		}
+		if _, err := tx.TransitionJob(ctx, got[3].Job.UUID, []job.Status{job.StatusCancelled}, job.StatusDeleted, store.Event{Actor: "owner"}); err != nil {
+			return err
+		}
+		if recs, err = tx.ListJobs(ctx, page); err != nil {
+			return err
+		}
+		if recs[3].Job.State.Status != job.StatusDeleted {
+			t.Errorf("inside the transaction, after a second change: %s", recs[3].Job.State.Status)
+		}
 		return errors.New("roll back")
 	})
 	if err == nil {
 		t.Fatal("the transaction was not rolled back")
 	}
-	got = check("after the rollback", 4, 1) // the rolled back version was kept, and is never read again
+	got = check("after the rollback", 5, 0)
 	if got[3].Job.State.Status != job.StatusQueued {
 		t.Errorf("after the rollback: %s", got[3].Job.State.Status)
 	}
