@@ -106,7 +106,6 @@ type memReport struct {
 	HeapInuse  uint64 `json:"heapInuse"`
 	HeapLive   uint64 `json:"heapLive"` // marked live by the last collection (runtime/metrics /gc/heap/live:bytes)
 	StackInuse uint64 `json:"stackInuse"`
-	NextGC     uint64 `json:"nextGC"`
 	// GCSecs and BusySecs are the Go runtime's estimates of the CPU the collector and all of
 	// the process (idle time excluded) used since it started (runtime/metrics /cpu/classes/).
 	GCSecs        float64 `json:"gcSecs"`
@@ -363,7 +362,7 @@ func (d *driver) controlMux() *http.ServeMux {
 			{Name: "/cpu/classes/total:cpu-seconds"}, {Name: "/cpu/classes/idle:cpu-seconds"}}
 		metrics.Read(live)
 		_ = json.NewEncoder(w).Encode(memReport{RSSBytes: selfRSS(), HeapInuse: ms.HeapInuse, HeapLive: live[0].Value.Uint64(), StackInuse: ms.StackInuse,
-			NextGC: ms.NextGC, GCSecs: live[1].Value.Float64(), BusySecs: live[2].Value.Float64() - live[3].Value.Float64(), Sys: ms.Sys, NumGoroutines: runtime.NumGoroutine()})
+			GCSecs: live[1].Value.Float64(), BusySecs: live[2].Value.Float64() - live[3].Value.Float64(), Sys: ms.Sys, NumGoroutines: runtime.NumGoroutine()})
 	})
 	return mux
 }
