@@ -2,6 +2,7 @@ package leader
 
 import (
 	"hash/maphash"
+	"strings"
 	"time"
 
 	"github.com/opengpulab/gpulab/job"
@@ -62,13 +63,31 @@ func closeEstimates(a, b job.StartEstimate) bool {
 	return near(a.Start, b.Start) && nearPtr(a.Earliest, b.Earliest) && nearPtr(a.Latest, b.Latest)
 }
 
-// explained is what the leader knows the database holds as the explanation of queued jobs: a
-// hash of its lines, by job, as this term last wrote it. A job not in it is unknown and its
-// explanation is always sent. A pass sends only the explanations that differ from it: at
-// B8x's size a pass planned some 17,000 queued jobs (every job of a shape that fits where a
-// job just ended) and sent all their explanations, most of them unchanged, as one JSON
-// document of a few MB that Postgres compared row by row, twice a second.
-type explained map[string]uint64
+// ExplainDetailEvery is how often a waiting job's explanation is written again when only its
+// details moved: the numbers, times and names in it (any word with a digit) and its asides in
+// parentheses. A change of reason (what blocks the job, a line more or less) is written at
+// once. In B8x, jobs of 3 and 4 GPUs pile up behind a stream of one-GPU jobs that take every
+// GPU freed, and all of them went from "at most 1 free" to "at most 2 free on a slave
+// (sim-2952)" and back at nearly every pass: the changed explanations a pass grew from ~60 (the
+// new jobs) to 250–740 by the 20th minute, each a row update and an event, and the passes and
+// the readers slowed by half. The explanation a user reads is at most this old in its details;
+// its history (the scheduler's events) records the reasons, not every count.
+const ExplainDetailEvery = time.Minute
+
+// explained is what the leader knows the database holds as the explanation of queued jobs, by
+// job, as this term last wrote it. A job not in it is unknown and its explanation is always
+// sent. A pass sends only the explanations that differ from it: at B8x's size a pass planned
+// some 17,000 queued jobs (every job of a shape that fits where a job just ended) and sent all
+// their explanations, most of them unchanged, as one JSON document of a few MB that Postgres
+// compared row by row, twice a second.
+type explained map[string]explainedJob
+
+// explainedJob is what was written of one job's explanation: hashes of its lines and of their
+// gist (the lines without their details), and when.
+type explainedJob struct {
+	lines, gist uint64
+	at          time.Time
+}
 
 // explainSeed keys the hashes; the memory lives only as long as the process.
 var explainSeed = maphash.MakeSeed()
@@ -83,21 +102,55 @@ func explanationHash(lines []string) uint64 {
 	return h.Sum64()
 }
 
-// changed returns the explanations of expl that differ from what was written, or are unknown.
-func (e explained) changed(expl map[string][]string) map[string][]string {
-	out := make(map[string][]string)
-	for id, lines := range expl {
-		if h, ok := e[id]; !ok || h != explanationHash(lines) {
-			out[id] = lines
+// gistHash hashes the lines without their details: every word that holds a digit (a count, a
+// time, a slave's or a job's name) counts as one placeholder, and what stands in parentheses
+// is left out.
+func gistHash(lines []string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(explainSeed)
+	for _, l := range lines {
+		depth := 0
+		for w := range strings.FieldsSeq(l) {
+			open, closed := strings.Count(w, "("), strings.Count(w, ")")
+			if depth > 0 || open > 0 {
+				depth = max(0, depth+open-closed)
+				continue
+			}
+			if strings.ContainsAny(w, "0123456789") {
+				w = "#"
+			}
+			h.WriteString(w)
+			h.WriteByte(' ')
 		}
+		h.WriteByte(0)
 	}
-	return out
+	return h.Sum64()
 }
 
-// record notes what was written.
-func (e explained) record(sent map[string][]string) {
+// changed returns the explanations of expl to write at now: those of unknown jobs and those
+// whose reason changed (news, each to be recorded as an event), and those whose details alone
+// moved and were last written ExplainDetailEvery ago or more (refreshed, without an event).
+func (e explained) changed(expl map[string][]string, now time.Time) (news, refreshed map[string][]string) {
+	news, refreshed = map[string][]string{}, map[string][]string{}
+	for id, lines := range expl {
+		old, ok := e[id]
+		switch {
+		case !ok:
+			news[id] = lines
+		case old.lines == explanationHash(lines):
+		case old.gist != gistHash(lines):
+			news[id] = lines
+		case now.Sub(old.at) >= ExplainDetailEvery:
+			refreshed[id] = lines
+		}
+	}
+	return news, refreshed
+}
+
+// record notes what was written at now.
+func (e explained) record(sent map[string][]string, now time.Time) {
 	for id, lines := range sent {
-		e[id] = explanationHash(lines)
+		e[id] = explainedJob{lines: explanationHash(lines), gist: gistHash(lines), at: now}
 	}
 }
 

@@ -1,6 +1,7 @@
 package leader
 
 import (
+	"maps"
 	"math"
 	"reflect"
 	"slices"
@@ -56,23 +57,79 @@ func TestWrittenEstimates(t *testing.T) {
 // A pass sends only the explanations that changed since this term wrote them, and all of a job
 // it does not know (new, forgotten, or after a failed write).
 func TestExplainedSendsOnlyChanges(t *testing.T) {
+	now := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
 	e := explained{}
-	first := map[string][]string{"a": {"waits for 2 GPUs", "behind 3 jobs"}, "b": {"waits"}}
-	if got := e.changed(first); !reflect.DeepEqual(got, first) {
-		t.Fatalf("unknown jobs: %v, want all", got)
+	first := map[string][]string{"a": {"waits for GPUs", "behind jobs"}, "b": {"waits"}}
+	if news, refreshed := e.changed(first, now); !reflect.DeepEqual(news, first) || len(refreshed) != 0 {
+		t.Fatalf("unknown jobs: news %v refreshed %v, want all news", news, refreshed)
 	}
-	e.record(first)
-	second := map[string][]string{"a": {"waits for 2 GPUs", "behind 3 jobs"}, "b": {"waits", "longer"}, "c": {"new"}}
-	if got, want := e.changed(second), map[string][]string{"b": {"waits", "longer"}, "c": {"new"}}; !reflect.DeepEqual(got, want) {
+	e.record(first, now)
+	second := map[string][]string{"a": {"waits for GPUs", "behind jobs"}, "b": {"waits", "longer"}, "c": {"new"}}
+	if got, want := news(e, second, now), map[string][]string{"b": {"waits", "longer"}, "c": {"new"}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("after a pass: %v, want %v", got, want)
 	}
 	// Lines are hashed apart: moving a word from one line to the next is a change.
-	if got := e.changed(map[string][]string{"a": {"waits for 2", "GPUs behind 3 jobs"}}); len(got) != 1 {
+	if got := news(e, map[string][]string{"a": {"waits for GPUs behind", "jobs"}}, now); len(got) != 1 {
 		t.Errorf("lines split elsewhere count as unchanged")
 	}
 	e.forget(func(id string) bool { return id != "a" })
-	if got := e.changed(map[string][]string{"a": first["a"]}); len(got) != 1 {
+	if got := news(e, map[string][]string{"a": first["a"]}, now); len(got) != 1 {
 		t.Errorf("a forgotten job's explanation is not sent again")
+	}
+}
+
+func news(e explained, expl map[string][]string, now time.Time) map[string][]string {
+	n, _ := e.changed(expl, now)
+	return n
+}
+
+// An explanation whose details alone moved (a count, a time, a name: a word with a digit, or an
+// aside in parentheses) is written again only ExplainDetailEvery after the last write, and as a
+// refresh (no event); a change of reason is written at once, whenever the last write was.
+func TestExplainedDetailsWaitTheirTurn(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	head := "needs 4 GPUs, at most 2 free on a slave (sim-0042)"
+	held := "held back so that job 3f2a9c1b can start at 2026-12-12T08:59:00Z (it needs the room this job would take)"
+	e := explained{}
+	e.record(map[string][]string{"a": {head}, "b": {held}, "c": {head}}, t0)
+	cases := []struct {
+		name            string
+		after           time.Duration
+		expl            map[string][]string
+		news, refreshed []string
+	}{
+		{"a count and a name move", time.Second,
+			map[string][]string{"a": {"needs 4 GPUs, at most 3 free on a slave (sim-1234)"}}, nil, nil},
+		{"another head job, another time", time.Second,
+			map[string][]string{"b": {"held back so that job 9a0b1c2d can start at 2026-12-13T01:00:00Z (it needs the room this job would take)"}}, nil, nil},
+		{"the aside changes", time.Second,
+			map[string][]string{"b": {"held back so that job 3f2a9c1b can start at 2026-12-12T08:59:00Z (it waits)"}}, nil, nil},
+		{"the same details a minute on", ExplainDetailEvery,
+			map[string][]string{"a": {"needs 4 GPUs, at most 3 free on a slave (sim-1234)"}, "c": {head}}, nil, []string{"a"}},
+		{"another reason", time.Second,
+			map[string][]string{"a": {"needs 4 GPUs, none free on the 4999 slaves"}}, []string{"a"}, nil},
+		{"several slaves have the most", time.Second,
+			map[string][]string{"c": {"needs 4 GPUs, at most 2 free on a slave (37 slaves have 2)"}}, nil, nil},
+		{"a line more", time.Second,
+			map[string][]string{"c": {head, "expected start 2026-12-12T08:59:00Z when job 3f2a9c1b reaches its maxDuration"}}, []string{"c"}, nil},
+		{"a word without a digit", time.Second,
+			map[string][]string{"a": {"needs 4 GPUs, at most 2 free on a matching slave (sim-0042)"}}, []string{"a"}, nil},
+	}
+	for _, c := range cases {
+		news, refreshed := e.changed(c.expl, t0.Add(c.after))
+		if !slices.Equal(slices.Sorted(maps.Keys(news)), c.news) || !slices.Equal(slices.Sorted(maps.Keys(refreshed)), c.refreshed) {
+			t.Errorf("%s: news %v, refreshed %v; want %v and %v", c.name, slices.Sorted(maps.Keys(news)), slices.Sorted(maps.Keys(refreshed)), c.news, c.refreshed)
+		}
+	}
+	// A refresh restarts the wait.
+	moved := map[string][]string{"a": {"needs 4 GPUs, at most 3 free on a slave (sim-1234)"}}
+	e.record(moved, t0.Add(ExplainDetailEvery))
+	back := map[string][]string{"a": {head}}
+	if news, refreshed := e.changed(back, t0.Add(ExplainDetailEvery+time.Second)); len(news)+len(refreshed) != 0 {
+		t.Errorf("written again a second after a refresh: %v %v", news, refreshed)
+	}
+	if _, refreshed := e.changed(back, t0.Add(2*ExplainDetailEvery)); len(refreshed) != 1 {
+		t.Errorf("not refreshed a minute after the last refresh")
 	}
 }
 

@@ -142,6 +142,8 @@ type Loop struct {
 	writtenMu sync.Mutex
 	written   written
 	explained explained
+	// lastExplained is what the last pass wrote (debug log only).
+	lastExplained map[string][]string
 	// forecasts hands snapshots to the forecaster while this master leads (nil otherwise: a
 	// pass forecasts itself); see forecaster.
 	forecasts chan forecastJob
@@ -545,8 +547,9 @@ type Phases struct {
 	// Planned is how many queued jobs Plan was given (all of them in a full pass); Plan
 	// includes choosing them (narrow).
 	Planned int
-	// Explained is how many waiting jobs' explanations changed and were written.
-	Explained                         int
+	// Explained is how many waiting jobs' explanations changed in their reason (or were
+	// unknown) and were written; Refreshed, how many were written again for their details.
+	Explained, Refreshed              int
 	Steps                             []Timed
 	Slaves, Queued, Running, Assigned int
 }
@@ -653,7 +656,10 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 		if l.log.Enabled(ctx, slog.LevelDebug) {
 			l.log.Debug("scheduler pass phases", "housekeeping", ph.Housekeeping, "read", ph.Read, "plan", ph.Plan, "apply", ph.Apply,
 				"slaves", ph.Slaves, "queued", ph.Queued, "planned", ph.Planned, "running", ph.Running, "assigned", placed,
-				"fit_waiting", plan.FitWaiting, "skipped", len(plan.Skipped), "explained", l.phases.Explained, "steps", stepsString(l.phases.Steps))
+				"fit_waiting", plan.FitWaiting, "skipped", len(plan.Skipped), "explained", l.phases.Explained, "refreshed", l.phases.Refreshed, "steps", stepsString(l.phases.Steps))
+			if l.phases.Explained >= 100 {
+				l.log.Debug("many explanations changed", "explained", l.phases.Explained, "top", topReasons(l.lastExplained, 3))
+			}
 			if plan.FitWaiting > 1000 {
 				l.log.Debug("many jobs that fit by counts were left waiting", "fit_waiting", plan.FitWaiting, "explained", topReasons(plan.Explanations, 3))
 			}
@@ -662,13 +668,13 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 	return err
 }
 
-// topReasons names the most common first lines of the waiting jobs' explanations, with their
-// counts (for the debug log).
+// topReasons names the most common of the waiting jobs' explanations, with their counts (for
+// the debug log).
 func topReasons(explained map[string][]string, n int) string {
 	count := map[string]int{}
 	for _, lines := range explained {
 		if len(lines) > 0 {
-			count[lines[0]]++
+			count[strings.Join(lines, " | ")]++
 		}
 	}
 	reasons := make([]string, 0, len(count))
@@ -1001,8 +1007,10 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 	l.explained.forget(queued)
 	var wrote []string
 	var estimates map[string]job.StartEstimate
-	explain := l.explained.changed(plan.Explanations)
-	l.phases.Explained = len(explain)
+	now := time.Now()
+	news, refreshed := l.explained.changed(plan.Explanations, now)
+	l.phases.Explained, l.phases.Refreshed = len(news), len(refreshed)
+	l.lastExplained = news
 	// What waiting jobs are told comes in a transaction of its own, after the decisions are
 	// committed and their slaves woken: on a long queue writing every explanation and estimate
 	// took most of the pass (B1x's burst: 7.6 of 17.8 s), and assignments waited for it. The
@@ -1010,7 +1018,7 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 	// plans these jobs again.
 	err = l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
 		t := time.Now()
-		if err := tx.SetQueuedExplanations(ctx, explain); err != nil {
+		if err := tx.SetQueuedExplanations(ctx, news, refreshed); err != nil {
 			return err
 		}
 		l.timed("explanations", t)
@@ -1029,7 +1037,8 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 		return assigned, fmt.Errorf("explain the waiting jobs: %w", err)
 	}
 	l.recordWritten(estimates, wrote)
-	l.explained.record(explain)
+	l.explained.record(news, now)
+	l.explained.record(refreshed, now)
 	return assigned, nil
 }
 

@@ -130,8 +130,10 @@ func waiting(n *need, pinned bool, ms []miss, offline, draining []*slaveState) [
 		case amt > 0 && tied(c, ms) > 1:
 			// Several slaves have that many free: which one is named first changes as GPUs come
 			// and go, and a text naming it changed at nearly every pass for every such job (at
-			// 5,000 slaves, ~20,000 explanations and events written a pass).
-			lines = append(lines, fmt.Sprintf("%s, at most %d free on any %sslave", need, amt, matching))
+			// 5,000 slaves, ~20,000 explanations and events written a pass). The words are those
+			// of a single slave, the details in parentheses, so that a job's reason reads the
+			// same when one slave or several have the most (the leader writes details less often).
+			lines = append(lines, fmt.Sprintf("%s, at most %d free on a %sslave (%d slaves have %d)", need, amt, matching, tied(c, ms), amt))
 		case amt > 0:
 			lines = append(lines, fmt.Sprintf("%s, at most %d free on a %sslave (%s)", need, amt, matching, name))
 		case len(ms) == 1:

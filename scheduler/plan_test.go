@@ -215,7 +215,7 @@ func TestPlan(t *testing.T) {
 			slaves:  []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 2)...)), mkSlave("gpu2", gpus(gpuList(v100, 32, 0, 2)...))},
 			running: []Placed{hold("gpu1", []int{0}, ids(0, 1), 1), hold("gpu2", []int{1}, ids(0, 1), 1)},
 			queued:  []Job{mkJob("big", 2, 1, 1)},
-			want:    map[string]string{"big": "WAIT needs 2 GPUs, at most 1 free on any slave"},
+			want:    map[string]string{"big": "WAIT needs 2 GPUs, at most 1 free on a slave (2 slaves have 1)"},
 		},
 		{
 			name:   "oldest submission first, whatever the snapshot order",

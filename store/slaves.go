@@ -278,24 +278,39 @@ func (s *Store) AssignJobs(ctx context.Context, as []Assignment) ([]string, erro
 	return done, mapErr(err, fmt.Sprintf("assign %d jobs", n))
 }
 
-// SetQueuedExplanations stores, for each queued job, why it waits, in one statement per pass;
-// a job whose explanation changed gets a scheduler event, so GET jobs/{id}/debug shows how
-// the reasons evolved without one event per pass.
-func (s *Store) SetQueuedExplanations(ctx context.Context, expl map[string][]string) error {
-	if len(expl) == 0 {
+// SetQueuedExplanations stores, for each queued job, why it waits, in one statement per pass.
+// A job of news whose explanation changed gets a scheduler event, so GET jobs/{id}/debug shows
+// how the reasons evolved without one event per pass; refreshed holds explanations whose
+// details alone moved (counts, times, names), stored without an event.
+func (s *Store) SetQueuedExplanations(ctx context.Context, news, refreshed map[string][]string) error {
+	if len(news)+len(refreshed) == 0 {
 		return nil
 	}
-	data, err := json.Marshal(expl)
+	// A nil map encodes as null, which jsonb_each refuses.
+	encode := func(m map[string][]string) ([]byte, error) {
+		if m == nil {
+			return []byte("{}"), nil
+		}
+		return json.Marshal(m)
+	}
+	n, err := encode(news)
 	if err != nil {
 		return fmt.Errorf("encode explanations: %w", err)
 	}
-	_, err = s.q.ExecContext(ctx, `WITH changed AS (
+	r, err := encode(refreshed)
+	if err != nil {
+		return fmt.Errorf("encode explanations: %w", err)
+	}
+	_, err = s.q.ExecContext(ctx, `WITH e AS (
+    SELECT key, value, TRUE AS event FROM jsonb_each($1::jsonb)
+    UNION ALL SELECT key, value, FALSE FROM jsonb_each($2::jsonb)),
+changed AS (
     UPDATE jobs j SET scheduling = jsonb_set(j.scheduling, '{queuedExplanations}', e.value)
-    FROM jsonb_each($1::jsonb) e
+    FROM e
     WHERE j.uuid = e.key::uuid AND j.status = 'QUEUED' AND j.scheduling->'queuedExplanations' IS DISTINCT FROM e.value
-    RETURNING j.uuid, e.value)
+    RETURNING j.uuid, e.value, e.event)
 INSERT INTO job_events (job_uuid, kind, actor, message)
-SELECT uuid, 'scheduler', 'scheduler', (SELECT string_agg(x, '; ') FROM jsonb_array_elements_text(value) x) FROM changed`, data)
+SELECT uuid, 'scheduler', 'scheduler', (SELECT string_agg(x, '; ') FROM jsonb_array_elements_text(value) x) FROM changed WHERE event`, n, r)
 	return mapErr(err, "set queued explanations")
 }
 

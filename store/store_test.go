@@ -573,3 +573,55 @@ func TestSlaveHeartbeatReportsComingBack(t *testing.T) {
 		t.Fatalf("heartbeat of another instance: %v", err)
 	}
 }
+
+// An explanation stored as news gets a scheduler event when it changes; one stored as a refresh
+// (its details moved) changes the job without an event; an unchanged one writes nothing; a job
+// no longer queued keeps what it had.
+func TestQueuedExplanationsEvents(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	a, b := createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusRunning)
+	set := func(news, refreshed map[string][]string) {
+		t.Helper()
+		if err := st.SetQueuedExplanations(ctx, news, refreshed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(id string, want []string, events []string) {
+		t.Helper()
+		rec, err := st.GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.Job.State.Scheduling.QueuedExplanations; !slices.Equal(got, want) {
+			t.Errorf("job %s explained %q, want %q", id[:8], got, want)
+		}
+		evs, err := st.ListJobEvents(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range evs {
+			if e.Kind == "scheduler" {
+				got = append(got, e.Message)
+			}
+		}
+		if !slices.Equal(got, events) {
+			t.Errorf("job %s has scheduler events %q, want %q", id[:8], got, events)
+		}
+	}
+	first := []string{"needs 4 GPUs, at most 2 free on a slave (sim-1)", "behind 3 jobs"}
+	set(map[string][]string{a.UUID: first, b.UUID: first}, nil)
+	check(a.UUID, first, []string{strings.Join(first, "; ")})
+	check(b.UUID, nil, nil)
+	moved := []string{"needs 4 GPUs, at most 3 free on a slave (sim-2)", "behind 3 jobs"}
+	set(nil, map[string][]string{a.UUID: moved})
+	check(a.UUID, moved, []string{strings.Join(first, "; ")})
+	set(map[string][]string{a.UUID: moved}, nil) // unchanged: no event
+	check(a.UUID, moved, []string{strings.Join(first, "; ")})
+	other := []string{"bucket \"sweep\" is full (2/2 running)"}
+	set(map[string][]string{a.UUID: other}, map[string][]string{b.UUID: other})
+	check(a.UUID, other, []string{strings.Join(first, "; "), other[0]})
+	check(b.UUID, nil, nil)
+}

@@ -12,7 +12,7 @@ func TestExplain(t *testing.T) {
 	ctx := context.Background()
 	id := w.submit(t, w.alice, helloWorld, "")
 	start := time.Date(2030, 1, 2, 14, 20, 0, 0, time.UTC)
-	if err := w.m.Store.SetQueuedExplanations(ctx, map[string][]string{id: {"needs 1 GPUs, at most 0 free (gpu1)"}}); err != nil {
+	if err := w.m.Store.SetQueuedExplanations(ctx, map[string][]string{id: {"needs 1 GPUs, at most 0 free (gpu1)"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.m.Store.SetEstimatedStarts(ctx, map[string]time.Time{id: start}); err != nil {
