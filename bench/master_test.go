@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -19,6 +21,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,6 +115,15 @@ type memReport struct {
 	BusySecs      float64 `json:"busySecs"`
 	Sys           uint64  `json:"sys"`
 	NumGoroutines int     `json:"goroutines"`
+	// Sched counts, since the process started, the times goroutines waited runnable before
+	// they ran, by SchedBuckets (runtime/metrics /sched/latencies:seconds): how long work
+	// waits for a CPU.
+	Sched        []uint64  `json:"sched"`
+	SchedBuckets []float64 `json:"schedBuckets"`
+	// DBWaits and DBWaitSecs count the waits for a connection of the request pool, and their
+	// time, since the process started (sql.DBStats).
+	DBWaits    int64   `json:"dbWaits"`
+	DBWaitSecs float64 `json:"dbWaitSecs"`
 }
 
 // runMaster is the master role: the wiring of `gpulab-master serve` (cmd/gpulab-master/serve.go:
@@ -169,7 +181,7 @@ func runMaster() error {
 	if cfg.CapRunning {
 		limits = nil // scheduler.DefaultLimits, as serve's flag defaults
 	}
-	d := &driver{assigned: &assigned, log: log}
+	d := &driver{assigned: &assigned, log: log, db: st.DB()}
 	st.ObserveBeats(d.onBeats)
 	// As serve does: the scheduler on a pool of its own (store.LeaderConns).
 	lst, err := store.OpenPool(ctx, cfg.DatabaseURL, store.LeaderConns)
@@ -262,6 +274,7 @@ func (h passCounter) WithGroup(name string) slog.Handler {
 // driver runs the real scheduler loop (leader.Loop.Run) once started, and records every
 // pass through the loop's OnPass hook: when it started, how long it took, what it assigned.
 type driver struct {
+	db       *sql.DB // the request pool, for its waits
 	loop     *leader.Loop
 	assigned *assignCount
 	log      *slog.Logger
@@ -359,12 +372,53 @@ func (d *driver) controlMux() *http.ServeMux {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/cpu/classes/gc/total:cpu-seconds"},
-			{Name: "/cpu/classes/total:cpu-seconds"}, {Name: "/cpu/classes/idle:cpu-seconds"}}
+			{Name: "/cpu/classes/total:cpu-seconds"}, {Name: "/cpu/classes/idle:cpu-seconds"}, {Name: "/sched/latencies:seconds"}}
 		metrics.Read(live)
+		sched := live[4].Value.Float64Histogram()
+		dbs := d.db.Stats()
 		_ = json.NewEncoder(w).Encode(memReport{RSSBytes: selfRSS(), HeapInuse: ms.HeapInuse, HeapLive: live[0].Value.Uint64(), StackInuse: ms.StackInuse,
-			GCSecs: live[1].Value.Float64(), BusySecs: live[2].Value.Float64() - live[3].Value.Float64(), Sys: ms.Sys, NumGoroutines: runtime.NumGoroutine()})
+			GCSecs: live[1].Value.Float64(), BusySecs: live[2].Value.Float64() - live[3].Value.Float64(), Sys: ms.Sys, NumGoroutines: runtime.NumGoroutine(),
+			Sched: sched.Counts, SchedBuckets: finite(sched.Buckets), DBWaits: dbs.WaitCount, DBWaitSecs: dbs.WaitDuration.Seconds()})
 	})
 	return mux
+}
+
+// finite replaces the infinite ends of histogram buckets (which JSON cannot carry) with the
+// largest and smallest finite numbers.
+func finite(b []float64) []float64 {
+	out := slices.Clone(b)
+	for i, v := range out {
+		switch {
+		case math.IsInf(v, 1):
+			out[i] = math.MaxFloat64
+		case math.IsInf(v, -1):
+			out[i] = -math.MaxFloat64
+		}
+	}
+	return out
+}
+
+// schedQuantile is the q-quantile of the goroutines' waits for a CPU between two memReports
+// (the upper end of its bucket), zero when none were counted.
+func schedQuantile(from, to memReport, q float64) time.Duration {
+	if len(to.Sched) == 0 || len(from.Sched) != len(to.Sched) {
+		return 0
+	}
+	var total uint64
+	for i := range to.Sched {
+		total += to.Sched[i] - from.Sched[i]
+	}
+	if total == 0 {
+		return 0
+	}
+	want := uint64(math.Ceil(q * float64(total)))
+	var seen uint64
+	for i := range to.Sched {
+		if seen += to.Sched[i] - from.Sched[i]; seen >= want {
+			return time.Duration(min(to.SchedBuckets[i+1], 3600) * float64(time.Second))
+		}
+	}
+	return 0
 }
 
 // selfRSS is this process's resident set (VmRSS), in bytes.

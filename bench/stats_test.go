@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -159,4 +160,27 @@ func ratio(a, b float64) string {
 		return "—"
 	}
 	return fmt.Sprintf("×%.2f", a/b)
+}
+
+// schedQuantile reads a quantile of the waits for a CPU counted between two reports, as the
+// upper end of its bucket.
+func TestSchedQuantile(t *testing.T) {
+	buckets := []float64{0, 1e-6, 1e-3, 1, math.MaxFloat64}
+	from := memReport{Sched: []uint64{5, 5, 5, 5}, SchedBuckets: buckets}
+	to := memReport{Sched: []uint64{5, 95, 9, 6}, SchedBuckets: buckets} // 90, 4 and 1 more
+	for _, c := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, time.Millisecond}, {0.9, time.Millisecond}, {0.95, time.Second}, {0.99, time.Hour}, {1, time.Hour}} {
+		if got := schedQuantile(from, to, c.q); got != c.want {
+			t.Errorf("q %g: %s, want %s", c.q, got, c.want)
+		}
+	}
+	if got := schedQuantile(to, to, 0.5); got != 0 {
+		t.Errorf("nothing counted: %s", got)
+	}
+	last := memReport{Sched: []uint64{5, 95, 9, 7}, SchedBuckets: buckets}
+	if got := schedQuantile(to, last, 0.5); got != time.Hour {
+		t.Errorf("the open bucket: %s, want the hour it is capped at", got)
+	}
 }

@@ -314,13 +314,12 @@ func (h *Handlers) presentOne(r *http.Request, c *Caller, rec *store.JobRecord) 
 	return out[0], nil
 }
 
-// presentV3 prepares a job for a v3.x answer (redacting and changing rec's job in place, as
-// presentJobs does): credentials always hidden, other users' jobs
+// presentV3 prepares a copy of a job for a v3.x answer (rec is not changed, see presentJobs):
+// credentials always hidden, other users' jobs
 // outside the caller's projects sanitized, v3.0 without what came with v3.1; SSH access as
 // withSSH shows it.
 func presentV3(c *Caller, rec *store.JobRecord, version string, ssh map[string]sshEndpoint, jump *SSHJumpHost) any {
-	j := rec.Job
-	j.Redact()
+	j := rec.Job.Redacted()
 	if c == nil || !canSee(c, rec) {
 		j = j.Sanitized()
 	}
@@ -517,6 +516,7 @@ func (h *Handlers) ListJobs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	f.Shared = true // presentJobs only reads them
 	recs, err := h.store.ListJobs(r.Context(), f)
 	if err != nil {
 		return err

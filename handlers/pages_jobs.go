@@ -102,15 +102,14 @@ func (h *Handlers) listPageJobs(r *http.Request, c *Caller, jq views.JobsQuery) 
 		f.UserIDs = nil
 		f.Visible = &store.Visibility{UserID: c.User.ID, ProjectIDs: c.ProjectIDs}
 	}
+	f.Shared = true // presentJobs and pageRow only read them
 	return h.store.ListJobs(r.Context(), f)
 }
 
 // pageRow is a job as a list shows it to the caller: redacted always, sanitized outside his
-// projects (the same rule as the API's present). rec's job is redacted in place (see
-// presentJobs).
+// projects (the same rule as the API's present). rec is not changed (see presentJobs).
 func pageRow(c *Caller, rec *store.JobRecord) views.JobRow {
-	rec.Job.Redact()
-	row := views.JobRow{Job: rec.Job, Full: c != nil && canSee(c, rec), User: rec.UserName, Project: rec.ProjectName}
+	row := views.JobRow{Job: rec.Job.Redacted(), Full: c != nil && canSee(c, rec), User: rec.UserName, Project: rec.ProjectName}
 	if !row.Full {
 		row.Job = row.Job.Sanitized()
 		row.User, row.Project = "hidden", "hidden"

@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -47,7 +46,7 @@ func SSHUsername(jobUUID string) string {
 }
 
 // slaveSSHEndpoints maps the slaves that serve SSH to their endpoints.
-func slaveSSHEndpoints(ss []store.Slave) map[string]sshEndpoint {
+func slaveSSHEndpoints(ss []store.SlaveShown) map[string]sshEndpoint {
 	out := map[string]sshEndpoint{}
 	for _, s := range ss {
 		if s.SSHHost != "" && s.SSHPort > 0 {
@@ -157,15 +156,15 @@ func (h *Handlers) jobSSHView(ctx context.Context, c *Caller, rec *store.JobReco
 	if c == nil || rec.UserID != c.User.ID || rec.Job.State.Status != job.StatusRunning || res == nil {
 		return nil, nil
 	}
-	sl, err := h.store.GetSlave(ctx, res.SlaveName)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil
-	}
+	ss, err := h.store.SlavesShown(ctx, []string{res.SlaveName})
 	if err != nil {
 		return nil, err
 	}
+	if len(ss) == 0 {
+		return nil, nil
+	}
 	j := rec.Job.Redacted()
-	withSSH(j, slaveSSHEndpoints([]store.Slave{sl}), h.cfg.SSHJump, rec.UserName, true)
+	withSSH(j, slaveSSHEndpoints(ss), h.cfg.SSHJump, rec.UserName, true)
 	v := sshView(j)
 	if v != nil {
 		v.KnownHostURL = "/api/gpulab/" + V31 + "/ssh/known_hosts"

@@ -191,19 +191,13 @@ type slaveFacts struct {
 	cudaVersion   string
 }
 
-// slaveFactsOf reads the slaves' registrations (read once per answer).
-func slaveFactsOf(ss []store.Slave) (map[string]slaveFacts, error) {
+// slaveFactsOf indexes what v4.0 shows of the slaves by name.
+func slaveFactsOf(ss []store.SlaveShown) map[string]slaveFacts {
 	facts := make(map[string]slaveFacts, len(ss))
 	for _, s := range ss {
-		var inv protocol.Inventory
-		if len(s.Inventory) > 0 {
-			if err := json.Unmarshal(s.Inventory, &inv); err != nil {
-				return nil, fmt.Errorf("decode inventory of slave %s: %w", s.Name, err)
-			}
-		}
-		facts[s.Name] = slaveFacts{instanceID: s.InstanceID, pid: inv.PID, driverVersion: inv.DriverVersion, cudaVersion: inv.CudaVersion}
+		facts[s.Name] = slaveFacts{instanceID: s.InstanceID, pid: s.PID, driverVersion: s.DriverVersion, cudaVersion: s.CudaVersion}
 	}
-	return facts, nil
+	return facts
 }
 
 // v4JobOf maps a (redacted, maybe sanitized) job to imec's Job. sanitized hides GPU details as
@@ -499,11 +493,11 @@ func slavesShown(recs []*store.JobRecord, version string) []string {
 
 // presentJobs prepares jobs for an API answer in the shape of the request's version: imec's
 // Job model for v4.0 (see v4JobOf), our own job for v3.x (see present).
-// The records' jobs are redacted and changed in place: they are the request's own copies (the
-// store decodes a fresh job per read), shown once.
+// The records are not changed (each job shown is a redacted copy, made only when its JSON is
+// not kept already): a list's may be shared with the store's memory (store.JobFilter.Shared).
 func (h *Handlers) presentJobs(ctx context.Context, c *Caller, version string, recs []*store.JobRecord) ([]any, error) {
 	out := make([]any, len(recs))
-	ss, err := h.store.ListSlavesNamed(ctx, slavesShown(recs, version))
+	ss, err := h.store.SlavesShown(ctx, slavesShown(recs, version))
 	if err != nil {
 		return nil, fmt.Errorf("read slaves to show jobs: %w", err)
 	}
@@ -516,13 +510,9 @@ func (h *Handlers) presentJobs(ctx context.Context, c *Caller, version string, r
 		}
 		return out, nil
 	}
-	slaves, err := slaveFactsOf(ss)
-	if err != nil {
-		return nil, fmt.Errorf("read slaves for the v4.0 job shape: %w", err)
-	}
+	slaves := slaveFactsOf(ss)
 	for i, rec := range recs {
-		j := rec.Job
-		j.Redact()
+		j := rec.Job.Redacted()
 		sanitized := c == nil || !canSee(c, rec)
 		if sanitized {
 			j = j.Sanitized()

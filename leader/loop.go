@@ -594,15 +594,19 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 		// how late a start or an end counts: at most every TallyEvery, not at every pass (a
 		// GROUP BY over every running job, at passes a second apart under a stream of submits).
 		if time.Since(l.accruedAt) >= TallyEvery {
+			t := time.Now()
 			if err := tx.AccrueTallies(ctx, *l.cfg.TallyWeights, l.cfg.TallyHalfLife); err != nil {
 				return err
 			}
 			accrued = true
+			l.timed("accrue", t)
 		}
 		// Delivered at commit: the long polls of these slaves, on every master, learn of the
 		// jobs to stop.
 		return tx.NotifySlaves(ctx, stops...)
 	})
+	// The steps above are the statements; the rest of the phase is the transaction's begin,
+	// its proof of leadership and its commit.
 	if err != nil {
 		return err
 	}
@@ -707,10 +711,12 @@ func (l *Loop) timed(step string, since time.Time) {
 // What a job ended here held on its slave stays taken until the slave confirms the container
 // gone (see store.Change.Released).
 func (l *Loop) housekeeping(ctx context.Context, tx *store.Store, lead store.Leadership) ([]string, error) {
+	t := time.Now()
 	offline, err := tx.MarkSlavesOffline(ctx, l.cfg.HeartbeatGrace, lead.Since)
 	if err != nil {
 		return nil, err
 	}
+	l.timed("offline", t)
 	for _, name := range offline {
 		l.log.Warn("slave offline: no heartbeat", "slave", name, "grace", l.cfg.HeartbeatGrace)
 	}
@@ -729,10 +735,12 @@ func (l *Loop) housekeeping(ctx context.Context, tx *store.Store, lead store.Lea
 		l.log.Warn(what, "job", j.UUID, "slave", j.SlaveName, "was", j.Status, "now", ch.To, "restart_job", restart)
 		return nil
 	}
+	t = time.Now()
 	lost, err := tx.ListLostJobs(ctx, l.cfg.JobGrace+l.cfg.FenceMargin)
 	if err != nil {
 		return nil, err
 	}
+	l.timed("lost", t)
 	for _, j := range lost {
 		var ch store.Change
 		switch j.Status {
@@ -751,10 +759,12 @@ func (l *Loop) housekeeping(ctx context.Context, tx *store.Store, lead store.Lea
 			return nil, err
 		}
 	}
+	t = time.Now()
 	expired, err := tx.ListExpiredLeases(ctx)
 	if err != nil {
 		return nil, err
 	}
+	l.timed("leases", t)
 	leases := tx.Leases()
 	for _, j := range expired {
 		var ch store.Change
@@ -784,10 +794,12 @@ func (l *Loop) housekeeping(ctx context.Context, tx *store.Store, lead store.Lea
 	if ids, known := l.queue.overdue(l.dbNow.Add(time.Since(l.dbNowAt) + time.Minute)); known && !l.dbNow.IsZero() {
 		among = ids
 	}
+	t = time.Now()
 	overdue, err := tx.ListExpiredJobs(ctx, among)
 	if err != nil {
 		return nil, err
 	}
+	l.timed("overdue", t)
 	for _, j := range overdue {
 		ch := store.Change{To: job.StatusCancelled,
 			Event: store.Event{Message: "maxDuration (" + job.FormatDuration(time.Duration(j.MaxS)*time.Second) + ") reached"}}
@@ -798,10 +810,12 @@ func (l *Loop) housekeeping(ctx context.Context, tx *store.Store, lead store.Lea
 	// The idle check reads an hour of samples of every running job: it runs a few times per
 	// idle window (at most once a minute), not at every pass.
 	if l.cfg.Idle.After > 0 && time.Since(l.lastIdle) >= min(time.Minute, l.cfg.Idle.After/4) {
+		t = time.Now()
 		if err := l.idleGPUs(ctx, tx, act); err != nil {
 			return nil, err
 		}
 		l.lastIdle = time.Now()
+		l.timed("idle", t)
 	}
 	slices.Sort(stops)
 	return slices.Compact(stops), nil

@@ -171,3 +171,34 @@ func TestListReadsChangedRowsOnly(t *testing.T) {
 		t.Errorf("after the rollback: %s", got[3].Job.State.Status)
 	}
 }
+
+// A list for a caller that only reads (JobFilter.Shared) gets the kept records themselves, the
+// same ones at every list while the rows stay as they are; any other list gets copies.
+func TestSharedListsGetTheKeptRecords(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	for range 3 {
+		createJob(t, st, u, p, job.StatusQueued)
+	}
+	f := store.JobFilter{UserIDs: []int64{u.ID}, Visible: &store.Visibility{UserID: u.ID, ProjectIDs: []int64{p.ID}}, Limit: 5}
+	list := func(shared bool) []*store.JobRecord {
+		t.Helper()
+		f.Shared = shared
+		recs, err := st.ListJobs(ctx, f)
+		if err != nil || len(recs) != 3 {
+			t.Fatalf("list: %d jobs, %v", len(recs), err)
+		}
+		return recs
+	}
+	list(false) // the records are made and kept
+	a, b, c := list(true), list(true), list(false)
+	for i := range a {
+		if a[i] != b[i] {
+			t.Errorf("job %d: two shared lists got different records", i)
+		}
+		if c[i] == a[i] || c[i].Job == a[i].Job {
+			t.Errorf("job %d: a list that may change its records got the kept one", i)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -624,4 +625,38 @@ func TestQueuedExplanationsEvents(t *testing.T) {
 	set(map[string][]string{a.UUID: other}, map[string][]string{b.UUID: other})
 	check(a.UUID, other, []string{strings.Join(first, "; "), other[0]})
 	check(b.UUID, nil, nil)
+}
+
+// SlavesShown reads a slave's SSH endpoint and, from its inventory, its process id and GPU
+// software; a slave without them reads zero values; unknown names are left out.
+func TestSlavesShown(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []store.SlaveRegistration{
+		{Name: "gpu1", InstanceID: "i1", ClusterID: 1, Inventory: json.RawMessage(`{"pid": 4242, "driverVersion": "550.54.15", "cudaVersion": "12.4", "gpus": []}`),
+			SSHHost: "gpu1.test", SSHPort: 2222, SSHHostKey: "ssh-ed25519 AAAA"},
+		{Name: "cpu1", InstanceID: "i2", ClusterID: 1, Inventory: json.RawMessage(`{}`)},
+	} {
+		if _, err := st.RegisterSlave(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := st.SlavesShown(ctx, []string{"gpu1", "cpu1", "gone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(got, func(a, b store.SlaveShown) int { return strings.Compare(a.Name, b.Name) })
+	want := []store.SlaveShown{
+		{Name: "cpu1", InstanceID: "i2"},
+		{Name: "gpu1", InstanceID: "i1", SSHHost: "gpu1.test", SSHPort: 2222, PID: 4242, DriverVersion: "550.54.15", CudaVersion: "12.4"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("slaves shown %+v, want %+v", got, want)
+	}
+	if none, err := st.SlavesShown(ctx, nil); err != nil || none != nil {
+		t.Errorf("no names: %v %v", none, err)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/crypto/ssh"
@@ -89,6 +90,52 @@ func TestJobShowsSSHAccess(t *testing.T) {
 			t.Errorf("%s as carol (same project): %v", base, r)
 		}
 	}
+	// Lists share the records the store keeps of listed jobs (store.JobFilter.Shared): what one
+	// viewer is shown must not reach another's list, however they interleave (run with -race).
+	listed := func(u *testmaster.User, base string) map[string]any {
+		status, data, _ := m.Do(u, "GET", base+"/jobs?page_size=50&project_name=vision", nil)
+		if status != 200 {
+			t.Errorf("list %s as %s: %d %s", base, u.Name, status, data)
+			return nil
+		}
+		var items []json.RawMessage
+		if base == v40 {
+			var l struct{ Items []json.RawMessage }
+			_ = json.Unmarshal(data, &l)
+			items = l.Items
+		} else {
+			_ = json.Unmarshal(data, &items)
+		}
+		var j struct {
+			State struct {
+				Resources map[string]any `json:"resources"`
+			} `json:"state"`
+		}
+		if len(items) != 1 || json.Unmarshal(items[0], &j) != nil {
+			t.Errorf("list %s as %s: %s", base, u.Name, data)
+			return nil
+		}
+		return j.State.Resources
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		for _, base := range []string{v31, v40} {
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				if r := listed(w.alice, base); r != nil && r["sshProxyUsername"] != "alice" {
+					t.Errorf("%s list as the owner: %v", base, r)
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				if r := listed(carol, base); r != nil && r["sshProxyUsername"] != "hidden" {
+					t.Errorf("%s list as carol: %v", base, r)
+				}
+			}()
+		}
+	}
+	wg.Wait()
 	// The host keys are public, in known_hosts form.
 	status, data, _ := m.Do(nil, "GET", v31+"/ssh/known_hosts", nil)
 	want := "[jump.test]:2200 " + jumpKey + "\n[slave1.test]:2222 " + inv.SSH.HostKey + "\n"
