@@ -69,9 +69,10 @@ func closeEstimates(a, b job.StartEstimate) bool {
 // once. In B8x, jobs of 3 and 4 GPUs pile up behind a stream of one-GPU jobs that take every
 // GPU freed, and all of them went from "at most 1 free" to "at most 2 free on a slave
 // (sim-2952)" and back at nearly every pass: the changed explanations a pass grew from ~60 (the
-// new jobs) to 250–740 by the 20th minute, each a row update and an event, and the passes and
-// the readers slowed by half. The explanation a user reads is at most this old in its details;
-// its history (the scheduler's events) records the reasons, not every count.
+// new jobs) to 250–740 by the 20th minute, each a row update and an event, so that a job
+// waiting for hours would have gathered thousands of events. The explanation a user reads is
+// at most this old in its details; its history (the scheduler's events) records the reasons,
+// not every count.
 const ExplainDetailEvery = time.Minute
 
 // explained is what the leader knows the database holds as the explanation of queued jobs, by

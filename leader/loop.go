@@ -142,8 +142,6 @@ type Loop struct {
 	writtenMu sync.Mutex
 	written   written
 	explained explained
-	// lastExplained is what the last pass wrote (debug log only).
-	lastExplained map[string][]string
 	// forecasts hands snapshots to the forecaster while this master leads (nil otherwise: a
 	// pass forecasts itself); see forecaster.
 	forecasts chan forecastJob
@@ -661,9 +659,6 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 			l.log.Debug("scheduler pass phases", "housekeeping", ph.Housekeeping, "read", ph.Read, "plan", ph.Plan, "apply", ph.Apply,
 				"slaves", ph.Slaves, "queued", ph.Queued, "planned", ph.Planned, "running", ph.Running, "assigned", placed,
 				"fit_waiting", plan.FitWaiting, "skipped", len(plan.Skipped), "explained", l.phases.Explained, "refreshed", l.phases.Refreshed, "steps", stepsString(l.phases.Steps))
-			if l.phases.Explained >= 100 {
-				l.log.Debug("many explanations changed", "explained", l.phases.Explained, "top", topReasons(l.lastExplained, 3))
-			}
 			if plan.FitWaiting > 1000 {
 				l.log.Debug("many jobs that fit by counts were left waiting", "fit_waiting", plan.FitWaiting, "explained", topReasons(plan.Explanations, 3))
 			}
@@ -1024,7 +1019,9 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 	now := time.Now()
 	news, refreshed := l.explained.changed(plan.Explanations, now)
 	l.phases.Explained, l.phases.Refreshed = len(news), len(refreshed)
-	l.lastExplained = news
+	if len(news) >= 100 && l.log.Enabled(ctx, slog.LevelDebug) {
+		l.log.Debug("many explanations changed", "explained", len(news), "top", topReasons(news, 3))
+	}
 	// What waiting jobs are told comes in a transaction of its own, after the decisions are
 	// committed and their slaves woken: on a long queue writing every explanation and estimate
 	// took most of the pass (B1x's burst: 7.6 of 17.8 s), and assignments waited for it. The
