@@ -3,6 +3,7 @@ package leader_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,11 +97,34 @@ func TestUnchangedExplanationsAreNotSentAgain(t *testing.T) {
 		}
 		return rec.Job.State.Scheduling.QueuedExplanations
 	}
+	// The job's history gets the explanation as a scheduler event when it is new or its
+	// reason changes, not at every pass.
+	events := func(id string) []string {
+		t.Helper()
+		evs, err := w.st.ListJobEvents(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range evs {
+			if e.Kind == "scheduler" {
+				out = append(out, e.Message)
+			}
+		}
+		return out
+	}
 	pass := func() { t.Helper(); w.pass(loop) }
 	pass()
 	want := explanation(ids[2])
 	if len(want) == 0 {
 		t.Fatalf("a waiting job has no explanation after the first pass")
+	}
+	if got := events(ids[2]); !slices.Equal(got, []string{strings.Join(want, "; ")}) {
+		t.Errorf("after the first pass the job's scheduler events are %q, want its explanation once", got)
+	}
+	pass()
+	if got := events(ids[2]); len(got) != 1 {
+		t.Errorf("a pass that changed nothing added events: %q", got)
 	}
 	if _, err := w.st.DB().ExecContext(ctx, `UPDATE jobs SET scheduling = jsonb_set(scheduling, '{queuedExplanations}', '["behind the back"]') WHERE uuid = $1`, ids[2]); err != nil {
 		t.Fatal(err)

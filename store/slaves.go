@@ -72,7 +72,7 @@ func (s *Store) SlavesShown(ctx context.Context, names []string) ([]SlaveShown, 
 	}
 	var ss []SlaveShown
 	err := s.q.SelectContext(ctx, &ss, `SELECT name, instance_id, ssh_host, ssh_port,
-    COALESCE((inventory->>'pid')::int, 0) AS pid,
+    COALESCE((inventory->>'pid')::bigint, 0) AS pid,
     COALESCE(inventory->>'driverVersion', '') AS driver_version,
     COALESCE(inventory->>'cudaVersion', '') AS cuda_version
 FROM slaves WHERE name = ANY($1)`, pq.Array(names))

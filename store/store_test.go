@@ -627,7 +627,8 @@ func TestQueuedExplanationsEvents(t *testing.T) {
 	check(b.UUID, nil, nil)
 }
 
-// SlavesShown reads a slave's SSH endpoint and, from its inventory, its process id and GPU
+// SlavesShown reads a slave's SSH endpoint and, from its inventory, its process id (any the
+// slave's int holds: one past 32 bits must not fail every list that shows its jobs) and GPU
 // software; a slave without them reads zero values; unknown names are left out.
 func TestSlavesShown(t *testing.T) {
 	st := newStore(t)
@@ -636,7 +637,7 @@ func TestSlavesShown(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range []store.SlaveRegistration{
-		{Name: "gpu1", InstanceID: "i1", ClusterID: 1, Inventory: json.RawMessage(`{"pid": 4242, "driverVersion": "550.54.15", "cudaVersion": "12.4", "gpus": []}`),
+		{Name: "gpu1", InstanceID: "i1", ClusterID: 1, Inventory: json.RawMessage(`{"pid": 5000000000, "driverVersion": "550.54.15", "cudaVersion": "12.4", "gpus": []}`),
 			SSHHost: "gpu1.test", SSHPort: 2222, SSHHostKey: "ssh-ed25519 AAAA"},
 		{Name: "cpu1", InstanceID: "i2", ClusterID: 1, Inventory: json.RawMessage(`{}`)},
 	} {
@@ -651,7 +652,7 @@ func TestSlavesShown(t *testing.T) {
 	slices.SortFunc(got, func(a, b store.SlaveShown) int { return strings.Compare(a.Name, b.Name) })
 	want := []store.SlaveShown{
 		{Name: "cpu1", InstanceID: "i2"},
-		{Name: "gpu1", InstanceID: "i1", SSHHost: "gpu1.test", SSHPort: 2222, PID: 4242, DriverVersion: "550.54.15", CudaVersion: "12.4"},
+		{Name: "gpu1", InstanceID: "i1", SSHHost: "gpu1.test", SSHPort: 2222, PID: 5000000000, DriverVersion: "550.54.15", CudaVersion: "12.4"},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("slaves shown %+v, want %+v", got, want)
