@@ -102,14 +102,25 @@ func (h *Handlers) listPageJobs(r *http.Request, c *Caller, jq views.JobsQuery) 
 		f.UserIDs = nil
 		f.Visible = &store.Visibility{UserID: c.User.ID, ProjectIDs: c.ProjectIDs}
 	}
-	f.Shared = true // presentJobs and pageRow only read them
+	f.Shared = true // presentJobs and listRow only read them
 	return h.store.ListJobs(r.Context(), f)
 }
 
-// pageRow is a job as a list shows it to the caller: redacted always, sanitized outside his
+// pageRow is a job as its page shows it to the caller: redacted always, sanitized outside his
 // projects (the same rule as the API's present). rec is not changed (see presentJobs).
 func pageRow(c *Caller, rec *store.JobRecord) views.JobRow {
-	row := views.JobRow{Job: rec.Job.Redacted(), Full: c != nil && canSee(c, rec), User: rec.UserName, Project: rec.ProjectName}
+	return shownRow(c, rec, rec.Job.Redacted())
+}
+
+// listRow is a job as a list's row (views.JobRowView) shows it: only what a row shows
+// (job.Listed), sanitized outside the caller's projects. It shares memory with rec.
+func listRow(c *Caller, rec *store.JobRecord) views.JobRow {
+	return shownRow(c, rec, rec.Job.Listed())
+}
+
+// shownRow is the row of rec showing j, a copy of its job.
+func shownRow(c *Caller, rec *store.JobRecord, j *job.Job) views.JobRow {
+	row := views.JobRow{Job: j, Full: c != nil && canSee(c, rec), User: rec.UserName, Project: rec.ProjectName}
 	if !row.Full {
 		row.Job = row.Job.Sanitized()
 		row.User, row.Project = "hidden", "hidden"
@@ -144,7 +155,7 @@ func (h *Handlers) JobsPage(w http.ResponseWriter, r *http.Request) error {
 	}
 	v := views.JobsView{Chrome: h.chrome(r, views.NavJobs), Query: jq, Rows: make([]views.JobRow, len(recs)), More: len(recs) == jobsPageSize}
 	for i, rec := range recs {
-		v.Rows[i] = pageRow(c, rec)
+		v.Rows[i] = listRow(c, rec)
 	}
 	if isHTMX(r) {
 		return h.render(w, r, http.StatusOK, views.JobList(v))
@@ -438,7 +449,7 @@ func (h *Handlers) JobAction(w http.ResponseWriter, r *http.Request) error {
 	if isHTMX(r) {
 		switch r.Header.Get("HX-Target") {
 		case "job-row-" + rec.Job.UUID:
-			return h.render(w, r, http.StatusOK, views.JobRowView(pageRow(c, rec), h.chrome(r, views.NavJobs)))
+			return h.render(w, r, http.StatusOK, views.JobRowView(listRow(c, rec), h.chrome(r, views.NavJobs)))
 		case "job-live":
 			v, err := h.jobDetail(r, c, rec, false)
 			if err != nil {

@@ -60,7 +60,7 @@ func liveSlaves(c *Caller, infos []ClusterInfo, slaveInfos []SlaveInfo, raw []st
 		if res == nil || name == "" {
 			continue
 		}
-		row := pageRow(c, rec)
+		row := listRow(c, rec)
 		ref := &views.JobRef{UUID: rec.Job.UUID, Name: row.Job.Name, Link: row.Full}
 		if holders[name] == nil {
 			holders[name] = map[int]*views.JobRef{}

@@ -120,6 +120,20 @@ func (j *Job) Redacted() *Job {
 	return c
 }
 
+// Listed is the job as a list's row shows it: its name, the resources it asks for and its
+// state, without what it runs (image, command, environment, storage), its description or its
+// owner. It shares memory with j, so it is only read: a list made a deep copy of each job to
+// redact it, 9 % of the master's CPU of a portal page (bench B4), for rows that show none of
+// what redaction hides.
+func (j *Job) Listed() *Job {
+	if j == nil {
+		return nil
+	}
+	return &Job{UUID: j.UUID, Name: j.Name, Request: Request{Resources: j.Request.Resources},
+		State: State{Status: j.State.Status, Created: j.State.Created, Updated: j.State.Updated, EventTimes: j.State.EventTimes,
+			Scheduling: j.State.Scheduling, IdleGPUs: j.State.IdleGPUs, IdleSince: j.State.IdleSince}}
+}
+
 // Redact is Redacted in place, for a copy of the job that is only shown (a record read for
 // one answer): a list of jobs copied each job twice, once when read and once to redact it.
 func (j *Job) Redact() {

@@ -207,3 +207,30 @@ func TestRedactedEnvironment(t *testing.T) {
 		t.Error("Redacted changed the original's environment")
 	}
 }
+
+// A list's row gets the job without what it runs, its description or its owner, and with
+// what a row shows (name, resources asked for, state).
+func TestListed(t *testing.T) {
+	j := fullJob(t)
+	j.Request.Docker.Environment = map[string]string{"JUPYTERHUB_API_TOKEN": "hub-t0ken"}
+	l := j.Listed()
+	b, _ := json.Marshal(l)
+	for _, hidden := range []string{"S3cr3t", "hub-t0ken", "gitlab", "thesis", "me@example.org", "+user+me", "+project+p", "8888"} {
+		if strings.Contains(string(b), hidden) {
+			t.Errorf("listed JSON shows %q: %s", hidden, b)
+		}
+	}
+	if l.UUID != j.UUID || l.Name != j.Name || !reflect.DeepEqual(l.Request.Resources, j.Request.Resources) {
+		t.Errorf("listed job lost what a row shows: %+v", l)
+	}
+	if l.State.Status != j.State.Status || !l.State.Created.Equal(j.State.Created) ||
+		!reflect.DeepEqual(l.State.Scheduling, j.State.Scheduling) || !reflect.DeepEqual(l.State.IdleGPUs, j.State.IdleGPUs) {
+		t.Errorf("listed state = %+v, want that of %+v", l.State, j.State)
+	}
+	if l.State.Resources != nil || l.State.FinalUsageStatistics != nil {
+		t.Errorf("listed state keeps the resources got or the usage: %+v", l.State)
+	}
+	if (*Job)(nil).Listed() != nil {
+		t.Error("a nil job listed is not nil")
+	}
+}
