@@ -165,6 +165,16 @@ func bulkInsert(t testing.TB, dbURL string, jobs []bulkJob) {
 func newUUID() string { return uuid.NewString() }
 
 // statusCounts counts jobs by state straight from the database.
+// queuedMultiGPU counts the queued jobs that need more than one GPU.
+func queuedMultiGPU(t testing.TB, m *master) int {
+	t.Helper()
+	var n int
+	if err := m.Store.DB().QueryRowContext(context.Background(), `SELECT count(*) FROM jobs WHERE status = 'QUEUED' AND gpus > 1`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func statusCounts(t testing.TB, m *master) map[job.Status]int {
 	t.Helper()
 	c, err := m.Store.CountJobs(context.Background())

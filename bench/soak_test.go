@@ -55,8 +55,13 @@ type soakWindow struct {
 	// master, pg, bench: the CPU each used in the window.
 	master, pg, bench time.Duration
 	finished, queued  int
-	mem               memReport
-	walBytes          int64 // WAL Postgres wrote in the window
+	// queuedMulti are the queued jobs needing more than one GPU: with every job's
+	// maxDuration the 2-week default, SPEC 7.2's single backfill head drains one slave at a
+	// time for them, so they gather in the queue while one-GPU jobs take every GPU freed,
+	// and the queue the planner and the forecaster work on changes over the soak.
+	queuedMulti int
+	mem         memReport
+	walBytes    int64 // WAL Postgres wrote in the window
 }
 
 // soakSpec sizes a soak: B8 (500 slaves, 10 minutes) or B8x (issue 16: 5,000 slaves, 20,000
@@ -269,6 +274,7 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 			windows[k].stmtBeats += st.Size
 		}
 		windows[k].queued = statusCounts(t, m)[job.StatusQueued]
+		windows[k].queuedMulti = queuedMultiGPU(t, m)
 		w := walWritten(t, cpu)
 		windows[k].walBytes, wal = w-wal, w
 		if k == 0 || k == n-1 {
@@ -348,7 +354,8 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 	for _, w := range windows {
 		minQueued = min(minQueued, w.queued)
 	}
-	rep.note(sp.id, "jobs queued at every minute's end: at least %d", minQueued)
+	rep.note(sp.id, "jobs queued at every minute's end: at least %d; of them needing 2 to 4 GPUs: %d at %s's end, %d at %s's",
+		minQueued, first.queuedMulti, name(1), last.queuedMulti, name(n))
 	var per []string
 	prevMem := fillMem
 	for k, w := range windows {
@@ -360,12 +367,12 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 		for _, d := range w.passes {
 			busy += d
 		}
-		per = append(per, fmt.Sprintf("%d: %d passes (p99 %s, the loop busy %.0f %%), %d finished, %d queued, %d heartbeats (p50 %s, p99 %s; "+
+		per = append(per, fmt.Sprintf("%d: %d passes (p99 %s, the loop busy %.0f %%), %d finished, %d queued (%d of 2–4 GPUs), %d heartbeats (p50 %s, p99 %s; "+
 			"%d statements of %.1f, taking p50 %s p99 %s, waited for p99 %s), reads p99 %s, submits p99 %s, WAL %s, "+
 			"CPU in cores: master %.2f, postgres %.2f, bench %.2f, "+
 			"RSS %s (heap in use %s, live %s, stacks %s; the collector %.0f %% of the master's CPU), %d goroutines, "+
 			"waits for a CPU p50 %s p99 %s, %d waits for a database connection (%.1f s)",
-			k+1, len(w.passes), ms(percentile(w.passes, 99)), 100*busy.Seconds()/sp.window.Seconds(), w.finished, w.queued, len(w.beats), ms(percentile(w.beats, 50)),
+			k+1, len(w.passes), ms(percentile(w.passes, 99)), 100*busy.Seconds()/sp.window.Seconds(), w.finished, w.queued, w.queuedMulti, len(w.beats), ms(percentile(w.beats, 50)),
 			ms(percentile(w.beats, 99)), len(w.stmtTook), float64(w.stmtBeats)/float64(max(len(w.stmtTook), 1)), ms(percentile(w.stmtTook, 50)),
 			ms(percentile(w.stmtTook, 99)), ms(percentile(w.stmtWaited, 99)), ms(percentile(w.reads, 99)), ms(percentile(w.submits, 99)), mib(w.walBytes),
 			w.master.Seconds()/sp.window.Seconds(), w.pg.Seconds()/sp.window.Seconds(), w.bench.Seconds()/sp.window.Seconds(),

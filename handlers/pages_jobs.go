@@ -174,9 +174,13 @@ func (h *Handlers) JobsPage(w http.ResponseWriter, r *http.Request) error {
 func (h *Handlers) projectChoices(r *http.Request, c *Caller, byURN bool) ([]views.Choice, error) {
 	var ps []store.Project
 	var err error
-	if c.Admin() && !byURN {
+	switch {
+	case c.Admin() && !byURN:
 		ps, err = h.store.ListProjects(r.Context())
-	} else {
+	case c.Service == "":
+		// A user's ProjectIDs are his projects by name (store.GetUserWithProjects).
+		ps, err = h.store.ProjectsByID(r.Context(), c.ProjectIDs)
+	default:
 		ps, err = h.store.ListUserProjects(r.Context(), c.User.ID)
 	}
 	if err != nil {
@@ -194,7 +198,7 @@ func (h *Handlers) projectChoices(r *http.Request, c *Caller, byURN bool) ([]vie
 
 // clusterChoices are the clusters a filter or form offers.
 func (h *Handlers) clusterChoices(r *http.Request) ([]views.Choice, error) {
-	cs, err := h.store.ListClusters(r.Context())
+	cs, err := h.store.RecentClusters(r.Context())
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +251,7 @@ func (h *Handlers) jobDetail(r *http.Request, c *Caller, rec *store.JobRecord, w
 		v.EstimateRange = j.State.Scheduling.EstimateRange(time.Now(), time.UTC)
 	}
 	if id := j.State.Scheduling.AssignedClusterID; id > 0 {
-		if cs, err := h.store.ListClusters(ctx); err == nil {
+		if cs, err := h.store.RecentClusters(ctx); err == nil {
 			for _, cl := range cs {
 				if cl.ID == id {
 					v.ClusterName = cl.Name

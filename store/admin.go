@@ -11,6 +11,7 @@ import (
 // guests) or public again.
 func (s *Store) SetClusterPrivate(ctx context.Context, clusterID int, private bool) error {
 	res, err := s.q.ExecContext(ctx, `UPDATE clusters SET is_private = $2 WHERE id = $1`, clusterID, private)
+	s.clusters.drop()
 	return affectedOne(res, err, fmt.Sprintf("set cluster %d private", clusterID))
 }
 

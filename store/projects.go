@@ -4,7 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sync"
 	"time"
+
+	"github.com/lib/pq"
 )
 
 // Project groups users; jobs run in a project and mount its storage.
@@ -44,6 +47,74 @@ func (s *Store) GetProjectByName(ctx context.Context, name string) (Project, err
 	var p Project
 	err := s.q.GetContext(ctx, &p, `SELECT `+projectColumns+` FROM projects WHERE name = $1`, name)
 	return p, mapErr(err, "get project "+name)
+}
+
+// ProjectsByID are the projects with the given ids, in the order given; ids of no project are
+// left out. A project's id, URN, name, gid and description never change once it is made, so
+// the store keeps those it read (up to maxKeptProjects) and reads only the others: the
+// portal's Jobs page read the caller's projects at every request for its filter, one
+// statement and 4 % of the master's CPU a page (bench/ B4), when the caller's authentication
+// had read their ids already.
+func (s *Store) ProjectsByID(ctx context.Context, ids []int64) ([]Project, error) {
+	byID, missing := s.projects.get(ids)
+	if len(missing) > 0 {
+		var ps []Project
+		if err := s.q.SelectContext(ctx, &ps, `SELECT `+projectColumns+` FROM projects WHERE id = ANY($1)`, pq.Array(missing)); err != nil {
+			return nil, mapErr(err, "get projects")
+		}
+		for _, p := range ps {
+			byID[p.ID] = p
+		}
+		if s.tx == nil { // a project made by a transaction that rolls back is none
+			s.projects.put(ps)
+		}
+	}
+	out := make([]Project, 0, len(ids))
+	for _, id := range ids {
+		if p, ok := byID[id]; ok {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// maxKeptProjects bounds the projects a projectCache keeps (a few hundred bytes each).
+const maxKeptProjects = 20000
+
+// projectCache is ProjectsByID's memory.
+type projectCache struct {
+	mu   sync.Mutex
+	byID map[int64]Project
+}
+
+// get returns the kept projects of ids and the ids not kept.
+func (c *projectCache) get(ids []int64) (map[int64]Project, []int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[int64]Project, len(ids))
+	var missing []int64
+	for _, id := range ids {
+		if p, ok := c.byID[id]; ok {
+			out[id] = p
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	return out, missing
+}
+
+func (c *projectCache) put(ps []Project) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byID == nil {
+		c.byID = map[int64]Project{}
+	}
+	for _, p := range ps {
+		if len(c.byID) >= maxKeptProjects {
+			return
+		}
+		c.byID[p.ID] = p
+	}
 }
 
 // ListProjects lists all projects by name.

@@ -50,13 +50,23 @@ func (s *Store) SetStartEstimatesAmong(ctx context.Context, est map[string]job.S
 	// Only rows whose estimate changed are written. A narrowed pass names its few hundred jobs:
 	// the statement starts from them (the primary key) rather than from the whole queue, which
 	// it matched against the list row by row (20,000 queued: 20 ms a pass).
-	const set = `UPDATE jobs j SET scheduling = (j.scheduling - 'estimatedStart' - 'estimatedStartEarliest' - 'estimatedStartLatest')
-    || COALESCE(e.value, '{}'::jsonb)
-FROM %s LEFT JOIN jsonb_each($1::jsonb) e ON e.key = j2.uuid::text
-WHERE j.uuid = j2.uuid AND j.status = 'QUEUED'
-  AND jsonb_strip_nulls(jsonb_build_object('estimatedStart', j.scheduling->'estimatedStart',
-        'estimatedStartEarliest', j.scheduling->'estimatedStartEarliest', 'estimatedStartLatest', j.scheduling->'estimatedStartLatest'))
-      IS DISTINCT FROM COALESCE(e.value, '{}'::jsonb)`
+	//
+	// An estimate never waits for a job's row: rows another transaction holds (a pass
+	// assigning the job, a cancel) are skipped, and get their estimate at the next forecast.
+	// The forecaster writes thousands of rows beside the passes; waiting, it locked rows in
+	// another order than a pass's assignment and the two deadlocked (bench/ B8x, minute 15:
+	// Postgres broke the cycle after a second, failing the pass).
+	const set = `WITH locked AS (
+    SELECT j.uuid, COALESCE(e.value, '{}'::jsonb) AS value
+    FROM %s JOIN jobs j ON j.uuid = j2.uuid LEFT JOIN jsonb_each($1::jsonb) e ON e.key = j2.uuid::text
+    WHERE j.status = 'QUEUED'
+      AND jsonb_strip_nulls(jsonb_build_object('estimatedStart', j.scheduling->'estimatedStart',
+            'estimatedStartEarliest', j.scheduling->'estimatedStartEarliest', 'estimatedStartLatest', j.scheduling->'estimatedStartLatest'))
+          IS DISTINCT FROM COALESCE(e.value, '{}'::jsonb)
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE jobs j SET scheduling = (j.scheduling - 'estimatedStart' - 'estimatedStartEarliest' - 'estimatedStartLatest') || l.value
+FROM locked l WHERE j.uuid = l.uuid`
 	if among == nil {
 		_, err = s.q.ExecContext(ctx, fmt.Sprintf(set, `(SELECT uuid FROM jobs WHERE status = 'QUEUED') j2`), data)
 	} else {

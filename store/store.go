@@ -56,10 +56,14 @@ type Store struct {
 	q       querier
 	decoded *decodeCache
 	listed  *listedCache
-	leases  Leases
-	url     string     // for LISTEN connections
-	beats   *beatQueue // heartbeats waiting to be recorded together; nil inside WithTx
-	usage   *usageBuffer
+	// clusters is RecentClusters' list, shared by the store's copies (transactions, the
+	// heartbeats' store).
+	clusters *clusterCache
+	projects *projectCache // ProjectsByID's, shared likewise
+	leases   Leases
+	url      string     // for LISTEN connections
+	beats    *beatQueue // heartbeats waiting to be recorded together; nil inside WithTx
+	usage    *usageBuffer
 }
 
 // maxConns bounds the pool. Idle connections are kept as long as there are open ones: a new
@@ -89,14 +93,14 @@ func OpenPool(ctx context.Context, url string, conns int) (*Store, error) {
 		_ = db.Close()
 		return nil, mapErr(err, "connect to database")
 	}
-	s := &Store{db: db, q: &prepared{querier: db, cache: newStmtCache(db)}, decoded: newDecodeCache(), listed: newListedCache(), leases: DefaultLeases, url: url}
+	s := &Store{db: db, q: &prepared{querier: db, cache: newStmtCache(db)}, decoded: newDecodeCache(), listed: newListedCache(), clusters: &clusterCache{}, projects: &projectCache{}, leases: DefaultLeases, url: url}
 	// Heartbeats have connections of their own (opened when first used), as many as the
 	// statements the queue sends at once: in a shared pool a batch waited behind every request
 	// waiting for a connection, and on an overloaded master (bench/ B8x) heartbeats then timed
 	// out, slaves were taken offline and their jobs given up, which made more work still. A
 	// heartbeat is what keeps a slave's jobs alive; it must not queue behind reads and submits.
 	beatDB := newPool(pc, beatsInFlight)
-	s.beats = newBeatQueue(&Store{db: beatDB, q: &prepared{querier: beatDB, cache: newStmtCache(beatDB)}, decoded: s.decoded, listed: s.listed, leases: s.leases, url: url})
+	s.beats = newBeatQueue(&Store{db: beatDB, q: &prepared{querier: beatDB, cache: newStmtCache(beatDB)}, decoded: s.decoded, listed: s.listed, clusters: s.clusters, projects: s.projects, leases: s.leases, url: url})
 	s.usage = newUsageBuffer(s.appendUsage)
 	return s, nil
 }
@@ -156,7 +160,7 @@ func (s *Store) withTx(ctx context.Context, opts *sql.TxOptions, fn func(tx *Sto
 	if err != nil {
 		return mapErr(err, "begin transaction")
 	}
-	if err := fn(&Store{db: s.db, tx: tx, q: &prepared{querier: tx, tx: tx, cache: s.q.(*prepared).cache}, decoded: s.decoded, listed: s.listed, leases: s.leases, url: s.url, usage: s.usage}); err != nil {
+	if err := fn(&Store{db: s.db, tx: tx, q: &prepared{querier: tx, tx: tx, cache: s.q.(*prepared).cache}, decoded: s.decoded, listed: s.listed, clusters: s.clusters, projects: s.projects, leases: s.leases, url: s.url, usage: s.usage}); err != nil {
 		_ = tx.Rollback()
 		return err
 	}

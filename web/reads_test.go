@@ -169,7 +169,9 @@ func TestReadsStatementsDoNotGrowWithRows(t *testing.T) {
 	}
 	l2, p2, h2 := counts()
 	t.Logf("statements: GET jobs/{id} %d; list %d → %d, portal page %d → %d, portal list %d → %d (2 → 30 jobs)", one, l1, l2, p1, p2, h1, h2)
-	if l2 != l1 || p2 != p1 || h2 != h1 {
+	// (Fewer is fine: the portal page's cluster choices may come from the list kept by the
+	// first read, store.RecentClusters.)
+	if l2 > l1 || p2 > p1 || h2 > h1 {
 		t.Errorf("statements grew with the rows: list %d → %d, portal page %d → %d, portal list %d → %d", l1, l2, p1, p2, h1, h2)
 	}
 	if l1 > 3 {
