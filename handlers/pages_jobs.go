@@ -118,7 +118,8 @@ func listRow(c *Caller, rec *store.JobRecord) views.JobRow {
 	return shownRow(c, rec, rec.Job.Listed())
 }
 
-// shownRow is the row of rec showing j, a copy of its job.
+// shownRow is the row of rec showing j, its job as shown (a redacted copy, or job.Listed's
+// view of it); j is sanitized further outside the caller's projects.
 func shownRow(c *Caller, rec *store.JobRecord, j *job.Job) views.JobRow {
 	row := views.JobRow{Job: j, Full: c != nil && canSee(c, rec), User: rec.UserName, Project: rec.ProjectName}
 	if !row.Full {
