@@ -565,7 +565,8 @@ type rowVersion struct {
 }
 
 // listByVersion reads a page of jobs in two steps: the page's uuids and row versions first
-// (q: the list's query on listSelect), then the whole rows of only those jobs whose version
+// (q: the list's query on listSelect, whose limit is listedLimit's rounding of limit; the page
+// is cut to limit), then the whole rows of only those jobs whose version
 // the store has not made a record of lately (listedCache). Lists and portal pages show the
 // same jobs again and again, and reading, scanning and decoding 50 whole rows with their JSON
 // columns was 55 % of the master's CPU of a list (bench B4) and most of Postgres's. A job

@@ -47,10 +47,13 @@ func TestRecentClusters(t *testing.T) {
 	if _, err := a.CreateCluster(ctx, store.Cluster{ID: 71, Name: "first"}); err != nil {
 		t.Fatal(err)
 	}
+	read := time.Now() // before the list is kept
 	if got, _ := names(a); got[71].Name != "first" {
 		t.Fatalf("a's own new cluster not listed: %v", got)
 	}
-	if got, n := names(a); n != 0 || got[71].Name != "first" {
+	got, n := names(a)
+	// A machine so loaded that the kept list aged meanwhile may read it again.
+	if (n != 0 && time.Since(read) < store.RecentClustersAge) || got[71].Name != "first" {
 		t.Errorf("second read: %d statements, %v; want the kept list, unchanged by the caller", n, got)
 	}
 	if err := a.SetClusterPrivate(ctx, 71, true); err != nil {
