@@ -157,7 +157,14 @@ func runMaster() error {
 	if cfg.MemoryLimit > 0 {
 		debug.SetMemoryLimit(cfg.MemoryLimit)
 	}
-	st, err := store.Open(ctx, cfg.DatabaseURL)
+	// GPULAB_BENCH_DB_CONNS sizes the requests' pool as serve's --db-max-conns does.
+	conns := store.DefaultConns
+	if v := os.Getenv("GPULAB_BENCH_DB_CONNS"); v != "" {
+		if conns, err = strconv.Atoi(v); err != nil || conns < 1 {
+			return fmt.Errorf("GPULAB_BENCH_DB_CONNS %q: want a number of connections", v)
+		}
+	}
+	st, err := store.OpenPool(ctx, cfg.DatabaseURL, conns)
 	if err != nil {
 		return err
 	}
@@ -181,7 +188,7 @@ func runMaster() error {
 	if cfg.CapRunning {
 		limits = nil // scheduler.DefaultLimits, as serve's flag defaults
 	}
-	d := &driver{assigned: &assigned, log: log, db: st.DB()}
+	d := &driver{assigned: &assigned, log: log, db: st.DB(), st: st}
 	st.ObserveBeats(d.onBeats)
 	// As serve does: the scheduler on a pool of its own (store.LeaderConns).
 	lst, err := store.OpenPool(ctx, cfg.DatabaseURL, store.LeaderConns)
@@ -274,7 +281,8 @@ func (h passCounter) WithGroup(name string) slog.Handler {
 // driver runs the real scheduler loop (leader.Loop.Run) once started, and records every
 // pass through the loop's OnPass hook: when it started, how long it took, what it assigned.
 type driver struct {
-	db       *sql.DB // the request pool, for its waits
+	db       *sql.DB      // the request pool, for its waits
+	st       *store.Store // its queue's waits (store.ConnWaits)
 	loop     *leader.Loop
 	assigned *assignCount
 	log      *slog.Logger
@@ -375,7 +383,10 @@ func (d *driver) controlMux() *http.ServeMux {
 			{Name: "/cpu/classes/total:cpu-seconds"}, {Name: "/cpu/classes/idle:cpu-seconds"}, {Name: "/sched/latencies:seconds"}}
 		metrics.Read(live)
 		sched := live[4].Value.Float64Histogram()
-		dbs := d.db.Stats()
+		// Waits for a connection: in the store's queue, and any in the pool itself.
+		dbs, queued := d.db.Stats(), d.st.ConnWaits()
+		dbs.WaitCount += queued.Count
+		dbs.WaitDuration += queued.Total
 		_ = json.NewEncoder(w).Encode(memReport{RSSBytes: selfRSS(), HeapInuse: ms.HeapInuse, HeapLive: live[0].Value.Uint64(), StackInuse: ms.StackInuse,
 			GCSecs: live[1].Value.Float64(), BusySecs: live[2].Value.Float64() - live[3].Value.Float64(), Sys: ms.Sys, NumGoroutines: runtime.NumGoroutine(),
 			Sched: sched.Counts, SchedBuckets: finite(sched.Buckets), DBWaits: dbs.WaitCount, DBWaitSecs: dbs.WaitDuration.Seconds()})

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -9,9 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/opengpulab/gpulab/store"
 )
 
 // result is one row of the results table.
@@ -84,10 +88,13 @@ type machine struct {
 	SharedBuffers, MaxWALSize                                                string
 	Cores                                                                    int
 	MemGiB                                                                   float64
+	// DBConns is the master's requests' pool (GPULAB_BENCH_DB_CONNS, serve's --db-max-conns).
+	DBConns string
 }
 
 func describeMachine(dbURL string) machine {
-	m := machine{Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Cores: runtime.NumCPU(), Go: runtime.Version()}
+	m := machine{Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"), Cores: runtime.NumCPU(), Go: runtime.Version(),
+		DBConns: cmp.Or(os.Getenv("GPULAB_BENCH_DB_CONNS"), strconv.Itoa(store.DefaultConns))}
 	root := moduleRoot()
 	m.Commit = strings.TrimSpace(run(root, "git", "rev-parse", "--short", "HEAD"))
 	if strings.TrimSpace(run(root, "git", "--no-optional-locks", "status", "--porcelain")) != "" {
@@ -131,8 +138,8 @@ func describeMachine(dbURL string) machine {
 }
 
 func (m machine) String() string {
-	return fmt.Sprintf("%s, %d cores, %.1f GiB RAM, Linux %s (load average %s at the start); %s; PostgreSQL %s (fsync %s, synchronous_commit %s, shared_buffers %s, max_wal_size %s) on loopback; Docker %s",
-		dash(m.CPU), m.Cores, m.MemGiB, dash(m.Kernel), dash(m.Load), m.Go, dash(m.Postgres), dash(m.Fsync), dash(m.SyncCommit), dash(m.SharedBuffers), dash(m.MaxWALSize), dash(m.Docker))
+	return fmt.Sprintf("%s, %d cores, %.1f GiB RAM, Linux %s (load average %s at the start); %s; PostgreSQL %s (fsync %s, synchronous_commit %s, shared_buffers %s, max_wal_size %s) on loopback, the master's requests' pool %s connections; Docker %s",
+		dash(m.CPU), m.Cores, m.MemGiB, dash(m.Kernel), dash(m.Load), m.Go, dash(m.Postgres), dash(m.Fsync), dash(m.SyncCommit), dash(m.SharedBuffers), dash(m.MaxWALSize), m.DBConns, dash(m.Docker))
 }
 
 func run(dir, name string, args ...string) string {

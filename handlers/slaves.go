@@ -507,32 +507,29 @@ func writeConflict(w http.ResponseWriter, c protocol.Conflict) {
 	writeJSON(w, http.StatusConflict, c)
 }
 
-// slaveJob loads a job and checks it is on the calling slave; another slave's job (or one placed
-// again and not yet given out) is a conflict without its state, worded exactly as for a job
-// that does not exist, so a slave certificate cannot probe other slaves' jobs.
-func (h *Handlers) slaveJob(ctx context.Context, c *Caller, id string) (*store.JobRecord, error) {
+// slaveJob reads where a job is and checks it is on the calling slave; another slave's job (or
+// one placed again and not yet given out) is a conflict without its state, worded exactly as
+// for a job that does not exist, so a slave certificate cannot probe other slaves' jobs. It
+// reads only the job's place and state (store.JobPlace), not the whole job.
+func (h *Handlers) slaveJob(ctx context.Context, c *Caller, id string) (store.JobPlace, error) {
 	if _, err := uuid.Parse(id); err != nil {
-		return nil, fieldError("jobUuid", "is not a job uuid")
+		return store.JobPlace{}, fieldError("jobUuid", "is not a job uuid")
 	}
-	rec, err := h.store.GetJob(ctx, id)
+	p, err := h.store.JobPlace(ctx, id)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, err
+		return p, err
 	}
-	if err != nil || rec.Job.State.Scheduling.AssignedSlaveName != c.SlaveName {
-		return nil, &conflictError{protocol.Conflict{JobUUID: id, Message: fmt.Sprintf("job %s is not on slave %s", id, c.SlaveName)}}
+	if err != nil || p.Slave != c.SlaveName {
+		return store.JobPlace{}, &conflictError{protocol.Conflict{JobUUID: id, Message: fmt.Sprintf("job %s is not on slave %s", id, c.SlaveName)}}
 	}
-	if rec.Job.State.Status == job.StatusAssigned {
+	if p.Status == job.StatusAssigned && p.SlaveDisabled {
 		// A disabled slave takes no job: one a scheduler pass assigned to it just before it was
 		// disabled stays untaken (its lease queues it again), though the slave learns its uuid
 		// from its heartbeat's view; it may neither start it nor log into it nor end it.
-		if disabled, err := h.store.SlaveDisabled(ctx, c.SlaveName); err != nil {
-			return nil, err
-		} else if disabled {
-			return nil, &conflictError{protocol.Conflict{JobUUID: id, Status: rec.Job.State.Status, Attempt: rec.Attempt,
-				Message: fmt.Sprintf("slave %s is disabled: it takes no job", c.SlaveName)}}
-		}
+		return store.JobPlace{}, &conflictError{protocol.Conflict{JobUUID: id, Status: p.Status, Attempt: p.Attempt,
+			Message: fmt.Sprintf("slave %s is disabled: it takes no job", c.SlaveName)}}
 	}
-	return rec, nil
+	return p, nil
 }
 
 // slaveChange makes a slave's state change and answers it: a change already made (a retry after
@@ -590,29 +587,23 @@ func (h *Handlers) SlaveUpdate(w http.ResponseWriter, r *http.Request) error {
 		}
 		return fieldError("to", "%s", why)
 	}
-	rec, err := h.slaveJob(r.Context(), c, u.JobUUID)
+	place, err := h.slaveJob(r.Context(), c, u.JobUUID)
 	if err != nil {
 		return err
 	}
 	err = h.slaveChange(w, r, c, u.JobUUID, store.Change{From: []job.Status{u.From}, To: u.To, Attempt: store.Attempt(u.Attempt),
 		Resources: u.Resources, Event: store.Event{Actor: "slave " + c.SlaveName, Message: u.Reason}})
 	if err == nil && u.To == job.StatusRunning {
-		h.observeQueueWait(rec)
+		h.observeQueueWait(place)
 	}
 	return err
 }
 
 // observeQueueWait records, for a job that now runs, the time since it was (last) queued.
-func (h *Handlers) observeQueueWait(rec *store.JobRecord) {
-	queued, ok := rec.Job.State.EventTimes[job.StatusQueued]
-	if !ok {
-		return
+func (h *Handlers) observeQueueWait(p store.JobPlace) {
+	if p.QueuedAt.Valid {
+		h.cfg.Metrics.ObserveQueueWait(p.ClusterID, time.Since(p.QueuedAt.Time))
 	}
-	cluster := 0
-	if res := rec.Job.State.Resources; res != nil {
-		cluster = res.ClusterID
-	}
-	h.cfg.Metrics.ObserveQueueWait(cluster, time.Since(queued))
 }
 
 // SlaveLog appends a chunk of a job's log. Chunks are accepted after the job ended too (the
@@ -628,13 +619,13 @@ func (h *Handlers) SlaveLog(w http.ResponseWriter, r *http.Request) error {
 	}
 	chunk := protocol.LogChunk(msg)
 	ctx := r.Context()
-	rec, err := h.slaveJob(ctx, c, chunk.JobUUID)
+	place, err := h.slaveJob(ctx, c, chunk.JobUUID)
 	if err != nil {
 		return err
 	}
-	if rec.Attempt != chunk.Attempt {
-		return &conflictError{protocol.Conflict{JobUUID: chunk.JobUUID, Status: rec.Job.State.Status, Attempt: rec.Attempt,
-			Message: fmt.Sprintf("log of attempt %d refused: the job is at attempt %d", chunk.Attempt, rec.Attempt)}}
+	if place.Attempt != chunk.Attempt {
+		return &conflictError{protocol.Conflict{JobUUID: chunk.JobUUID, Status: place.Status, Attempt: place.Attempt,
+			Message: fmt.Sprintf("log of attempt %d refused: the job is at attempt %d", chunk.Attempt, place.Attempt)}}
 	}
 	if err := h.store.AppendJobLogCapped(ctx, chunk.JobUUID, chunk.Seq, chunk.Data, h.cfg.MaxJobLog); err != nil {
 		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrLogGap) {

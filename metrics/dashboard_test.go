@@ -20,6 +20,7 @@ func exported(t *testing.T) map[string]bool {
 	cs := []prometheus.Collector{m.passDuration, m.placements, m.halts, m.queueWait, m.requests,
 		newGaugeCollector(nil, MasterOptions{}), collectors.NewDBStatsCollector(nil, "gpulab"), s.docker, s.master,
 		s.backlog}
+	cs = append(cs, storeCounters(nil)...)
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
 	names := map[string]bool{}
 	ch := make(chan *prometheus.Desc, 100)

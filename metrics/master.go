@@ -75,13 +75,8 @@ func NewMaster(st *store.Store, opts MasterOptions) *Master {
 	reg.MustRegister(m.passDuration, m.placements, m.halts, m.queueWait, m.requests, m.drift,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if st != nil {
-		reg.MustRegister(collectors.NewDBStatsCollector(st.DB(), "gpulab"), newGaugeCollector(st, opts),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "heartbeat_statements_total",
-				Help: "Statements that recorded slaves' heartbeats (several heartbeats share one when they arrive together)."},
-				func() float64 { n, _ := st.BeatStats(); return float64(n) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "heartbeats_recorded_total",
-				Help: "Slaves' heartbeats sent to the database; divided by gpulab_heartbeat_statements_total, the mean batch."},
-				func() float64 { _, n := st.BeatStats(); return float64(n) }))
+		reg.MustRegister(collectors.NewDBStatsCollector(st.DB(), "gpulab"), newGaugeCollector(st, opts))
+		reg.MustRegister(storeCounters(st)...)
 		beatBuckets := prometheus.ExponentialBuckets(0.001, 2, 14) // 1 ms … 8 s
 		took := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "heartbeat_statement_duration_seconds",
 			Help: "Duration of one statement recording heartbeats (the database's share of a heartbeat's latency).", Buckets: beatBuckets})
@@ -94,6 +89,31 @@ func NewMaster(st *store.Store, opts MasterOptions) *Master {
 		})
 	}
 	return m
+}
+
+// storeCounters are the series read from the store when scraped: heartbeats and their
+// statements, waits for a connection. (They describe themselves without a store, for the
+// dashboard's test.)
+func storeCounters(st *store.Store) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "heartbeat_statements_total",
+			Help: "Statements that recorded slaves' heartbeats (several heartbeats share one when they arrive together)."},
+			func() float64 { n, _ := st.BeatStats(); return float64(n) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "heartbeats_recorded_total",
+			Help: "Slaves' heartbeats sent to the database; divided by gpulab_heartbeat_statements_total, the mean batch."},
+			func() float64 { _, n := st.BeatStats(); return float64(n) }),
+		// The requests' pool hands its connections out first come, first served (the store's
+		// connQueue): the waits are there, not in go_sql_wait_count_total.
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "db_connection_waits_total",
+			Help: "Statements and transactions that found every connection of the master's pool taken and waited for one, in turn."},
+			func() float64 { return float64(st.ConnWaits().Count) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "db_connection_wait_seconds_total",
+			Help: "Time statements and transactions waited for a connection of the master's pool, all together."},
+			func() float64 { return st.ConnWaits().Total.Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "db_connection_waiting",
+			Help: "Statements and transactions waiting for a connection of the master's pool now (a sustained queue: raise --db-max-conns if Postgres has cores to spare)."},
+			func() float64 { return float64(st.ConnWaits().Waiting) }),
+	}
 }
 
 // Handler serves the metrics in Prometheus's text format.

@@ -233,6 +233,57 @@ func TestSlaveWork(t *testing.T) {
 	}
 }
 
+// TestJobPlace: a slave call's read of a job agrees with the whole job read (GetJob): its slave,
+// state, attempt, queued time and cluster; the slave's disabled flag comes with it; a job that
+// is on no slave has none, an unknown one is ErrNotFound.
+func TestJobPlace(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	node1(t, st)
+	queued := createJob(t, st, u, p, job.StatusQueued)
+	running := createJob(t, st, u, p, job.StatusQueued)
+	attempt := placeOn(t, st, running.UUID, 0, job.StatusRunning)
+	assigned := createJob(t, st, u, p, job.StatusQueued)
+	placeOn(t, st, assigned.UUID, 1, job.StatusAssigned)
+	for _, id := range []string{queued.UUID, running.UUID, assigned.UUID} {
+		rec, err := st.GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.JobPlace(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cluster := 0
+		if rec.Job.State.Resources != nil {
+			cluster = rec.Job.State.Resources.ClusterID
+		}
+		queuedAt, wasQueued := rec.Job.State.EventTimes[job.StatusQueued]
+		if got.Status != rec.Job.State.Status || got.Attempt != rec.Attempt || got.Slave != rec.Job.State.Scheduling.AssignedSlaveName ||
+			got.ClusterID != cluster || got.QueuedAt.Valid != wasQueued || !got.QueuedAt.Time.Equal(queuedAt) || got.SlaveDisabled {
+			t.Errorf("JobPlace(%s) = %+v; GetJob: %s attempt %d on %q, cluster %d, queued %v", id, got, rec.Job.State.Status, rec.Attempt,
+				rec.Job.State.Scheduling.AssignedSlaveName, cluster, queuedAt)
+		}
+	}
+	if got, _ := st.JobPlace(ctx, running.UUID); got.Slave != "node1" || got.Status != job.StatusRunning || got.Attempt != attempt {
+		t.Errorf("the running job: %+v", got)
+	}
+	if got, _ := st.JobPlace(ctx, queued.UUID); got.Slave != "" {
+		t.Errorf("a queued job is on slave %q", got.Slave)
+	}
+	// Disabled just after a pass assigned it the job (SetSlaveDisabled would queue it again).
+	if _, err := st.DB().ExecContext(ctx, `UPDATE slaves SET disabled = TRUE WHERE name = 'node1'`); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.JobPlace(ctx, assigned.UUID); err != nil || !got.SlaveDisabled || got.Status != job.StatusAssigned {
+		t.Errorf("on a disabled slave: %+v %v", got, err)
+	}
+	if _, err := st.JobPlace(ctx, "00000000-0000-4000-8000-000000000000"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("an unknown job: %v, want ErrNotFound", err)
+	}
+}
+
 // TestHeartbeatsHaveTheirOwnConnections: a heartbeat does not wait for the pool the API's
 // requests share: with every connection of it taken, heartbeats are still recorded.
 func TestHeartbeatsHaveTheirOwnConnections(t *testing.T) {

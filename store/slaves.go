@@ -437,3 +437,31 @@ func (s *Store) ListHeld(ctx context.Context) ([]Held, error) {
 	}
 	return out, nil
 }
+
+// JobPlace is what a slave's call about a job needs to know of it: where it is, in what state
+// and attempt, and for the queue-wait metric when it was queued and in which cluster it runs.
+type JobPlace struct {
+	Status  job.Status `db:"status"`
+	Attempt int        `db:"attempt"`
+	// Slave is the slave the job is assigned to ("" when none); SlaveDisabled whether that
+	// slave is disabled.
+	Slave         string       `db:"slave"`
+	SlaveDisabled bool         `db:"slave_disabled"`
+	QueuedAt      sql.NullTime `db:"queued_at"`
+	ClusterID     int          `db:"cluster_id"`
+}
+
+// JobPlace reads where a job is and in what state, in one statement with its slave's disabled
+// flag. The slaves' calls about their jobs (update, log, done: three of every job's five
+// calls) used to read the whole job (GetJob: its request, state and owner, decoded) to look
+// at these few columns; in B8x's fill those reads were 12 % of what the requests allocated
+// (1.2 of 9.9 GB; the collector was a third of the master's CPU). ErrNotFound when there is
+// no such job.
+func (s *Store) JobPlace(ctx context.Context, uuid string) (JobPlace, error) {
+	var p JobPlace
+	err := s.q.GetContext(ctx, &p, `SELECT j.status, j.attempt, COALESCE(j.assigned_slave_name, '') AS slave,
+    COALESCE((SELECT s.disabled FROM slaves s WHERE s.name = j.assigned_slave_name), false) AS slave_disabled,
+    (j.event_times->>'QUEUED')::timestamptz AS queued_at, COALESCE((j.resources->>'clusterId')::int, 0) AS cluster_id
+FROM jobs j WHERE j.uuid = $1`, uuid)
+	return p, mapErr(err, "read job "+uuid)
+}

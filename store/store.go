@@ -64,16 +64,17 @@ type Store struct {
 	url      string     // for LISTEN connections
 	beats    *beatQueue // heartbeats waiting to be recorded together; nil inside WithTx
 	usage    *usageBuffer
+	conns    *connQueue // the pool's places (connQueue), first come first served; nil inside WithTx
 }
 
-// maxConns bounds the pool. Idle connections are kept as long as there are open ones: a new
-// connection costs Postgres a process and every statement's preparation again, and with fewer
-// idle than open connections a busy master opened and closed tens of connections a second
-// (bench/, B2: 560 sessions in 30 s).
-const maxConns = 20
+// DefaultConns bounds the requests' pool (serve's --db-max-conns). Idle connections are kept
+// as long as there are open ones: a new connection costs Postgres a process and every
+// statement's preparation again, and with fewer idle than open connections a busy master
+// opened and closed tens of connections a second (bench/, B2: 560 sessions in 30 s).
+const DefaultConns = 20
 
 // Open connects to Postgres at url and checks the connection.
-func Open(ctx context.Context, url string) (*Store, error) { return OpenPool(ctx, url, maxConns) }
+func Open(ctx context.Context, url string) (*Store, error) { return OpenPool(ctx, url, DefaultConns) }
 
 // LeaderConns is the pool of the scheduler's own store (OpenPool): a pass, the lease's renewal
 // and the housekeeping need a few connections, and must not queue behind the API's requests.
@@ -84,16 +85,18 @@ const LeaderConns = 4
 
 // OpenPool is Open with a pool of at most conns connections.
 func OpenPool(ctx context.Context, url string, conns int) (*Store, error) {
+	conns = max(conns, 1)
 	pc, err := pq.NewConnector(url)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	db := newPool(pc, max(conns, 1))
+	db := newPool(pc, conns)
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
 		return nil, mapErr(err, "connect to database")
 	}
-	s := &Store{db: db, q: &prepared{querier: db, cache: newStmtCache(db)}, decoded: newDecodeCache(), listed: newListedCache(), clusters: &clusterCache{}, projects: &projectCache{}, leases: DefaultLeases, url: url}
+	queue := newConnQueue(conns)
+	s := &Store{db: db, q: &prepared{querier: db, cache: newStmtCache(db), conns: queue}, conns: queue, decoded: newDecodeCache(), listed: newListedCache(), clusters: &clusterCache{}, projects: &projectCache{}, leases: DefaultLeases, url: url}
 	// Heartbeats have connections of their own (opened when first used), as many as the
 	// statements the queue sends at once: in a shared pool a batch waited behind every request
 	// waiting for a connection, and on an overloaded master (bench/ B8x) heartbeats then timed
@@ -156,6 +159,10 @@ func (s *Store) withTx(ctx context.Context, opts *sql.TxOptions, fn func(tx *Sto
 		return fn(s)
 	}
 	countStatement(ctx) // BEGIN
+	if err := s.conns.enter(ctx); err != nil {
+		return mapErr(err, "begin transaction")
+	}
+	defer s.conns.leave()
 	tx, err := s.db.BeginTxx(ctx, opts)
 	if err != nil {
 		return mapErr(err, "begin transaction")
@@ -260,6 +267,11 @@ type prepared struct {
 	querier          // *sqlx.DB or *sqlx.Tx
 	tx      *sqlx.Tx // set inside a transaction
 	cache   *stmtCache
+	// conns is the pool's queue (connQueue): GetContext, SelectContext and ExecContext hold a
+	// place while they run. nil inside a transaction, and for the Query methods, whose rows
+	// keep their connection after they return (the store does not use them outside
+	// transactions; sqlx's helpers would).
+	conns *connQueue
 }
 
 // stmt is the prepared statement to run query with, or nil. Cached statements live as long as
@@ -306,6 +318,10 @@ func countStatement(ctx context.Context) {
 
 func (p *prepared) GetContext(ctx context.Context, dest any, query string, args ...any) error {
 	countStatement(ctx)
+	if err := p.conns.enter(ctx); err != nil {
+		return err
+	}
+	defer p.conns.leave()
 	if st := p.stmt(ctx, query, args); st != nil { //nolint:sqlclosecheck // cached for the pool's life (see stmt)
 		return st.GetContext(ctx, dest, args...)
 	}
@@ -314,6 +330,10 @@ func (p *prepared) GetContext(ctx context.Context, dest any, query string, args 
 
 func (p *prepared) SelectContext(ctx context.Context, dest any, query string, args ...any) error {
 	countStatement(ctx)
+	if err := p.conns.enter(ctx); err != nil {
+		return err
+	}
+	defer p.conns.leave()
 	if st := p.stmt(ctx, query, args); st != nil { //nolint:sqlclosecheck // cached for the pool's life (see stmt)
 		return st.SelectContext(ctx, dest, args...)
 	}
@@ -322,6 +342,10 @@ func (p *prepared) SelectContext(ctx context.Context, dest any, query string, ar
 
 func (p *prepared) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	countStatement(ctx)
+	if err := p.conns.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer p.conns.leave()
 	if st := p.stmt(ctx, query, args); st != nil { //nolint:sqlclosecheck // cached for the pool's life (see stmt)
 		return st.ExecContext(ctx, args...)
 	}

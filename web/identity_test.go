@@ -178,6 +178,11 @@ func TestDisabledSlaveGetsNothing(t *testing.T) {
 	if err != nil || len(work.Assignments) != 0 {
 		t.Fatalf("a disabled slave was offered its assigned job: %+v %v", work, err)
 	}
+	// Nor may it start it (its uuid is in its heartbeat's view): 409 naming the disabled slave.
+	err = w.slave.Update(ctx, protocol.StateUpdate{JobUUID: id, Attempt: attempt, From: job.StatusAssigned, To: job.StatusStarting})
+	if !errors.As(err, &conflict) || !strings.Contains(conflict.Message, "disabled") || w.status(t, id) != job.StatusAssigned {
+		t.Fatalf("a disabled slave starting its assigned job: %v (%+v)", err, conflict)
+	}
 	setDisabled(false)
 	if work, err = w.slave.Next(ctx, protocol.NextRequest{InstanceID: "i1"}); err != nil || len(work.Assignments) != 1 {
 		t.Fatalf("the slave enabled again is not offered its job: %+v %v", work, err)

@@ -115,6 +115,9 @@ func (c *config) check() (checkedServe, error) {
 	if c.HaltFactor < 1 {
 		return out, fmt.Errorf("--halt-factor %g: must be 1 (any higher fair rank) or more", c.HaltFactor)
 	}
+	if c.DBMaxConns < 1 {
+		return out, fmt.Errorf("--db-max-conns %d: must be at least 1", c.DBMaxConns)
+	}
 	if c.MaxNotebooksPerUser < 0 {
 		return out, fmt.Errorf("--max-notebooks-per-user %d: must be 0 (no limit) or more", c.MaxNotebooksPerUser)
 	}

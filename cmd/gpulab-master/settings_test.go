@@ -192,6 +192,7 @@ func TestConfigCheckRefusesWhatServeRefuses(t *testing.T) {
 		{"halt-factor = 0.5\n", "--halt-factor"},
 		{"scheduler-max-busy = 1.5\n", "--scheduler-max-busy"},
 		{"forecast-every = \"-1s\"\n", "--forecast-every"},
+		{"db-max-conns = 0\n", "--db-max-conns"},
 	} {
 		code, _, errOut := runWith(nil, "config", "check", writeFile(t, tc.file))
 		if code == 0 || !strings.Contains(errOut, tc.want) {

@@ -1,0 +1,76 @@
+package store_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opengpulab/gpulab/store"
+)
+
+// TestConnectionsFirstComeFirstServed: with every connection of the pool taken, requests get
+// one in the order they asked for it (database/sql alone hands a freed connection to a random
+// waiter), and the waits are counted.
+func TestConnectionsFirstComeFirstServed(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	id := createJob(t, st, u, p, "QUEUED").UUID
+
+	// Every place taken by a transaction that waits to be let go.
+	conns := st.DB().Stats().MaxOpenConnections
+	release := make([]chan struct{}, conns)
+	var inside, holders sync.WaitGroup
+	for k := range release {
+		release[k] = make(chan struct{})
+		inside.Add(1)
+		holders.Go(func() {
+			_ = st.WithTx(ctx, func(tx *store.Store) error {
+				inside.Done()
+				<-release[k]
+				return nil
+			})
+		})
+	}
+	inside.Wait()
+	defer func() {
+		for _, r := range release[1:] {
+			close(r)
+		}
+		holders.Wait()
+	}()
+
+	// Waiters line up one after the other, each once the one before it waits.
+	const waiters = 8
+	base, waits0 := st.DB().Stats().WaitCount, st.ConnWaits().Count
+	waiting := func() int64 { return st.ConnWaits().Waiting + st.DB().Stats().WaitCount - base }
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for k := range waiters {
+		wg.Go(func() {
+			if _, err := st.JobPlace(ctx, id); err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			order = append(order, k)
+			mu.Unlock()
+		})
+		for deadline := time.Now().Add(time.Minute); waiting() < int64(k+1); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter %d does not wait (%d waiting)", k, waiting())
+			}
+		}
+	}
+	// One connection given back: the waiters pass it on, each when its statement ended.
+	close(release[0])
+	wg.Wait()
+	if want := []int{0, 1, 2, 3, 4, 5, 6, 7}; !slices.Equal(order, want) {
+		t.Errorf("the waiters got the connection in the order %v, want %v", order, want)
+	}
+	if w := st.ConnWaits(); w.Count-waits0 != waiters || w.Total <= 0 || w.Waiting != 0 {
+		t.Errorf("waits counted: %+v (from %d), want %d more", w, waits0, waiters)
+	}
+}
