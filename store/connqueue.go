@@ -9,11 +9,11 @@ import (
 )
 
 // connQueue hands a pool's connections out in the order they were asked for. database/sql
-// gives a connection given back to a random one of the requests waiting for it (Go 1.23 on:
-// connRequestSet.TakeRandom), so under load a request could be passed over again and again
-// while later ones went through: in B8x's fill, with tens of thousands of requests waiting
-// for the 20 connections, slave updates waited past their 30-s deadline by the thousand. In
-// front of the pool, with as many places as it has connections, the queue keeps the pool
+// gives a connection given back to a random one of the requests waiting for it
+// (connRequestSet.TakeRandom, as of Go 1.26), so under load a request can be passed over again
+// and again while later ones go through: in B8x's fill tens of thousands of requests waited
+// for the 20 connections, and slave updates timed out at their 30-s deadline by the thousand.
+// In front of the pool, with as many places as it has connections, the queue keeps the pool
 // from ever having waiters, and a request waits for those ahead of it, not for its luck
 // (golang.org/x/sync/semaphore serves its waiters first come, first served).
 //
