@@ -447,16 +447,20 @@ func (h *Handlers) pendingWork(ctx context.Context, slave string, req protocol.N
 		return work, nil
 	}
 	holds := heldSet(req.Jobs)
+	var offer []string
+	for _, j := range live {
+		if _, taken := holds[j.UUID]; j.Status == job.StatusAssigned && !taken {
+			offer = append(offer, j.UUID)
+		}
+	}
+	recs, err := h.store.GetJobs(ctx, offer) // one read for them all
+	if err != nil {
+		return work, err
+	}
 	for i, j := range live {
-		if _, taken := holds[j.UUID]; j.Status != job.StatusAssigned || taken {
-			continue
-		}
-		rec, err := h.store.GetJob(ctx, j.UUID)
-		if err != nil {
-			return work, err
-		}
-		if rec.Job.State.Status != job.StatusAssigned {
-			continue // moved since the list
+		rec := recs[j.UUID]
+		if rec == nil || rec.Job.State.Status != job.StatusAssigned {
+			continue // not to offer, or moved (or gone) since the list
 		}
 		if rec.Job.State.Scheduling.AssignedInstanceID != req.InstanceID {
 			// Assigned to an earlier instance of this slave: offered again, the slave is the same machine.

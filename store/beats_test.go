@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -281,6 +282,36 @@ func TestJobPlace(t *testing.T) {
 	}
 	if _, err := st.JobPlace(ctx, "00000000-0000-4000-8000-000000000000"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("an unknown job: %v, want ErrNotFound", err)
+	}
+}
+
+// TestGetJobs: jobs read together are those read one by one, by uuid; an unknown uuid is left
+// out; none asked for, none read.
+func TestGetJobs(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	node1(t, st)
+	a := createJob(t, st, u, p, job.StatusQueued)
+	b := createJob(t, st, u, p, job.StatusQueued)
+	placeOn(t, st, b.UUID, 0, job.StatusAssigned)
+	createJob(t, st, u, p, job.StatusQueued) // not asked for
+	unknown := "00000000-0000-4000-8000-000000000000"
+	got, err := st.GetJobs(ctx, []string{b.UUID, unknown, a.UUID})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("GetJobs: %d jobs, %v; want 2", len(got), err)
+	}
+	for _, id := range []string{a.UUID, b.UUID} {
+		one, err := st.GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := got[id]; g == nil || !reflect.DeepEqual(g, one) {
+			t.Errorf("job %s read with others: %+v; alone: %+v", id, g, one)
+		}
+	}
+	if none, err := st.GetJobs(ctx, nil); err != nil || len(none) != 0 {
+		t.Errorf("no uuids: %v %v", none, err)
 	}
 }
 

@@ -17,6 +17,12 @@ import (
 // heartbeatStatements returns the db_statements of the heartbeat lines logged after the first
 // skip lines of the log.
 func heartbeatStatements(t *testing.T, logs *lockedBuffer, skip int) []int {
+	return slaveCallStatements(t, logs, skip, protocol.HeartbeatPath)
+}
+
+// slaveCallStatements returns the db_statements of the lines of slave calls to path logged
+// after the first skip lines of the log.
+func slaveCallStatements(t *testing.T, logs *lockedBuffer, skip int, path string) []int {
 	t.Helper()
 	var out []int
 	for i, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
@@ -26,11 +32,11 @@ func heartbeatStatements(t *testing.T, logs *lockedBuffer, skip int) []int {
 			Status       int    `json:"status"`
 			DBStatements int    `json:"db_statements"`
 		}
-		if i < skip || json.Unmarshal([]byte(l), &line) != nil || line.Msg != "request" || !strings.HasSuffix(line.Route, protocol.HeartbeatPath) {
+		if i < skip || json.Unmarshal([]byte(l), &line) != nil || line.Msg != "request" || !strings.HasSuffix(line.Route, path) {
 			continue
 		}
 		if line.Status != 200 {
-			t.Fatalf("heartbeat answered %d: %s", line.Status, l)
+			t.Fatalf("%s answered %d: %s", path, line.Status, l)
 		}
 		out = append(out, line.DBStatements)
 	}
@@ -112,5 +118,58 @@ func TestHeartbeatStatementsDoNotGrowWithJobs(t *testing.T) {
 		if len(pts) == 0 {
 			t.Errorf("job %s has no usage points after its heartbeats", hj.JobUUID)
 		}
+	}
+}
+
+// A long poll hands out every job assigned to its slave with one read of them, however many
+// there are (it read each apart before: up to a job per GPU after a pass on a full cluster).
+func TestNextStatementsDoNotGrowWithJobs(t *testing.T) {
+	logs := &lockedBuffer{}
+	// Debug: a long poll that succeeds is logged at debug (web.routineSlaveCall).
+	log := slog.New(web.WithRequestID(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	m := testmaster.Start(t, testmaster.Options{Log: log, MissingGrace: time.Minute})
+	w := &protoWorld{m: m, alice: m.AddUser("alice", false, "", "vision"), name: "nextcost1"}
+	w.slave = w.slaveClient(t, w.name)
+	ctx := context.Background()
+	var gpus []protocol.GPU
+	for i := range 8 {
+		gpus = append(gpus, protocol.GPU{Index: i, UUID: "GPU-" + string(rune('a'+i)), Model: "Fake V100"})
+	}
+	if _, err := w.slave.Register(ctx, protocol.Inventory{InstanceID: "i1", CPUs: 16, MemoryMiB: 65536, GPUs: gpus}); err != nil {
+		t.Fatal(err)
+	}
+	var held []protocol.RunningJob
+	// next assigns n jobs to the slave and has it poll: the jobs come in one answer; it
+	// returns the statements the poll sent.
+	next := func(n int) int {
+		t.Helper()
+		for range n {
+			id, attempt := w.job(t, w.name, len(held), false)
+			held = append(held, protocol.RunningJob{JobUUID: id, Attempt: attempt, Status: job.StatusAssigned})
+		}
+		skip := len(strings.Split(strings.TrimSpace(logs.String()), "\n"))
+		work, err := w.slave.Next(ctx, protocol.NextRequest{InstanceID: "i1", Jobs: held[:len(held)-n]})
+		if err != nil || len(work.Assignments) != n {
+			t.Fatalf("a poll with %d jobs assigned: %d handed out, %v", n, len(work.Assignments), err)
+		}
+		for _, a := range work.Assignments {
+			if a.Job.Request.Docker.Image != "busybox" {
+				t.Fatalf("job %s handed out without its request: %+v", a.Job.UUID, a.Job.Request)
+			}
+		}
+		// The request's line is written after its answer.
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			if s := slaveCallStatements(t, logs, skip, protocol.NextPath); len(s) == 1 {
+				return s[0]
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no long-poll line in the request log within a minute")
+			}
+		}
+	}
+	one, seven := next(1), next(7)
+	t.Logf("statements of a long poll: %d handing out 1 job, %d handing out 7", one, seven)
+	if seven != one {
+		t.Errorf("a long poll handing out 7 jobs sent %d statements, one handing out 1 sent %d: the jobs' read grows with them", seven, one)
 	}
 }
