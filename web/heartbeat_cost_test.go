@@ -43,26 +43,34 @@ func slaveCallStatements(t *testing.T, logs *lockedBuffer, skip int, path string
 	return out
 }
 
+// loggedSlave starts a master whose request log (at debug: a slave call that succeeds is
+// logged at debug, web.routineSlaveCall) is kept, with slave name of 8 GPUs registered.
+func loggedSlave(t *testing.T, name string) (*protoWorld, *lockedBuffer) {
+	t.Helper()
+	logs := &lockedBuffer{}
+	log := slog.New(web.WithRequestID(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	m := testmaster.Start(t, testmaster.Options{Log: log, MissingGrace: time.Minute})
+	w := &protoWorld{m: m, alice: m.AddUser("alice", false, "", "vision"), name: name}
+	w.slave = w.slaveClient(t, w.name)
+	var gpus []protocol.GPU
+	for i := range 8 {
+		gpus = append(gpus, protocol.GPU{Index: i, UUID: "GPU-" + string(rune('a'+i)), Model: "Fake V100"})
+	}
+	if _, err := w.slave.Register(context.Background(), protocol.Inventory{InstanceID: "i1", CPUs: 16, MemoryMiB: 65536, GPUs: gpus}); err != nil {
+		t.Fatal(err)
+	}
+	return w, logs
+}
+
 // A heartbeat costs one statement whatever the number of jobs its slave runs: it reads the
 // slave's certificate's state, records the heartbeat and reads what reconciling needs (the
 // jobs' usage samples are summed in the master and written apart, see store.usageBuffer). It
 // used to write every running job's row too, then a usage row per job, and to read the
 // certificate in a statement of its own.
 func TestHeartbeatStatementsDoNotGrowWithJobs(t *testing.T) {
-	logs := &lockedBuffer{}
-	// Debug: a heartbeat that succeeds is logged at debug (web.routineSlaveCall).
-	log := slog.New(web.WithRequestID(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	m := testmaster.Start(t, testmaster.Options{Log: log, MissingGrace: time.Minute})
-	w := &protoWorld{m: m, alice: m.AddUser("alice", false, "", "vision"), name: "hbcost1"}
-	w.slave = w.slaveClient(t, w.name)
+	w, logs := loggedSlave(t, "hbcost1")
+	m := w.m
 	ctx := context.Background()
-	var gpus []protocol.GPU
-	for i := range 8 {
-		gpus = append(gpus, protocol.GPU{Index: i, UUID: "GPU-" + string(rune('a'+i)), Model: "Fake V100"})
-	}
-	if _, err := w.slave.Register(ctx, protocol.Inventory{InstanceID: "i1", CPUs: 16, MemoryMiB: 65536, GPUs: gpus}); err != nil {
-		t.Fatal(err)
-	}
 	var held []protocol.RunningJob
 	beat := func() {
 		t.Helper()
@@ -124,20 +132,8 @@ func TestHeartbeatStatementsDoNotGrowWithJobs(t *testing.T) {
 // A long poll hands out every job assigned to its slave with one read of them, however many
 // there are (it read each apart before: up to a job per GPU after a pass on a full cluster).
 func TestNextStatementsDoNotGrowWithJobs(t *testing.T) {
-	logs := &lockedBuffer{}
-	// Debug: a long poll that succeeds is logged at debug (web.routineSlaveCall).
-	log := slog.New(web.WithRequestID(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	m := testmaster.Start(t, testmaster.Options{Log: log, MissingGrace: time.Minute})
-	w := &protoWorld{m: m, alice: m.AddUser("alice", false, "", "vision"), name: "nextcost1"}
-	w.slave = w.slaveClient(t, w.name)
+	w, logs := loggedSlave(t, "nextcost1")
 	ctx := context.Background()
-	var gpus []protocol.GPU
-	for i := range 8 {
-		gpus = append(gpus, protocol.GPU{Index: i, UUID: "GPU-" + string(rune('a'+i)), Model: "Fake V100"})
-	}
-	if _, err := w.slave.Register(ctx, protocol.Inventory{InstanceID: "i1", CPUs: 16, MemoryMiB: 65536, GPUs: gpus}); err != nil {
-		t.Fatal(err)
-	}
 	var held []protocol.RunningJob
 	// next assigns n jobs to the slave and has it poll: the jobs come in one answer; it
 	// returns the statements the poll sent.
