@@ -140,16 +140,6 @@ RETURNING job_uuid::text`, name)
 	return requeued, err
 }
 
-// SlaveDisabled reports whether a slave is disabled (false for an unknown slave).
-func (s *Store) SlaveDisabled(ctx context.Context, name string) (bool, error) {
-	var d bool
-	err := s.q.GetContext(ctx, &d, `SELECT disabled FROM slaves WHERE name = $1`, name)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	return d, mapErr(err, "read slave "+name)
-}
-
 // Certificate kinds, as the certificates table names them.
 const (
 	CertUser  = "user"

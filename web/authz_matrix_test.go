@@ -986,7 +986,7 @@ func (f *matrixFixture) assignToC(ctx context.Context) {
 func (f *matrixFixture) checkDisabledSlave(route, name string, status int, got string) int {
 	t, ctx := f.t, context.Background()
 	t.Helper()
-	if disabled, err := f.w.m.Store.SlaveDisabled(ctx, "node-c"); err != nil || !disabled {
+	if sl, err := f.w.m.Store.GetSlave(ctx, "node-c"); err != nil || !sl.Disabled {
 		t.Errorf("%s: node-c is no longer disabled (%v)", name, err)
 	}
 	switch route {
