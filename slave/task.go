@@ -501,21 +501,9 @@ func (a *Agent) removeContainer(ctx context.Context, t *task, stop bool) bool {
 // LogFlush, skipping what the master already has (after a restart), and dropping what goes
 // beyond LogLimit (the log then says how much was dropped).
 func (a *Agent) shipLog(ctx context.Context, t *task, from protocol.LogState) error {
-	rc, err := a.rt.Logs(ctx, t.container(), true)
-	if err != nil {
-		return fmt.Errorf("read container log: %w", err)
-	}
 	t.mu.Lock()
 	base := t.logBase
 	t.mu.Unlock()
-	// What the master has of this container's output: its log beyond what earlier attempts
-	// wrote.
-	if skip := from.Size - base; skip > 0 {
-		if _, err := io.CopyN(io.Discard, rc, skip); err != nil && !errors.Is(err, io.EOF) {
-			_ = rc.Close()
-			return fmt.Errorf("skip the log the master has: %w", err)
-		}
-	}
 	seq, total := from.NextSeq, from.Size
 	var dropped int64
 	send := func(data []byte) error {
@@ -536,33 +524,21 @@ func (a *Agent) shipLog(ctx context.Context, t *task, from protocol.LogState) er
 	}
 	pieces := make(chan []byte, 16)
 	readErr := make(chan error, 1)
-	quit, readerDone := make(chan struct{}), make(chan struct{})
+	rctx, stopReading := context.WithCancel(ctx)
+	readerDone := make(chan struct{})
 	defer func() {
-		// Stop the reader (closing rc ends a Read in progress) and wait for it: it must not
-		// outlive the job, nor stay blocked on pieces after an early return.
-		close(quit)
-		_ = rc.Close()
+		// Stop the reader (ending rctx closes the stream it reads) and wait for it: it must
+		// not outlive the job, nor stay blocked on pieces after an early return.
+		stopReading()
 		<-readerDone
 	}()
 	go func() {
 		defer close(readerDone)
 		defer close(pieces)
-		for {
-			buf := make([]byte, 32<<10)
-			n, err := rc.Read(buf)
-			if n > 0 {
-				select {
-				case pieces <- buf[:n]:
-				case <-quit:
-					return
-				}
-			}
-			if err != nil {
-				if !errors.Is(err, io.EOF) {
-					readErr <- err
-				}
-				return
-			}
+		// What the master has of this container's output: its log beyond what earlier
+		// attempts wrote.
+		if err := a.readLog(rctx, t.container(), max(from.Size-base, 0), pieces); err != nil && rctx.Err() == nil {
+			readErr <- err
 		}
 	}()
 	var pending []byte
@@ -589,7 +565,7 @@ func (a *Agent) shipLog(ctx context.Context, t *task, from protocol.LogState) er
 				}
 				select {
 				case err := <-readErr:
-					return fmt.Errorf("read container log: %w", err)
+					return err
 				default:
 					return nil
 				}
@@ -618,6 +594,78 @@ func (a *Agent) shipLog(ctx context.Context, t *task, from protocol.LogState) er
 		case <-ctx.Done():
 			// The slave stops; what the master lacks is sent after the restart.
 			return ctx.Err()
+		}
+	}
+}
+
+// logReopenAfter is how long a log reader whose followed stream ended waits for the container
+// to stop before it follows the log again.
+const logReopenAfter = time.Second
+
+// readLog sends the container's output, from byte offset from of it, to pieces in order, until
+// the container has stopped and all of its output has been sent. Docker's followed stream can
+// end as the container exits before it has passed on the last lines (a job's last line was
+// missing from its log once in a chaos run), and can end early while the container runs (the
+// daemon restarting): so whenever the stream ends, the log is read again from where the reader
+// got to, followed again while the container runs, once more without following when it has
+// stopped. Whether it has stopped is one Wait for the whole read, not one per stream: an
+// engine slower to answer than logReopenAfter would otherwise never be seen to have stopped.
+func (a *Agent) readLog(ctx context.Context, id string, from int64, pieces chan<- []byte) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_, _ = a.rt.Wait(wctx, id) // an error (no such container) ends the following too
+	}()
+	defer func() { cancel(); <-stopped }()
+	for follow := true; ; {
+		n, err := a.readLogOnce(ctx, id, from, follow, pieces)
+		from += n
+		if err != nil || !follow {
+			return err
+		}
+		select {
+		case <-stopped:
+			follow = false // what is left is all there
+		case <-time.After(logReopenAfter):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// readLogOnce reads one stream of the container's log, skipping its first from bytes, and
+// sends the rest to pieces; n is how many bytes it sent. Ending ctx closes the stream.
+func (a *Agent) readLogOnce(ctx context.Context, id string, from int64, follow bool, pieces chan<- []byte) (n int64, err error) {
+	rc, err := a.rt.Logs(ctx, id, follow)
+	if err != nil {
+		return 0, fmt.Errorf("read container log: %w", err)
+	}
+	defer context.AfterFunc(ctx, func() { _ = rc.Close() })()
+	defer rc.Close()
+	if _, err := io.CopyN(io.Discard, rc, from); err != nil {
+		if errors.Is(err, io.EOF) {
+			return 0, nil // nothing beyond what was sent
+		}
+		return 0, fmt.Errorf("skip the log already sent: %w", err)
+	}
+	for {
+		buf := make([]byte, 32<<10)
+		m, err := rc.Read(buf)
+		if m > 0 {
+			select {
+			case pieces <- buf[:m]:
+				n += int64(m)
+			case <-ctx.Done():
+				return n, ctx.Err()
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("read container log: %w", err)
 		}
 	}
 }
