@@ -252,11 +252,16 @@ const RetryAfter = 5 * time.Second
 // MsgUnavailable is the error message of a 503 for a database that cannot be reached.
 const MsgUnavailable = "database unavailable, retry later"
 
+// MsgOverloaded is the error message of a 503 for a request that waited too long for a
+// database connection while the master was overloaded (store.ErrOverloaded).
+const MsgOverloaded = "the master is overloaded, retry later"
+
 // WriteError maps an error to its status code and JSON body, once for every handler:
 // validation → 400 with field paths, not found → 404, conflicts → 409, a database that cannot
 // be reached → 503 with Retry-After (logged as a warning: the request was fine, and the
-// operator learns of the outage from the database's own alarms), anything else → 500 (logged,
-// never shown: it may hold internals).
+// operator learns of the outage from the database's own alarms), a master too overloaded to
+// give it a connection in time → 503 with Retry-After (counted, not logged), anything else →
+// 500 (logged, never shown: it may hold internals).
 func (h *Handlers) WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	body := errorBody{}
 	status := http.StatusInternalServerError
@@ -283,6 +288,11 @@ func (h *Handlers) WriteError(w http.ResponseWriter, r *http.Request, err error)
 		status, body.Error = http.StatusConflict, "ambiguous job id: it is the prefix of several jobs, give more characters"
 	case errors.Is(err, store.ErrConflict):
 		status, body.Error = http.StatusConflict, "already exists"
+	case errors.Is(err, store.ErrOverloaded):
+		// Not logged one by one: under overload that would be thousands of lines a second;
+		// gpulab_db_connection_shed_total counts them.
+		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
+		status, body.Error = http.StatusServiceUnavailable, MsgOverloaded
 	case errors.Is(err, store.ErrUnavailable):
 		h.log.WarnContext(r.Context(), "database unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
 		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))

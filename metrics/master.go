@@ -102,10 +102,11 @@ func storeCounters(st *store.Store) []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "heartbeats_recorded_total",
 			Help: "Slaves' heartbeats sent to the database; divided by gpulab_heartbeat_statements_total, the mean batch."},
 			func() float64 { _, n := st.BeatStats(); return float64(n) }),
-		// The requests' pool hands its connections out first come, first served (the store's
-		// connQueue): the waits are there, not in go_sql_wait_count_total.
+		// The requests' pool hands its connections out through the store's connQueue (first
+		// come first served, newest first when overloaded): the waits are there, not in
+		// go_sql_wait_count_total.
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "db_connection_waits_total",
-			Help: "Statements and transactions that found every connection of the master's pool taken and waited for one, in turn."},
+			Help: "Statements and transactions that found every connection of the master's pool taken and waited for one."},
 			func() float64 { return float64(st.ConnWaits().Count) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "db_connection_wait_seconds_total",
 			Help: "Time statements and transactions waited for a connection of the master's pool, all together."},
@@ -113,6 +114,9 @@ func storeCounters(st *store.Store) []prometheus.Collector {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "db_connection_waiting",
 			Help: "Statements and transactions waiting for a connection of the master's pool now (a sustained queue: raise --db-max-conns if Postgres has cores to spare)."},
 			func() float64 { return float64(st.ConnWaits().Waiting) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "db_connection_shed_total",
+			Help: "Requests refused with 503 (Retry-After) because they waited 15 s for a connection of the master's pool while it was overloaded and newer requests went first."},
+			func() float64 { return float64(st.ConnWaits().Shed) }),
 	}
 }
 

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"time"
 )
 
 // HeartbeatCommitMode runs a heartbeat's statement in a transaction of its own that it rolls
@@ -53,4 +54,12 @@ func (s *Store) HoldBeats() (waiting func() int, release func()) {
 // ListedStats counts the listed jobs the two-step list found kept (hits) and read whole.
 func (s *Store) ListedStats() (hits, misses int64) {
 	return s.listed.hits.Load(), s.listed.misses.Load()
+}
+
+// SetQueueBounds sets the bounds of the store's connection queue (LIFOAfter, ShedAfter), for
+// tests whose waiters line up slower than a loaded machine would keep under LIFOAfter.
+func (s *Store) SetQueueBounds(lifoAfter, shedAfter time.Duration) {
+	s.conns.mu.Lock()
+	s.conns.lifoAfter, s.conns.shedAfter = lifoAfter, shedAfter
+	s.conns.mu.Unlock()
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/protocol"
+	"github.com/opengpulab/gpulab/store"
 )
 
 // Route is one entry of the route table. Public routes answer without credentials; all others
@@ -64,6 +65,14 @@ func SlaveRoutes(h *handlers.Handlers) []Route {
 	}
 }
 
+// slaveRetries says whether a call of the slave protocol is the slave agent's own, which it
+// retries with back-off when it fails: under load its statements take turns with people's
+// requests instead of waiting among them (store.Retried). A join is run by an operator, an
+// SSH authorization made while a person logs in: those wait like people's requests.
+func slaveRetries(path string) bool {
+	return path != protocol.JoinPath && path != protocol.SSHAuthPath
+}
+
 // pageRoutes is the route table of the portal's pages, below the root (Path is a full
 // pattern path such as "/jobs/{id}" or "/{$}"). THE PORTAL'S PAGES GO HERE.
 //
@@ -106,7 +115,14 @@ func (s *Server) routes() http.Handler {
 		mux.Handle("GET /api/gpulab/"+v+"/session", s.h.Wrap(s.sessionInfo))
 	}
 	for _, rt := range SlaveRoutes(s.h) {
-		mux.Handle(rt.Method+" "+rt.Path, s.h.Wrap(rt.Handler))
+		fn := s.h.Wrap(rt.Handler)
+		if !slaveRetries(rt.Path) {
+			mux.Handle(rt.Method+" "+rt.Path, fn)
+			continue
+		}
+		mux.Handle(rt.Method+" "+rt.Path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fn(w, r.WithContext(store.Retried(r.Context())))
+		}))
 	}
 	mux.Handle("GET /api/gpulab/openapi.json", s.h.Wrap(s.h.OpenAPI))
 	mux.Handle("/api/", s.h.Wrap(func(w http.ResponseWriter, r *http.Request) error {

@@ -1,0 +1,242 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeClock is a clock the test moves.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) set(d time.Duration) {
+	c.mu.Lock()
+	c.t = time.Unix(1_000_000, 0).Add(d)
+	c.mu.Unlock()
+}
+
+// served is what a waiter got from the queue.
+type served struct {
+	k   int
+	err error
+}
+
+// queueWithWaiters is a queue of one place, taken, and n waiters lined up one after the other,
+// waiter k at k ms on clock. Each waiter served reports and gives its place back at once.
+func queueWithWaiters(t *testing.T, clock *fakeClock, n int) (*connQueue, chan served) {
+	t.Helper()
+	q := newConnQueue(1)
+	q.now = clock.now
+	if err := q.enter(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan served, n)
+	for k := range n {
+		clock.set(time.Duration(k) * time.Millisecond)
+		go func() {
+			err := q.enter(context.Background())
+			out <- served{k, err}
+			if err == nil {
+				q.leave()
+			}
+		}()
+		for deadline := time.Now().Add(time.Minute); q.waitingNow() != k+1; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter %d does not wait", k)
+			}
+		}
+	}
+	return q, out
+}
+
+func collect(t *testing.T, out chan served, n int) (order []int, errs []error) {
+	t.Helper()
+	for range n {
+		s := <-out
+		order = append(order, s.k)
+		errs = append(errs, s.err)
+	}
+	return order, errs
+}
+
+// While the waits are short the queue is first come, first served.
+func TestQueueFirstComeFirstServedWhileWaitsAreShort(t *testing.T) {
+	clock := &fakeClock{}
+	q, out := queueWithWaiters(t, clock, 5)
+	clock.set(LIFOAfter - time.Millisecond) // the oldest has waited just under the bound
+	q.leave()
+	order, errs := collect(t, out, 5)
+	if want := []int{0, 1, 2, 3, 4}; !slices.Equal(order, want) {
+		t.Errorf("served in the order %v, want %v", order, want)
+	}
+	for _, err := range errs {
+		if err != nil {
+			t.Errorf("a waiter got %v", err)
+		}
+	}
+	if q.freeNow() != 1 || q.waits.Load() != 5 || q.waiting.Load() != 0 || q.shed.Load() != 0 {
+		t.Errorf("free %d, waits %d, waiting %d, shed %d; want 1, 5, 0, 0", q.freeNow(), q.waits.Load(), q.waiting.Load(), q.shed.Load())
+	}
+}
+
+// Once the oldest waiter has waited LIFOAfter, the newest is served first; when the waits are
+// short again, the oldest is.
+func TestQueueServesNewestFirstWhenOverloaded(t *testing.T) {
+	clock := &fakeClock{}
+	q, out := queueWithWaiters(t, clock, 5)
+	clock.set(LIFOAfter + 4*time.Millisecond)
+	q.leave()
+	order, errs := collect(t, out, 5)
+	if want := []int{4, 3, 2, 1, 0}; !slices.Equal(order, want) {
+		t.Errorf("served in the order %v, want %v", order, want)
+	}
+	for _, err := range errs {
+		if err != nil {
+			t.Errorf("a waiter got %v", err)
+		}
+	}
+
+	// The same queue, not overloaded any more: first come first served again.
+	if err := q.enter(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out = make(chan served, 3)
+	for k := range 3 {
+		go func() {
+			err := q.enter(context.Background())
+			out <- served{k, err}
+			if err == nil {
+				q.leave()
+			}
+		}()
+		for deadline := time.Now().Add(time.Minute); q.waitingNow() != k+1; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter %d does not wait", k)
+			}
+		}
+	}
+	q.leave()
+	if order, _ := collect(t, out, 3); !slices.Equal(order, []int{0, 1, 2}) {
+		t.Errorf("after the overload, served in the order %v, want [0 1 2]", order)
+	}
+}
+
+func (q *connQueue) freeNow() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.free
+}
+
+func (q *connQueue) waitingNow() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.waiters[classPeople].Len() + q.waiters[classRetried].Len()
+}
+
+// A waiter that has waited ShedAfter while the queue is overloaded is refused with
+// ErrOverloaded (an ErrUnavailable: 503 with Retry-After), and counted; the others are served.
+func TestQueueShedsWhoWaitedTooLong(t *testing.T) {
+	clock := &fakeClock{}
+	q, out := queueWithWaiters(t, clock, 4)
+	clock.set(ShedAfter + 1*time.Millisecond) // waiters 0 and 1 have waited ShedAfter
+	q.leave()
+	got := map[int]error{}
+	for range 4 {
+		s := <-out
+		got[s.k] = s.err
+	}
+	for k := range 2 {
+		if !errors.Is(got[k], ErrOverloaded) || !errors.Is(got[k], ErrUnavailable) {
+			t.Errorf("waiter %d (waited ShedAfter) got %v, want ErrOverloaded", k, got[k])
+		}
+	}
+	for k := 2; k < 4; k++ {
+		if got[k] != nil {
+			t.Errorf("waiter %d got %v, want a place", k, got[k])
+		}
+	}
+	if q.shed.Load() != 2 || q.freeNow() != 1 {
+		t.Errorf("shed %d, free %d; want 2, 1", q.shed.Load(), q.freeNow())
+	}
+}
+
+// A waiter whose context ends leaves the line; a place handed to it as it gave up goes back:
+// the queue loses no place either way.
+func TestQueueWaiterGivingUpKeepsThePlaces(t *testing.T) {
+	q := newConnQueue(2)
+	for range 2 {
+		if err := q.enter(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for range 50 {
+		ctx, cancel := context.WithCancel(context.Background())
+		wg.Go(func() {
+			if err := q.enter(ctx); err == nil {
+				q.leave()
+			}
+		})
+		wg.Go(func() { q.leave(); _ = q.enter(context.Background()) }) // a place passed on as the waiter gives up
+		cancel()
+	}
+	wg.Wait()
+	q.leave()
+	q.leave()
+	if q.freeNow() != 2 || q.waitingNow() != 0 {
+		t.Errorf("free %d, waiting %d after every request left; want 2, 0", q.freeNow(), q.waitingNow())
+	}
+}
+
+// Slaves' calls (Retried) and everyone else's take turns when both wait, each class in its own
+// order: people's few requests do not wait behind a slaves' burst, nor slaves' behind people's.
+func TestQueueClassesTakeTurns(t *testing.T) {
+	clock := &fakeClock{}
+	q := newConnQueue(1)
+	q.now = clock.now
+	if err := q.enter(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan string, 6)
+	line := func(name string, ctx context.Context) {
+		n := q.waitingNow()
+		go func() {
+			if err := q.enter(ctx); err != nil {
+				t.Error(err)
+			}
+			out <- name
+			q.leave()
+		}()
+		for deadline := time.Now().Add(time.Minute); q.waitingNow() != n+1; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s does not wait", name)
+			}
+		}
+	}
+	slave := Retried(context.Background())
+	for _, name := range []string{"slave0", "slave1", "slave2", "slave3"} {
+		line(name, slave)
+	}
+	line("person0", context.Background())
+	line("person1", context.Background())
+	q.leave()
+	var order []string
+	for range 6 {
+		order = append(order, <-out)
+	}
+	if want := []string{"person0", "slave0", "person1", "slave1", "slave2", "slave3"}; !slices.Equal(order, want) {
+		t.Errorf("served in the order %v, want %v", order, want)
+	}
+}
