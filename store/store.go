@@ -64,7 +64,7 @@ type Store struct {
 	url      string     // for LISTEN connections
 	beats    *beatQueue // heartbeats waiting to be recorded together; nil inside WithTx
 	usage    *usageBuffer
-	conns    *connQueue // the pool's places (connQueue), first come first served; nil inside WithTx
+	conns    *connQueue // the pool's places (connQueue: in turn, newest first when overloaded); nil inside WithTx
 }
 
 // DefaultConns bounds the requests' pool (serve's --db-max-conns). Idle connections are kept
