@@ -87,21 +87,19 @@ func runLogged(t *testing.T, eng *shortStreamEngine) *logMaster {
 // A followed stream that ends as the container exits, without the container's last line: the
 // line is read without following once the container has stopped, before the end is reported.
 func TestLastLineShippedWhenTheStreamEndsEarly(t *testing.T) {
-	eng := &shortStreamEngine{slowEngine: newSlowEngine(), output: "start\nlast line\n", cut: len("last line\n")}
-	m := runLogged(t, eng)
-	m.waitUntil(t, "job running", func() bool { return m.status["job-1"] == job.StatusRunning })
-	eng.exit("c-job-1", 0)
-	m.waitUntil(t, "job finished", func() bool { return m.done["job-1"].To == job.StatusFinished })
-	if got, want := m.text(), "start\nlast line\n"; got != want {
-		t.Fatalf("log %q at the end, want %q", got, want)
-	}
+	lastLineShipped(t, 0)
 }
 
 // The same with an engine that answers Wait later than the reader waits before it follows the
 // log again (chaos slow-docker): the container is still seen to have stopped, the last line
 // read, and the end reported.
 func TestLastLineShippedWithASlowEngine(t *testing.T) {
-	eng := &shortStreamEngine{slowEngine: newSlowEngine(), output: "start\nlast line\n", cut: len("last line\n"), slow: logReopenAfter * 3 / 2}
+	lastLineShipped(t, logReopenAfter*3/2)
+}
+
+func lastLineShipped(t *testing.T, slowWait time.Duration) {
+	t.Helper()
+	eng := &shortStreamEngine{slowEngine: newSlowEngine(), output: "start\nlast line\n", cut: len("last line\n"), slow: slowWait}
 	m := runLogged(t, eng)
 	m.waitUntil(t, "job running", func() bool { return m.status["job-1"] == job.StatusRunning })
 	eng.exit("c-job-1", 0)

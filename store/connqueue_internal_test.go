@@ -45,20 +45,28 @@ func queueWithWaiters(t *testing.T, clock *fakeClock, n int) (*connQueue, chan s
 	out := make(chan served, n)
 	for k := range n {
 		clock.set(time.Duration(k) * time.Millisecond)
-		go func() {
-			err := q.enter(context.Background())
-			out <- served{k, err}
-			if err == nil {
-				q.leave()
-			}
-		}()
-		for deadline := time.Now().Add(time.Minute); q.waitingNow() != k+1; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("waiter %d does not wait", k)
-			}
-		}
+		lineUp(t, q, context.Background(), k, out)
 	}
 	return q, out
+}
+
+// lineUp adds waiter k, with ctx, behind those waiting, and returns once it waits. When it is
+// served it reports to out and gives its place back at once.
+func lineUp(t *testing.T, q *connQueue, ctx context.Context, k int, out chan served) {
+	t.Helper()
+	n := q.waitingNow()
+	go func() {
+		err := q.enter(ctx)
+		out <- served{k, err}
+		if err == nil {
+			q.leave()
+		}
+	}()
+	for deadline := time.Now().Add(time.Minute); q.waitingNow() != n+1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiter %d does not wait", k)
+		}
+	}
 }
 
 func collect(t *testing.T, out chan served, n int) (order []int, errs []error) {
@@ -114,18 +122,7 @@ func TestQueueServesNewestFirstWhenOverloaded(t *testing.T) {
 	}
 	out = make(chan served, 3)
 	for k := range 3 {
-		go func() {
-			err := q.enter(context.Background())
-			out <- served{k, err}
-			if err == nil {
-				q.leave()
-			}
-		}()
-		for deadline := time.Now().Add(time.Minute); q.waitingNow() != k+1; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("waiter %d does not wait", k)
-			}
-		}
+		lineUp(t, q, context.Background(), k, out)
 	}
 	q.leave()
 	if order, _ := collect(t, out, 3); !slices.Equal(order, []int{0, 1, 2}) {
@@ -209,34 +206,16 @@ func TestQueueClassesTakeTurns(t *testing.T) {
 	if err := q.enter(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	out := make(chan string, 6)
-	line := func(name string, ctx context.Context) {
-		n := q.waitingNow()
-		go func() {
-			if err := q.enter(ctx); err != nil {
-				t.Error(err)
-			}
-			out <- name
-			q.leave()
-		}()
-		for deadline := time.Now().Add(time.Minute); q.waitingNow() != n+1; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s does not wait", name)
-			}
-		}
-	}
+	out := make(chan served, 6)
 	slave := Retried(context.Background())
-	for _, name := range []string{"slave0", "slave1", "slave2", "slave3"} {
-		line(name, slave)
+	for k := range 4 {
+		lineUp(t, q, slave, k, out) // slaves 0-3
 	}
-	line("person0", context.Background())
-	line("person1", context.Background())
+	lineUp(t, q, context.Background(), 10, out) // people 10, 11
+	lineUp(t, q, context.Background(), 11, out)
 	q.leave()
-	var order []string
-	for range 6 {
-		order = append(order, <-out)
-	}
-	if want := []string{"person0", "slave0", "person1", "slave1", "slave2", "slave3"}; !slices.Equal(order, want) {
-		t.Errorf("served in the order %v, want %v", order, want)
+	order, _ := collect(t, out, 6)
+	if want := []int{10, 0, 11, 1, 2, 3}; !slices.Equal(order, want) {
+		t.Errorf("served in the order %v, want %v (people 10, 11; slaves 0-3)", order, want)
 	}
 }
