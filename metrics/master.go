@@ -115,10 +115,17 @@ func storeCounters(st *store.Store) []prometheus.Collector {
 			Help: "Statements and transactions waiting for a connection of the master's pool now (a sustained queue: raise --db-max-conns if Postgres has cores to spare)."},
 			func() float64 { return float64(st.ConnWaits().Waiting) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "db_connection_shed_total",
-			Help: "Requests refused with 503 (Retry-After) because they waited 15 s for a connection of the master's pool while it was overloaded and newer requests went first."},
-			func() float64 { return float64(st.ConnWaits().Shed) }),
+			Help: shedHelp, ConstLabels: prometheus.Labels{"class": "slave"}},
+			func() float64 { return float64(st.ConnWaits().ShedSlaves) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "db_connection_shed_total",
+			Help: shedHelp, ConstLabels: prometheus.Labels{"class": "people"}},
+			func() float64 { return float64(st.ConnWaits().ShedPeople) }),
 	}
 }
+
+// shedHelp is the help of gpulab_db_connection_shed_total, whose class is "slave" for the slave
+// agents' own calls (which retry by themselves) and "people" for everyone else's requests.
+const shedHelp = "Requests refused with 503 (Retry-After) because they waited 15 s for a connection of the master's pool while it was overloaded and newer requests went first; class slave: the slave agents' own calls, people: every other request."
 
 // Handler serves the metrics in Prometheus's text format.
 func (m *Master) Handler() http.Handler {

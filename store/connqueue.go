@@ -62,10 +62,10 @@ type connQueue struct {
 	waiters [2]list.List // of *connWaiter, oldest first: [classPeople], [classRetried]
 	turn    int          // the class served next when both wait
 
-	waits   atomic.Int64 // requests that found every place taken
-	waited  atomic.Int64 // their waits, in nanoseconds
-	waiting atomic.Int64 // now
-	shed    atomic.Int64 // requests refused with ErrOverloaded
+	waits   atomic.Int64    // requests that found every place taken
+	waited  atomic.Int64    // their waits, in nanoseconds
+	waiting atomic.Int64    // now
+	shed    [2]atomic.Int64 // requests refused with ErrOverloaded, by class
 }
 
 // The classes of requests (Retried).
@@ -151,7 +151,7 @@ func (q *connQueue) leave() {
 	defer q.mu.Unlock()
 	now := q.now()
 	for c := range q.waiters {
-		q.shedOld(&q.waiters[c], now)
+		q.shedOld(c, now)
 	}
 	c := q.turn
 	if q.waiters[c].Len() == 0 {
@@ -171,24 +171,26 @@ func (q *connQueue) leave() {
 	e.Value.(*connWaiter).ready <- nil
 }
 
-// shedOld refuses the waiters of line that have waited ShedAfter (the oldest are in front).
-func (q *connQueue) shedOld(line *list.List, now time.Time) {
+// shedOld refuses the waiters of class c that have waited ShedAfter (the oldest are in front).
+func (q *connQueue) shedOld(c int, now time.Time) {
+	line := &q.waiters[c]
 	for e := line.Front(); e != nil && now.Sub(e.Value.(*connWaiter).since) >= q.shedAfter; e = line.Front() {
 		line.Remove(e)
 		e.Value.(*connWaiter).ready <- ErrOverloaded
-		q.shed.Add(1)
+		q.shed[c].Add(1)
 	}
 }
 
 // ConnWaits are the waits for a connection of the store's pool: how many requests found every
 // connection taken, their waits together, how many wait now, and how many were refused
-// (ErrOverloaded). (The pool's own sql.DBStats show no waits: the queue in front of it does
-// the waiting.)
+// (ErrOverloaded), slaves' own calls (Retried) and people's apart. (The pool's own sql.DBStats
+// show no waits: the queue in front of it does the waiting.)
 type ConnWaits struct {
-	Count   int64
-	Total   time.Duration
-	Waiting int64
-	Shed    int64
+	Count      int64
+	Total      time.Duration
+	Waiting    int64
+	ShedSlaves int64
+	ShedPeople int64
 }
 
 // ConnWaits reports the waits for the store's connections since it was opened.
@@ -196,5 +198,6 @@ func (s *Store) ConnWaits() ConnWaits {
 	if s.conns == nil {
 		return ConnWaits{}
 	}
-	return ConnWaits{Count: s.conns.waits.Load(), Total: time.Duration(s.conns.waited.Load()), Waiting: s.conns.waiting.Load(), Shed: s.conns.shed.Load()}
+	return ConnWaits{Count: s.conns.waits.Load(), Total: time.Duration(s.conns.waited.Load()), Waiting: s.conns.waiting.Load(),
+		ShedSlaves: s.conns.shed[classRetried].Load(), ShedPeople: s.conns.shed[classPeople].Load()}
 }

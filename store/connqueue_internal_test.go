@@ -94,8 +94,8 @@ func TestQueueFirstComeFirstServedWhileWaitsAreShort(t *testing.T) {
 			t.Errorf("a waiter got %v", err)
 		}
 	}
-	if q.freeNow() != 1 || q.waits.Load() != 5 || q.waiting.Load() != 0 || q.shed.Load() != 0 {
-		t.Errorf("free %d, waits %d, waiting %d, shed %d; want 1, 5, 0, 0", q.freeNow(), q.waits.Load(), q.waiting.Load(), q.shed.Load())
+	if q.freeNow() != 1 || q.waits.Load() != 5 || q.waiting.Load() != 0 || q.shed[classPeople].Load() != 0 {
+		t.Errorf("free %d, waits %d, waiting %d, shed %d; want 1, 5, 0, 0", q.freeNow(), q.waits.Load(), q.waiting.Load(), q.shed[classPeople].Load())
 	}
 }
 
@@ -164,8 +164,8 @@ func TestQueueShedsWhoWaitedTooLong(t *testing.T) {
 			t.Errorf("waiter %d got %v, want a place", k, got[k])
 		}
 	}
-	if q.shed.Load() != 2 || q.freeNow() != 1 {
-		t.Errorf("shed %d, free %d; want 2, 1", q.shed.Load(), q.freeNow())
+	if q.shed[classPeople].Load() != 2 || q.freeNow() != 1 {
+		t.Errorf("shed %d, free %d; want 2, 1", q.shed[classPeople].Load(), q.freeNow())
 	}
 }
 

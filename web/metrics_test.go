@@ -181,6 +181,8 @@ func TestMetricsAfterRealActivity(t *testing.T) {
 		{"gpulab_slave_heartbeat_age_seconds", map[string]string{"slave": "metrics1"}, func(v float64) bool { return v >= 0 && v < 600 }, "a recent heartbeat"},
 		{"go_sql_open_connections", map[string]string{"db_name": "gpulab"}, func(v float64) bool { return v >= 1 }, "an open connection"},
 		{"gpulab_metrics_database_errors_total", nil, func(v float64) bool { return v == 0 }, "no database error"},
+		{"gpulab_db_connection_shed_total", map[string]string{"class": "slave"}, func(v float64) bool { return v == 0 }, "no slave call refused"},
+		{"gpulab_db_connection_shed_total", map[string]string{"class": "people"}, func(v float64) bool { return v == 0 }, "no request refused"},
 	}
 	for _, c := range checks {
 		if v := gaugeValue(sample(families, c.name, c.labels)); !c.ok(v) {
