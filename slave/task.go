@@ -612,7 +612,6 @@ const logReopenAfter = time.Second
 // engine slower to answer than logReopenAfter would otherwise never be seen to have stopped.
 func (a *Agent) readLog(ctx context.Context, id string, from int64, pieces chan<- []byte) error {
 	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
