@@ -84,8 +84,11 @@ func Retried(ctx context.Context) context.Context {
 	return context.WithValue(ctx, retriedKey{}, true)
 }
 
+// IsRetried says whether ctx was marked Retried.
+func IsRetried(ctx context.Context) bool { return ctx.Value(retriedKey{}) != nil }
+
 func classOf(ctx context.Context) int {
-	if ctx.Value(retriedKey{}) != nil {
+	if IsRetried(ctx) {
 		return classRetried
 	}
 	return classPeople

@@ -2,6 +2,7 @@ package web
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/protocol"
@@ -70,7 +71,19 @@ func SlaveRoutes(h *handlers.Handlers) []Route {
 // requests instead of waiting among them (store.Retried). A join is run by an operator, an
 // SSH authorization made while a person logs in: those wait like people's requests.
 func slaveRetries(path string) bool {
-	return path != protocol.JoinPath && path != protocol.SSHAuthPath
+	return strings.HasPrefix(path, protocol.BasePath) && path != protocol.JoinPath && path != protocol.SSHAuthPath
+}
+
+// markRetried marks the slave agents' own calls (slaveRetries) store.Retried before anything
+// else runs: the certificate check of authenticate is a statement too, and in people's line
+// it put every slave call there once (B8x's fill).
+func markRetried(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slaveRetries(r.URL.Path) {
+			r = r.WithContext(store.Retried(r.Context()))
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // pageRoutes is the route table of the portal's pages, below the root (Path is a full
@@ -115,14 +128,7 @@ func (s *Server) routes() http.Handler {
 		mux.Handle("GET /api/gpulab/"+v+"/session", s.h.Wrap(s.sessionInfo))
 	}
 	for _, rt := range SlaveRoutes(s.h) {
-		fn := s.h.Wrap(rt.Handler)
-		if !slaveRetries(rt.Path) {
-			mux.Handle(rt.Method+" "+rt.Path, fn)
-			continue
-		}
-		mux.Handle(rt.Method+" "+rt.Path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			fn(w, r.WithContext(store.Retried(r.Context())))
-		}))
+		mux.Handle(rt.Method+" "+rt.Path, s.h.Wrap(rt.Handler))
 	}
 	mux.Handle("GET /api/gpulab/openapi.json", s.h.Wrap(s.h.OpenAPI))
 	mux.Handle("/api/", s.h.Wrap(func(w http.ResponseWriter, r *http.Request) error {
@@ -148,6 +154,6 @@ func (s *Server) routes() http.Handler {
 	if s.cfg.Metrics != nil {
 		root.Handle("GET /metrics", s.cfg.Metrics.Handler())
 	}
-	root.Handle("/", s.authenticate(s.csrfProtect(noteRoute(mux))))
+	root.Handle("/", markRetried(s.authenticate(s.csrfProtect(noteRoute(mux)))))
 	return s.recoverer(s.logRequests(s.limitRequests(noteRoute(root))))
 }
