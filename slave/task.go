@@ -642,7 +642,7 @@ func (a *Agent) readLogOnce(ctx context.Context, id string, from int64, follow b
 		return 0, fmt.Errorf("read container log: %w", err)
 	}
 	defer context.AfterFunc(ctx, func() { _ = rc.Close() })()
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	if _, err := io.CopyN(io.Discard, rc, from); err != nil {
 		if errors.Is(err, io.EOF) {
 			return 0, nil // nothing beyond what was sent
