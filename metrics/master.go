@@ -102,9 +102,9 @@ func storeCounters(st *store.Store) []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "heartbeats_recorded_total",
 			Help: "Slaves' heartbeats sent to the database; divided by gpulab_heartbeat_statements_total, the mean batch."},
 			func() float64 { _, n := st.BeatStats(); return float64(n) }),
-		// The requests' pool hands its connections out through the store's connQueue (first
-		// come first served, newest first when overloaded): the waits are there, not in
-		// go_sql_wait_count_total.
+		// The requests' pool hands its connections out through the store's connQueue (slaves'
+		// calls and people's in turn, each first come first served, newest first when
+		// overloaded): the waits are there, not in go_sql_wait_count_total.
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "db_connection_waits_total",
 			Help: "Statements and transactions that found every connection of the master's pool taken and waited for one."},
 			func() float64 { return float64(st.ConnWaits().Count) }),
