@@ -78,15 +78,17 @@ type Config struct {
 	// when it is done with the last one).
 	ForecastEvery time.Duration
 	// MaxBusy bounds the share of the time the loop spends in slow passes woken by work
-	// (submits, ends): after a pass that took d ≥ QuickPass it rests d×(1/MaxBusy−1) before the
-	// next one (a pass of 300 ms rests 1.2 s at a fifth). On a large, busy cluster the passes
-	// otherwise ran back to back, a core taken whole from the heartbeats and requests on the
-	// same machine (B8x: 92 % busy at 5,000 slaves, heartbeat p50 31 ms; 16–19 % and 8 ms
-	// resting so), for placements under a second sooner on a queue where jobs wait minutes.
-	// Quick passes never rest: they are what places a burst of submissions at once (B2x: resting
-	// after its 30-ms passes too put submit → RUNNING p99 at 361 ms; 97 ms without). Zero or ≥ 1:
-	// no bound. A rest is never longer than Interval. (Slurm's backfill yields in the same way:
-	// bf_yield_interval, bf_yield_sleep.)
+	// (submits, ends) on a crowded cluster: after a pass that took d ≥ QuickPass and left a job
+	// waiting for room (crowded) it rests d×(1/MaxBusy−1) before the next one (a pass of 300 ms
+	// rests 1.2 s at a fifth). On a large, full cluster the passes otherwise ran back to back, a
+	// core taken whole from the heartbeats and requests on the same machine (B8x: 92 % busy at
+	// 5,000 slaves, heartbeat p50 31 ms; 16–19 % and 8 ms resting so), for placements under a
+	// second sooner on a queue where jobs wait minutes. Quick passes never rest, nor do passes
+	// that left no job waiting for room: they are what places a stream of submissions at once,
+	// while the cluster has room for them (B2x: resting after its 30-ms passes put submit →
+	// RUNNING p99 at 361 ms, 97 ms without; on a machine where its passes took 155 ms, resting
+	// after them put it at 2.3 s). Zero or ≥ 1: no bound. A rest is never longer than Interval.
+	// (Slurm's backfill yields in the same way: bf_yield_interval, bf_yield_sleep.)
 	MaxBusy float64
 	// UsageCompactEvery is how often the leader downsamples the usage series (default 1 min).
 	UsageCompactEvery time.Duration
@@ -149,19 +151,41 @@ type Loop struct {
 	fleet *fleet
 	// dbNow is the database's clock as the last snapshot read it, at dbNowAt on this one's.
 	dbNow, dbNowAt time.Time
-	// accruedAt is when the tallies were last accrued.
-	accruedAt time.Time
+	// accruedAt is when the tallies were last accrued, housekeptAt when the housekeeping last
+	// ran (HousekeepEvery).
+	accruedAt, housekeptAt time.Time
 }
 
-// remember records the jobs a committed pass planned. Jobs that left the queue are forgotten,
-// those the plan assigned or failed at once: one that comes back to the queue (an assignment
-// not taken, a slave lost before the job ran) is new again, planned at the next pass.
-func (l *Loop) remember(planned []scheduler.Job, plan scheduler.Plan) {
-	for id := range l.planned {
-		if _, ok := l.queue.jobs[id]; !ok {
-			delete(l.planned, id)
+// forgetDeparted forgets what the loop keeps per queued job (planned, explained, written) of
+// the jobs that left the queue since the last read, even those queued again since: what the
+// database holds of them (explanation, estimate) was cleared or changed on the way. After a
+// full read of the queue it sweeps everything kept against the queue instead.
+func (l *Loop) forgetDeparted() {
+	ids, all := l.queue.takeDeparted()
+	l.writtenMu.Lock()
+	defer l.writtenMu.Unlock()
+	if all {
+		for id := range l.planned {
+			if !l.queue.queued(id) {
+				delete(l.planned, id)
+			}
 		}
+		l.written.forget(l.queue.queued)
+		l.explained.forget(l.queue.queued)
+		return
 	}
+	for _, id := range ids {
+		delete(l.planned, id)
+		delete(l.written, id)
+		delete(l.explained, id)
+	}
+}
+
+// remember records the jobs a committed pass planned. Those the plan assigned or failed are
+// forgotten at once, and jobs that left the queue at the next read (forgetDeparted): one that
+// comes back to the queue (an assignment not taken, a slave lost before the job ran) is new
+// again, planned at the next pass.
+func (l *Loop) remember(planned []scheduler.Job, plan scheduler.Plan) {
 	for _, j := range planned {
 		l.planned[j.UUID] = true
 	}
@@ -412,7 +436,7 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 	// reads and plans everything.
 	l.queue.reset()
 	l.fleet.reset()
-	l.planned, l.accruedAt, l.dbNow, l.explained = nil, time.Time{}, time.Time{}, explained{}
+	l.planned, l.accruedAt, l.housekeptAt, l.dbNow, l.explained = nil, time.Time{}, time.Time{}, time.Time{}, explained{}
 	l.forgetWritten()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -474,11 +498,14 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 		// submissions that came during a pass.)
 		woken = l.wake.C()
 		start := time.Now()
-		err := l.Pass(ctx, lead)
+		err := l.pass(ctx, lead, time.Since(l.housekeptAt) >= HousekeepEvery)
 		ended = time.Now()
 		// Never longer than the interval: after a full pass of a long queue (seconds) the
 		// next submissions must not wait four times that.
-		rest = min(restAfter(ended.Sub(start), l.cfg.MaxBusy), l.cfg.Interval)
+		rest = 0
+		if err != nil || l.phases.Crowded {
+			rest = min(restAfter(ended.Sub(start), l.cfg.MaxBusy), l.cfg.Interval)
+		}
 		if l.cfg.OnPass != nil {
 			l.cfg.OnPass(start, ended.Sub(start), err)
 		}
@@ -492,6 +519,25 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 		}
 		timer.Reset(l.cfg.Interval)
 	}
+}
+
+// crowded says whether a plan left a job of the snapshot's queue waiting for something other
+// than time: room on a slave, or a cap, a GPU model, the backfill head's guard; a job a
+// narrowed plan skipped could not start by counts. A job waiting only for its notBefore or
+// for its reservations to begin does not count (B2x's backlog: 20,000 jobs booked two days
+// ahead, on a cluster with room for every new one). On a cluster where nothing waits for room
+// a new job starts at the next pass, so the loop must not rest before it (Config.MaxBusy).
+func crowded(snap scheduler.Snapshot, plan scheduler.Plan) bool {
+	if len(plan.Skipped) > 0 {
+		return true
+	}
+	for i := range snap.Queued {
+		j := &snap.Queued[i]
+		if _, waits := plan.Explanations[j.UUID]; waits && !snap.WaitsForTime(j) {
+			return true
+		}
+	}
+	return false
 }
 
 // QuickPass is the longest pass after which the loop does not rest (Config.MaxBusy).
@@ -550,6 +596,9 @@ type Phases struct {
 	Explained, Refreshed              int
 	Steps                             []Timed
 	Slaves, Queued, Running, Assigned int
+	// Crowded says the pass left a job waiting for room (crowded): only then may the loop rest
+	// after it (Config.MaxBusy).
+	Crowded bool
 }
 
 // Timed is one step of a pass and how long it took.
@@ -574,44 +623,62 @@ func stepsString(steps []Timed) string {
 // may call it (tests and benchmarks that call Pass themselves).
 func (l *Loop) LastPass() Phases { return l.phases }
 
+// HousekeepEvery is the least time between two housekeepings of the loop's passes when they
+// come faster (a stream of submissions on a cluster with room runs them back to back): what
+// the housekeeping decides follows timeouts of many seconds (heartbeat grace, leases,
+// maxDuration), so that a second later changes nothing, while its transaction of five
+// statements was a third of such a pass (B2x).
+const HousekeepEvery = time.Second
+
 // Pass does one housekeeping and scheduling pass as the holder of lead.
 func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
+	return l.pass(ctx, lead, true)
+}
+
+// pass is Pass, with the housekeeping left out unless housekeep (the tallies' accrual still
+// comes when due).
+func (l *Loop) pass(ctx context.Context, lead store.Leadership, housekeep bool) error {
 	start := time.Now()
 	l.phases = Phases{}
 	ph := &l.phases
+	// Accrual integrates over the time since the last one, so its frequency only bounds how
+	// late a start or an end counts: at most every TallyEvery, not at every pass (a GROUP BY
+	// over every running job, at passes a second apart under a stream of submits).
+	accrue := time.Since(l.accruedAt) >= TallyEvery
 	var stops []string
-	accrued := false
-	err := l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
-		var err error
-		accrued = false
-		stops, err = l.housekeeping(ctx, tx, lead)
+	if housekeep || accrue {
+		err := l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
+			stops = nil
+			if housekeep {
+				var err error
+				if stops, err = l.housekeeping(ctx, tx, lead); err != nil {
+					return err
+				}
+			}
+			if accrue {
+				t := time.Now()
+				if err := tx.AccrueTallies(ctx, *l.cfg.TallyWeights, l.cfg.TallyHalfLife); err != nil {
+					return err
+				}
+				l.timed("accrue", t)
+			}
+			// Delivered at commit: the long polls of these slaves, on every master, learn of
+			// the jobs to stop.
+			return tx.NotifySlaves(ctx, stops...)
+		})
+		// The steps above are the statements; the rest of the phase is the transaction's
+		// begin, its proof of leadership and its commit.
 		if err != nil {
 			return err
 		}
-		// Accrual integrates over the time since the last one, so its frequency only bounds
-		// how late a start or an end counts: at most every TallyEvery, not at every pass (a
-		// GROUP BY over every running job, at passes a second apart under a stream of submits).
-		if time.Since(l.accruedAt) >= TallyEvery {
-			t := time.Now()
-			if err := tx.AccrueTallies(ctx, *l.cfg.TallyWeights, l.cfg.TallyHalfLife); err != nil {
-				return err
-			}
-			accrued = true
-			l.timed("accrue", t)
+		if housekeep {
+			l.housekeptAt = start
 		}
-		// Delivered at commit: the long polls of these slaves, on every master, learn of the
-		// jobs to stop.
-		return tx.NotifySlaves(ctx, stops...)
-	})
-	// The steps above are the statements; the rest of the phase is the transaction's begin,
-	// its proof of leadership and its commit.
-	if err != nil {
-		return err
+		if accrue {
+			l.accruedAt = start
+		}
 	}
 	ph.Housekeeping = time.Since(start)
-	if accrued {
-		l.accruedAt = start
-	}
 	l.work.WakeKeys(stops...)
 	if time.Since(l.lastCompact) >= l.cfg.UsageCompactEvery {
 		// Outside the leader's transaction: merging old samples is safe on any master and must
@@ -650,6 +717,7 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 	placed, err := l.apply(ctx, lead, snap, hosts, plan, narrowed, estimate && !background)
 	ph.Apply, ph.Assigned = time.Since(t), placed
 	if err == nil {
+		ph.Crowded = crowded(snap, plan)
 		if estimate && (!background || l.handOff(snap, narrowed)) {
 			l.forecastAt = start
 		}
@@ -658,7 +726,7 @@ func (l *Loop) Pass(ctx context.Context, lead store.Leadership) error {
 		if l.log.Enabled(ctx, slog.LevelDebug) {
 			l.log.Debug("scheduler pass phases", "housekeeping", ph.Housekeeping, "read", ph.Read, "plan", ph.Plan, "apply", ph.Apply,
 				"slaves", ph.Slaves, "queued", ph.Queued, "planned", ph.Planned, "running", ph.Running, "assigned", placed,
-				"fit_waiting", plan.FitWaiting, "skipped", len(plan.Skipped), "explained", l.phases.Explained, "refreshed", l.phases.Refreshed, "steps", stepsString(l.phases.Steps))
+				"fit_waiting", plan.FitWaiting, "skipped", len(plan.Skipped), "crowded", ph.Crowded, "explained", l.phases.Explained, "refreshed", l.phases.Refreshed, "steps", stepsString(l.phases.Steps))
 			if plan.FitWaiting > 1000 {
 				l.log.Debug("many jobs that fit by counts were left waiting", "fit_waiting", plan.FitWaiting, "explained", topReasons(plan.Explanations, 3))
 			}
@@ -893,6 +961,7 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 		return snap, hosts, err
 	}
 	snap.Queued = queued
+	l.forgetDeparted()
 	snap.Running = make([]scheduler.Placed, 0, len(held))
 	for _, h := range held {
 		snap.Running = append(snap.Running, placedOf(h, now))
@@ -1002,18 +1071,15 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 		l.log.Info("scheduler pass", "planned", len(snap.Queued), "assigned", assigned, "halted", halted, "failed", len(plan.Failures))
 	}
 	// Assigned jobs' estimates were cleared with the assignment; jobs no longer queued are
-	// forgotten.
-	queued := func(id string) bool { _, ok := l.queue.jobs[id]; return ok }
+	// forgotten at the next read (forgetDeparted).
 	l.writtenMu.Lock()
 	for _, a := range plan.Assignments {
 		delete(l.written, a.JobUUID)
 	}
-	l.written.forget(queued)
 	l.writtenMu.Unlock()
 	for _, a := range plan.Assignments {
 		delete(l.explained, a.JobUUID)
 	}
-	l.explained.forget(queued)
 	var wrote []string
 	var estimates map[string]job.StartEstimate
 	now := time.Now()
@@ -1026,7 +1092,11 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 	// committed and their slaves woken: on a long queue writing every explanation and estimate
 	// took most of the pass (B1x's burst: 7.6 of 17.8 s), and assignments waited for it. The
 	// lease is proven again; a failure here leaves the last explanations, and the next pass
-	// plans these jobs again.
+	// plans these jobs again. Nothing to write, no transaction: its begin, proof and commit
+	// were a fifth of a pass that placed a stream of new jobs and explained none (B2x).
+	if len(news) == 0 && len(refreshed) == 0 && !estimate {
+		return assigned, nil
+	}
 	err = l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
 		t := time.Now()
 		if err := tx.SetQueuedExplanations(ctx, news, refreshed); err != nil {

@@ -1,6 +1,8 @@
 package leader
 
 import (
+	"slices"
+
 	"github.com/opengpulab/gpulab/scheduler"
 )
 
@@ -49,8 +51,10 @@ func narrow(snap scheduler.Snapshot, planned map[string]bool) (jobs []scheduler.
 		keep := always || !snap.WaitsForTime(j)
 		switch {
 		case !keep && !copied:
-			jobs, copied = make([]scheduler.Job, i, len(snap.Queued)), true
-			copy(jobs, snap.Queued[:i])
+			// Sized to what comes before: the jobs left out are often most of the queue
+			// (B2x: a backlog at its head), and a copy the queue's length was allocated and
+			// cleared at every pass.
+			jobs, copied = slices.Clone(snap.Queued[:i]), true
 		case keep && copied:
 			jobs = append(jobs, *j)
 		}

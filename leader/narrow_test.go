@@ -149,12 +149,13 @@ func TestNarrowedPlanPlacesWhatTheFullPlanPlaces(t *testing.T) {
 	}
 }
 
-// TestRememberPlanned: a pass remembers the jobs it planned and left waiting; it forgets jobs
-// that left the queue and those it assigned or failed, so that one coming back is new again.
+// TestRememberPlanned: a pass remembers the jobs it planned and left waiting; it forgets those
+// it assigned or failed, so that one coming back is new again (jobs that left the queue
+// otherwise: TestDepartedJobsForgotten).
 func TestRememberPlanned(t *testing.T) {
 	job := func(id string) scheduler.Job { return scheduler.Job{UUID: id} }
 	l := &Loop{queue: &queue{jobs: map[string]scheduler.Job{"a": job("a"), "b": job("b"), "c": job("c"), "d": job("d")}},
-		planned: map[string]bool{"a": true, "gone": true}}
+		planned: map[string]bool{"a": true}}
 	l.remember([]scheduler.Job{job("b"), job("c"), job("d")},
 		scheduler.Plan{Assignments: []scheduler.Assignment{{JobUUID: "c"}}, Failures: []scheduler.Failure{{JobUUID: "d"}}})
 	if want := map[string]bool{"a": true, "b": true}; !reflect.DeepEqual(l.planned, want) {
@@ -183,4 +184,52 @@ func earlyJobs(snap scheduler.Snapshot, planned map[string]bool, sweep int) map[
 		early[k.Job.UUID] = true
 	}
 	return early
+}
+
+// A pass is crowded when it leaves a job waiting for room; jobs waiting only for their time
+// (notBefore ahead, a reservation days away) do not make it so, and the loop does not rest
+// after it (Config.MaxBusy).
+func TestCrowded(t *testing.T) {
+	now := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	gpus := make([]protocol.GPU, 8)
+	for k := range gpus {
+		gpus[k] = protocol.GPU{Index: k, UUID: fmt.Sprintf("GPU-s1-%d", k), Model: "A100-80GB", MemoryMiB: 80 << 10}
+	}
+	base := scheduler.Snapshot{Now: now, Policy: scheduler.PolicyFair, Clusters: map[int]scheduler.Cluster{1: {ID: 1}}, Tallies: map[int64]float64{},
+		Slaves: []scheduler.Slave{{Name: "s1", InstanceID: "i-s1", ClusterID: 1, Online: true, Accepting: true, CPUs: 32, MemoryGb: 256, CudaMajor: 12, GPUs: gpus}},
+		// Half the slave is taken for a day.
+		Running: []scheduler.Placed{{JobUUID: "run", SlaveName: "s1", UserID: 2, ProjectID: 1, GPUIndices: []int{0, 1, 2, 3}, CPUIDs: []int{0, 1},
+			MemoryGb: 16, Started: now.Add(-time.Hour), Ends: now.Add(24 * time.Hour)}},
+		Reservations: []scheduler.Reservation{{ID: "later", ClusterID: 1, GPUs: 8, Start: now.Add(48 * time.Hour), End: now.Add(72 * time.Hour), Users: []int64{1}}},
+	}
+	queued := func(id string, gpus int, sch job.Scheduling) scheduler.Job {
+		sch.MaxDuration = job.Duration(time.Hour)
+		return scheduler.Job{UUID: id, UserID: 1, ProjectID: 1, Submitted: now.Add(-time.Minute),
+			Request: job.Request{Resources: job.Resources{GPUs: gpus, CPUs: 1, CPUMemoryGb: 4}, Scheduling: sch}}
+	}
+	later := now.Add(time.Hour)
+	for _, c := range []struct {
+		name  string
+		queue []scheduler.Job
+		want  bool
+	}{
+		{"every job starts", []scheduler.Job{queued("small", 2, job.Scheduling{})}, false},
+		{"a job waits for room", []scheduler.Job{queued("small", 2, job.Scheduling{}), queued("big", 8, job.Scheduling{})}, true},
+		{"a job waits for its notBefore", []scheduler.Job{queued("small", 2, job.Scheduling{}), queued("late", 1, job.Scheduling{NotBefore: &later})}, false},
+		{"a job waits for its reservation", []scheduler.Job{queued("booked", 1, job.Scheduling{ReservationIDs: []string{"later"}})}, false},
+		{"nothing queued", nil, false},
+	} {
+		snap := base
+		snap.Queued = c.queue
+		plan := snap.Plan()
+		if got := crowded(snap, plan); got != c.want {
+			t.Errorf("%s: crowded = %v, want %v (plan %+v)", c.name, got, c.want, plan)
+		}
+	}
+	// A narrowed plan's skipped jobs could not start by counts: they wait for room.
+	snap := base
+	snap.Queued = []scheduler.Job{queued("big", 8, job.Scheduling{})}
+	if !crowded(snap, scheduler.Plan{Skipped: []string{"big"}}) {
+		t.Error("a plan that skipped a job is not crowded")
+	}
 }
