@@ -2,6 +2,7 @@ package leader
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -40,10 +41,11 @@ func TestRemoveSorted(t *testing.T) {
 	}
 }
 
-// The queue names the jobs that left it since the leader last asked, and the leader forgets
-// what it kept of them (planned, explanation, estimate) and nothing else; after a full read it
-// sweeps instead.
-func TestDepartedJobsForgotten(t *testing.T) {
+// The queue names the jobs that came into it and left it since the leader last asked, and the
+// leader follows what it keeps per queued job with them: a job that arrived is fresh, what was
+// kept of one that left (freshness, explanation, estimate) is forgotten, and nothing else; a
+// full read names them as exactly.
+func TestQueueChangesFollowed(t *testing.T) {
 	t0 := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
 	row := func(i int, status job.Status) store.SchedJob {
 		r := store.SchedJob{Held: store.Held{UUID: fmt.Sprintf("job-%02d", i), Status: status}, Created: t0.Add(time.Duration(i) * time.Second),
@@ -53,6 +55,7 @@ func TestDepartedJobsForgotten(t *testing.T) {
 		}
 		return r
 	}
+	sorted := func(ids []string) []string { slices.Sort(ids); return ids }
 	q := newQueue(time.Hour, nil, nil)
 	q.jobs, q.held = map[string]scheduler.Job{}, map[string]store.SchedJob{}
 	var rows []store.SchedJob
@@ -62,17 +65,16 @@ func TestDepartedJobsForgotten(t *testing.T) {
 	if err := q.apply(rows, nil); err != nil {
 		t.Fatal(err)
 	}
-	if ids, _ := q.takeDeparted(); len(ids) != 0 {
-		t.Fatalf("departed after adding jobs: %v", ids)
+	if arrived, departed, _ := q.takeChanges(); len(arrived) != 10 || len(departed) != 0 {
+		t.Fatalf("after adding 10 jobs: arrived %v, departed %v", arrived, departed)
 	}
 	// Job 3 is assigned, job 7 cancelled, job 5 read again by name and gone.
 	if err := q.apply([]store.SchedJob{row(3, job.StatusAssigned), row(7, job.StatusCancelled)}, []string{"job-05"}); err != nil {
 		t.Fatal(err)
 	}
-	ids, all := q.takeDeparted()
-	slices.Sort(ids)
-	if all || !slices.Equal(ids, []string{"job-03", "job-05", "job-07"}) {
-		t.Fatalf("departed = %v (all %v), want jobs 3, 5 and 7", ids, all)
+	arrived, departed, swept := q.takeChanges()
+	if swept || len(arrived) != 0 || !slices.Equal(sorted(departed), []string{"job-03", "job-05", "job-07"}) {
+		t.Fatalf("arrived %v, departed %v (swept %v), want jobs 3, 5 and 7 departed", arrived, departed, swept)
 	}
 	var order []string
 	for _, j := range q.order {
@@ -82,31 +84,51 @@ func TestDepartedJobsForgotten(t *testing.T) {
 		t.Fatalf("queue order %v, want %v", order, want)
 	}
 
-	l := &Loop{queue: q, planned: map[string]bool{}, explained: explained{}, written: written{}}
+	// Jobs 0 and 4 are fresh; every queued job has an explanation and an estimate kept.
+	l := &Loop{queue: q, fresh: map[string]bool{"job-00": true, "job-04": true}, explained: explained{}, written: written{}}
 	for _, id := range order {
-		l.planned[id], l.explained[id], l.written[id] = true, explainedJob{}, &job.StartEstimate{}
+		l.explained[id], l.written[id] = explainedJob{}, &job.StartEstimate{}
 	}
-	// Job 1 is assigned; job 2 too, and queued again (its slave never took it) before the
-	// leader asks: forgotten as well, what the database holds of it was cleared.
-	if err := q.apply([]store.SchedJob{row(1, job.StatusAssigned), row(2, job.StatusAssigned)}, nil); err != nil {
+	// Job 1 is assigned, and job 4; job 2 too, and queued again (its slave never took it)
+	// before the leader asks; job 10 is submitted, job 11 submitted and cancelled.
+	if err := q.apply([]store.SchedJob{row(1, job.StatusAssigned), row(2, job.StatusAssigned), row(4, job.StatusAssigned),
+		row(10, job.StatusQueued), row(11, job.StatusQueued)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.apply([]store.SchedJob{row(2, job.StatusQueued)}, nil); err != nil {
+	if err := q.apply([]store.SchedJob{row(2, job.StatusQueued), row(11, job.StatusCancelled)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	l.forgetDeparted()
+	l.followQueue()
+	if want := map[string]bool{"job-00": true, "job-02": true, "job-10": true}; !maps.Equal(l.fresh, want) {
+		t.Errorf("fresh %v, want %v", l.fresh, want)
+	}
 	for _, id := range order {
 		_, e := l.explained[id]
 		_, w := l.written[id]
-		if kept, want := l.planned[id] || e || w, id != "job-01" && id != "job-02"; kept != want {
-			t.Errorf("%s kept %v, want %v (planned %v, explained %v, written %v)", id, kept, want, l.planned[id], e, w)
+		if want := id != "job-01" && id != "job-02" && id != "job-04"; e != want || w != want {
+			t.Errorf("%s: explanation kept %v, estimate kept %v, want %v", id, e, w, want)
 		}
 	}
-	// A full read: what is kept is swept against the queue.
-	q.reset()
-	q.jobs = map[string]scheduler.Job{"job-04": {UUID: "job-04"}}
-	l.forgetDeparted()
-	if len(l.planned) != 1 || !l.planned["job-04"] || len(l.explained) != 1 || len(l.written) != 1 {
-		t.Errorf("after a full read kept planned %v, explained %d, written %d; want job 4 only", l.planned, len(l.explained), len(l.written))
+
+	// A full read names the changes as exactly (job 6 gone, job 12 new), and what is kept is
+	// swept against it (an explanation kept of a job the queue never held).
+	l.explained["ghost"] = explainedJob{}
+	jobs := map[string]scheduler.Job{}
+	for id, j := range q.jobs {
+		if id != "job-06" {
+			jobs[id] = j
+		}
+	}
+	jobs["job-12"] = scheduler.Job{UUID: "job-12", Submitted: t0.Add(12 * time.Second)}
+	q.replace(jobs, q.held)
+	l.followQueue()
+	if want := map[string]bool{"job-00": true, "job-02": true, "job-10": true, "job-12": true}; !maps.Equal(l.fresh, want) {
+		t.Errorf("after a full read fresh %v, want %v", l.fresh, want)
+	}
+	if _, ok := l.explained["job-06"]; ok {
+		t.Error("job 6, gone at the full read, still has its explanation kept")
+	}
+	if _, ok := l.explained["ghost"]; ok {
+		t.Error("the full read's sweep left an explanation of a job not queued")
 	}
 }

@@ -133,9 +133,9 @@ type Loop struct {
 	phases Phases
 	// queue remembers the queued and running jobs between passes.
 	queue *queue
-	// planned are the queued jobs a pass of this term has planned (nil: none yet), and fullAt
+	// fresh are the queued jobs no pass of this term has planned (nil: no pass yet), and fullAt
 	// when the last full pass began (see narrow).
-	planned map[string]bool
+	fresh   map[string]bool
 	fullAt  time.Time
 	// forecastAt is when the last pass that forecast began (see Config.ForecastEvery).
 	forecastAt time.Time
@@ -156,44 +156,47 @@ type Loop struct {
 	accruedAt, housekeptAt time.Time
 }
 
-// forgetDeparted forgets what the loop keeps per queued job (planned, explained, written) of
-// the jobs that left the queue since the last read, even those queued again since: what the
-// database holds of them (explanation, estimate) was cleared or changed on the way. After a
-// full read of the queue it sweeps everything kept against the queue instead.
-func (l *Loop) forgetDeparted() {
-	ids, all := l.queue.takeDeparted()
+// followQueue brings what the loop keeps per queued job up to date with the jobs that came
+// into the queue and left it since the last read (queue.takeChanges): a job that arrived is
+// fresh (no pass of this term planned it); what was kept of one that left (its freshness,
+// explanation and estimate written) is forgotten, even when it is queued again since: what
+// the database holds of it was cleared or changed on the way, and it is fresh again. After a
+// full read of the queue the explanations and estimates kept are swept against it as well.
+func (l *Loop) followQueue() {
+	arrived, departed, swept := l.queue.takeChanges()
 	l.writtenMu.Lock()
 	defer l.writtenMu.Unlock()
-	if all {
-		for id := range l.planned {
-			if !l.queue.queued(id) {
-				delete(l.planned, id)
-			}
-		}
-		l.written.forget(l.queue.queued)
-		l.explained.forget(l.queue.queued)
-		return
-	}
-	for _, id := range ids {
-		delete(l.planned, id)
+	for _, id := range departed {
+		delete(l.fresh, id)
 		delete(l.written, id)
 		delete(l.explained, id)
 	}
+	if l.fresh != nil {
+		for _, id := range arrived {
+			if l.queue.queued(id) {
+				l.fresh[id] = true
+			}
+		}
+	}
+	if swept {
+		l.written.forget(l.queue.queued)
+		l.explained.forget(l.queue.queued)
+	}
 }
 
-// remember records the jobs a committed pass planned. Those the plan assigned or failed are
-// forgotten at once, and jobs that left the queue at the next read (forgetDeparted): one that
-// comes back to the queue (an assignment not taken, a slave lost before the job ran) is new
-// again, planned at the next pass.
+// remember records the jobs a committed pass planned: they are fresh no more, but for those
+// the plan assigned or failed: one that comes back to the queue (an assignment not taken, a
+// slave lost before the job ran) is new again, planned at the next pass, even when the queue
+// never saw it leave; the others are forgotten when the queue sees them leave (followQueue).
 func (l *Loop) remember(planned []scheduler.Job, plan scheduler.Plan) {
 	for _, j := range planned {
-		l.planned[j.UUID] = true
+		delete(l.fresh, j.UUID)
 	}
 	for _, a := range plan.Assignments {
-		delete(l.planned, a.JobUUID)
+		l.fresh[a.JobUUID] = true
 	}
 	for _, f := range plan.Failures {
-		delete(l.planned, f.JobUUID)
+		l.fresh[f.JobUUID] = true
 	}
 }
 
@@ -436,7 +439,7 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 	// reads and plans everything.
 	l.queue.reset()
 	l.fleet.reset()
-	l.planned, l.accruedAt, l.housekeptAt, l.dbNow, l.explained = nil, time.Time{}, time.Time{}, time.Time{}, explained{}
+	l.fresh, l.accruedAt, l.housekeptAt, l.dbNow, l.explained = nil, time.Time{}, time.Time{}, time.Time{}, explained{}
 	l.forgetWritten()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -700,17 +703,21 @@ func (l *Loop) pass(ctx context.Context, lead store.Leadership, housekeep bool) 
 	t = time.Now()
 	var plan scheduler.Plan
 	narrowed := false
-	full := l.planned == nil || l.cfg.Sweep < 0 || time.Since(l.fullAt) >= l.cfg.FullReadEvery
+	full := l.fresh == nil || l.cfg.Sweep < 0 || time.Since(l.fullAt) >= l.cfg.FullReadEvery
 	estimate := full || l.cfg.ForecastEvery <= 0 || time.Since(l.forecastAt) >= l.cfg.ForecastEvery
 	// With a forecaster (a leading term), the pass's own plan never forecasts: the forecaster
 	// plans the same snapshot again with ranges, off the pass.
 	background := l.forecasts != nil
 	snap.NoRanges = !estimate || background
 	if full {
-		l.planned, l.fullAt = map[string]bool{}, time.Now()
+		// Every job is fresh until this plan is committed (remember).
+		l.fresh, l.fullAt = make(map[string]bool, len(snap.Queued)), time.Now()
+		for _, j := range snap.Queued {
+			l.fresh[j.UUID] = true
+		}
 		plan = snap.Plan()
 	} else {
-		plan, snap.Queued, narrowed = planNarrowed(snap, l.planned, l.cfg.Sweep)
+		plan, snap.Queued, narrowed = planNarrowed(snap, l.fresh, l.cfg.Sweep)
 	}
 	ph.Planned, ph.Plan = len(snap.Queued), time.Since(t)
 	t = time.Now()
@@ -961,7 +968,7 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 		return snap, hosts, err
 	}
 	snap.Queued = queued
-	l.forgetDeparted()
+	l.followQueue()
 	snap.Running = make([]scheduler.Placed, 0, len(held))
 	for _, h := range held {
 		snap.Running = append(snap.Running, placedOf(h, now))
@@ -1071,7 +1078,7 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 		l.log.Info("scheduler pass", "planned", len(snap.Queued), "assigned", assigned, "halted", halted, "failed", len(plan.Failures))
 	}
 	// Assigned jobs' estimates were cleared with the assignment; jobs no longer queued are
-	// forgotten at the next read (forgetDeparted).
+	// forgotten at the next read (followQueue).
 	l.writtenMu.Lock()
 	for _, a := range plan.Assignments {
 		delete(l.written, a.JobUUID)

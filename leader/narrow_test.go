@@ -107,20 +107,16 @@ func TestNarrowedPlanPlacesWhatTheFullPlanPlaces(t *testing.T) {
 	const rounds = 60
 	for round := range rounds {
 		snap := randomCluster(rng, 30, 400, []int{3, 30}[round%2])
-		planned := map[string]bool{}
-		for _, j := range snap.Queued {
-			planned[j.UUID] = true
-		}
 		fresh := snap.Queued[rng.IntN(len(snap.Queued))].UUID
-		delete(planned, fresh)
+		fresher := map[string]bool{fresh: true}
 		full := snap.Plan()
 		halts += len(full.Halts)
 		assigned += len(full.Assignments)
-		got, jobs, narrowed := planNarrowed(snap, planned, 3)
+		got, jobs, narrowed := planNarrowed(snap, fresher, 3)
 		if !slices.ContainsFunc(jobs, func(j scheduler.Job) bool { return j.UUID == fresh }) {
 			t.Fatalf("round %d: job %s, never planned, was left out", round, fresh)
 		}
-		early := earlyJobs(snap, planned, 3)
+		early := earlyJobs(snap, fresher, 3)
 		if narrowed {
 			smaller++
 		} else if len(early) < len(snap.Queued) {
@@ -149,25 +145,25 @@ func TestNarrowedPlanPlacesWhatTheFullPlanPlaces(t *testing.T) {
 	}
 }
 
-// TestRememberPlanned: a pass remembers the jobs it planned and left waiting; it forgets those
-// it assigned or failed, so that one coming back is new again (jobs that left the queue
-// otherwise: TestDepartedJobsForgotten).
+// TestRememberPlanned: the jobs a pass planned and left waiting are fresh no more; those it
+// assigned or failed stay fresh, so that one coming back is new again (jobs that left the
+// queue otherwise: TestQueueChangesFollowed).
 func TestRememberPlanned(t *testing.T) {
 	job := func(id string) scheduler.Job { return scheduler.Job{UUID: id} }
-	l := &Loop{queue: &queue{jobs: map[string]scheduler.Job{"a": job("a"), "b": job("b"), "c": job("c"), "d": job("d")}},
-		planned: map[string]bool{"a": true}}
-	l.remember([]scheduler.Job{job("b"), job("c"), job("d")},
+	l := &Loop{queue: &queue{jobs: map[string]scheduler.Job{"a": job("a"), "b": job("b"), "c": job("c"), "d": job("d"), "e": job("e")}},
+		fresh: map[string]bool{"b": true, "c": true, "d": true, "e": true}}
+	l.remember([]scheduler.Job{job("a"), job("b"), job("c"), job("d")},
 		scheduler.Plan{Assignments: []scheduler.Assignment{{JobUUID: "c"}}, Failures: []scheduler.Failure{{JobUUID: "d"}}})
-	if want := map[string]bool{"a": true, "b": true}; !reflect.DeepEqual(l.planned, want) {
-		t.Errorf("planned %v, want %v", l.planned, want)
+	if want := map[string]bool{"c": true, "d": true, "e": true}; !reflect.DeepEqual(l.fresh, want) {
+		t.Errorf("fresh %v, want %v", l.fresh, want)
 	}
 }
 
 // earlyJobs are the jobs whose turn comes before that of the first job the narrowed plan
 // leaves out (all of them when it leaves none out): the plan decides for them exactly what the
 // full plan decides.
-func earlyJobs(snap scheduler.Snapshot, planned map[string]bool, sweep int) map[string]bool {
-	jobs, decide := narrow(snap, planned)
+func earlyJobs(snap scheduler.Snapshot, fresh map[string]bool, sweep int) map[string]bool {
+	jobs, decide := narrow(snap, fresh)
 	sub := snap
 	sub.Queued, sub.Sweep, sub.Decide = jobs, sweep, decide
 	plan := sub.Plan()

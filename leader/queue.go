@@ -41,10 +41,11 @@ type queue struct {
 	// mark is where the next read of the feed starts.
 	mark    store.ChangeMark
 	recheck map[string]bool
-	// departed are the jobs that left the queue since takeDeparted last took them; swept says
-	// a full read replaced the memory meanwhile, after which only a sweep finds them all.
-	departed []string
-	swept    bool
+	// arrived and departed are the jobs that came into the queue and those that left it since
+	// takeChanges last took them (a job may be in both); swept says a full read replaced the
+	// memory meanwhile.
+	arrived, departed []string
+	swept             bool
 
 	checkEvery time.Duration
 	checkedAt  time.Time
@@ -60,18 +61,19 @@ func newQueue(checkEvery time.Duration, log *slog.Logger, onDrift func(int)) *qu
 // reset forgets everything: the next read is a full one (a change of leader).
 func (q *queue) reset() {
 	q.jobs, q.held, q.order, q.holders, q.recheck, q.checkedAt = nil, nil, nil, nil, nil, time.Time{}
-	q.departed, q.swept = nil, true
+	q.arrived, q.departed, q.swept = nil, nil, true
 }
 
-// takeDeparted returns the jobs that left the queue since the last call (queued again since,
-// some of them), or all true when the memory was replaced meanwhile: then whoever keeps
-// something per queued job must sweep it against the queue (queued). The leader forgets what
-// it kept of departed jobs with it, at every pass: sweeping its maps of 20,000 queued jobs at
-// every pass was a third of a pass's CPU when passes come back to back (B2x).
-func (q *queue) takeDeparted() (ids []string, all bool) {
-	ids, all = q.departed, q.swept
-	q.departed, q.swept = nil, false
-	return ids, all
+// takeChanges returns the jobs that came into the queue and those that left it since the last
+// call (a job that left and came back, or came and left, is in both: ask queued), and swept
+// true when a full read replaced the memory meanwhile (the lists are exact all the same). The
+// leader follows what it keeps per queued job with them, at every pass: sweeping its maps of
+// 20,000 queued jobs at every pass was a third of a pass's CPU when passes come back to back
+// (B2x), and looking each queued job up in a map of the jobs planned, another third.
+func (q *queue) takeChanges() (arrived, departed []string, swept bool) {
+	arrived, departed, swept = q.arrived, q.departed, q.swept
+	q.arrived, q.departed, q.swept = nil, nil, false
+	return arrived, departed, swept
 }
 
 // queued says whether the memory holds id as queued.
@@ -144,9 +146,7 @@ func (q *queue) read(ctx context.Context, st *store.Store, mark store.ChangeMark
 		if q.jobs != nil {
 			q.compare(jobs, held)
 		}
-		q.jobs, q.held, q.checkedAt = jobs, held, time.Now()
-		q.order, q.holders = sortedValues(jobs, compareJobs), sortedValues(held, compareHeld)
-		q.departed, q.swept = nil, true
+		q.replace(jobs, held)
 	} else {
 		also := q.rechecked()
 		rows, err := st.JobsChangedSince(ctx, q.mark, also)
@@ -175,6 +175,23 @@ func (q *queue) read(ctx context.Context, st *store.Store, mark store.ChangeMark
 		held = append(held, h.Held)
 	}
 	return q.order, held, nil
+}
+
+// replace puts a full read in the memory's place, and notes the jobs that came and left.
+func (q *queue) replace(jobs map[string]scheduler.Job, held map[string]store.SchedJob) {
+	for id := range jobs {
+		if _, ok := q.jobs[id]; !ok {
+			q.arrived = append(q.arrived, id)
+		}
+	}
+	for id := range q.jobs {
+		if _, ok := jobs[id]; !ok {
+			q.departed = append(q.departed, id)
+		}
+	}
+	q.jobs, q.held, q.checkedAt = jobs, held, time.Now()
+	q.order, q.holders = sortedValues(jobs, compareJobs), sortedValues(held, compareHeld)
+	q.swept = true
 }
 
 // apply brings the memory up to date with the changed rows; also are jobs read by name, which
@@ -208,6 +225,7 @@ func (q *queue) apply(rows []store.SchedJob, also []string) error {
 			removedJobs = append(removedJobs, old)
 		case !wasQueued && isQueued:
 			addedJobs = append(addedJobs, q.jobs[r.UUID])
+			q.arrived = append(q.arrived, r.UUID)
 		}
 		if wasHeld {
 			dropHeld[r.UUID] = true // changed or gone: its old entry leaves the list
