@@ -189,8 +189,18 @@ func (l *Loop) followQueue() {
 // slave lost before the job ran) is new again, planned at the next pass, even when the queue
 // never saw it leave; the others are forgotten when the queue sees them leave (followQueue).
 func (l *Loop) remember(planned []scheduler.Job, plan scheduler.Plan) {
+	before := len(l.fresh)
 	for _, j := range planned {
 		delete(l.fresh, j.UUID)
+	}
+	// A map keeps its size when emptied: after a full plan it held every queued job, and
+	// looking 20,000 jobs up in it at every pass cost as much as in a full one.
+	if before > 2*len(l.fresh)+64 {
+		small := make(map[string]bool, len(l.fresh)+len(plan.Assignments)+len(plan.Failures))
+		for id := range l.fresh {
+			small[id] = true
+		}
+		l.fresh = small
 	}
 	for _, a := range plan.Assignments {
 		l.fresh[a.JobUUID] = true
