@@ -135,8 +135,8 @@ type Loop struct {
 	queue *queue
 	// fresh are the queued jobs no pass of this term has planned (nil: no pass yet), and fullAt
 	// when the last full pass began (see narrow).
-	fresh   map[string]bool
-	fullAt  time.Time
+	fresh  map[string]bool
+	fullAt time.Time
 	// forecastAt is when the last pass that forecast began (see Config.ForecastEvery).
 	forecastAt time.Time
 	// written are the start estimates this term wrote (see EstimateTolerance), guarded by
