@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -38,6 +39,31 @@ func TestUnavailableAndOverloadedAre503(t *testing.T) {
 		}
 		if got := logs.Len() > 0; got != c.logged {
 			t.Errorf("%v: logged %v (%q), want %v", c.err, got, logs.String(), c.logged)
+		}
+	}
+}
+
+// A request whose client went away while it ran is not a failure of the master: 499, not
+// logged as an error. The same error while the client still waits is a 500, logged.
+func TestClientGoneIsNotAnError(t *testing.T) {
+	err := fmt.Errorf("heartbeat of slave sim-0001: %w", context.Canceled)
+	for _, gone := range []bool{true, false} {
+		var logs bytes.Buffer
+		h := &Handlers{log: slog.New(slog.NewTextHandler(&logs, nil))}
+		r := httptest.NewRequest(http.MethodPost, "/api/slave/v1/heartbeat", nil)
+		if gone {
+			ctx, cancel := context.WithCancel(r.Context())
+			cancel()
+			r = r.WithContext(ctx)
+		}
+		w := httptest.NewRecorder()
+		h.WriteError(w, r, err)
+		want, logged := http.StatusInternalServerError, true
+		if gone {
+			want, logged = StatusClientClosedRequest, false
+		}
+		if w.Code != want || (logs.Len() > 0) != logged {
+			t.Errorf("client gone %v: %d, logged %q; want %d, logged %v", gone, w.Code, logs.String(), want, logged)
 		}
 	}
 }

@@ -252,6 +252,10 @@ const RetryAfter = 5 * time.Second
 // MsgUnavailable is the error message of a 503 for a database that cannot be reached.
 const MsgUnavailable = "database unavailable, retry later"
 
+// StatusClientClosedRequest is the status a request gets when its client went away before the
+// answer (nginx's 499): it shows in the request log and the request metrics.
+const StatusClientClosedRequest = 499
+
 // MsgOverloaded is the error message of a 503 for a request that waited too long for a
 // database connection while the master was overloaded (store.ErrOverloaded).
 const MsgOverloaded = "the master is overloaded, retry later"
@@ -274,6 +278,11 @@ func (h *Handlers) WriteError(w http.ResponseWriter, r *http.Request, err error)
 	case errors.As(err, &ce):
 		writeJSON(w, http.StatusConflict, ce.Conflict)
 		return
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The client went away while the request ran (a slave stopped mid-heartbeat, a
+		// browser tab closed): nobody reads the answer, and nothing failed in the master.
+		// Not logged as a failure; the request's own line shows 499, as nginx names it.
+		status, body.Error = StatusClientClosedRequest, "the client closed the request"
 	case errors.As(err, &he):
 		status, body.Error, body.Details = he.Status, he.Message, he.Details
 	case errors.As(err, &ve):
