@@ -50,6 +50,12 @@ var ErrOverloaded = fmt.Errorf("%w: overloaded, no connection after waiting %s",
 // connections however many requests people send. (golang.org/x/sync/semaphore, used before,
 // serves only in arrival order; no maintained package offers this policy.)
 //
+// Within people's line the callers take turns too (WithSender: a client certificate, a
+// session, an address): one user's script sending requests on many connections waits behind
+// its own requests, not in front of everyone else's (fair queuing, one request of each caller
+// in turn; within a caller, the rule above). Slaves' calls stay one line: 5,000 slaves with a
+// call each taking turns would be first come first served again, what the rule above undoes.
+//
 // Every statement outside a transaction holds a place while it runs, a transaction from its
 // BEGIN to its end; a statement inside a transaction runs on the transaction's connection and
 // takes none.
@@ -57,10 +63,10 @@ type connQueue struct {
 	lifoAfter, shedAfter time.Duration
 	now                  func() time.Time
 
-	mu      sync.Mutex
-	free    int
-	waiters [2]list.List // of *connWaiter, oldest first: [classPeople], [classRetried]
-	turn    int          // the class served next when both wait
+	mu    sync.Mutex
+	free  int
+	lines [2]line // [classPeople], [classRetried]
+	turn  int     // the class served next when both wait
 
 	waits   atomic.Int64    // requests that found every place taken
 	waited  atomic.Int64    // their waits, in nanoseconds
@@ -94,10 +100,99 @@ func classOf(ctx context.Context) int {
 	return classPeople
 }
 
+// senderKey marks a context with who sent the request (WithSender).
+type senderKey struct{}
+
+// WithSender names who sent the request ctx belongs to (a client certificate, a session, an
+// address): in people's line for a connection, senders take turns (connQueue). Requests with
+// no sender named are one sender together.
+func WithSender(ctx context.Context, sender string) context.Context {
+	return context.WithValue(ctx, senderKey{}, sender)
+}
+
+// SenderOf is the sender WithSender named ("" when none).
+func SenderOf(ctx context.Context) string {
+	c, _ := ctx.Value(senderKey{}).(string)
+	return c
+}
+
 // connWaiter is one request waiting for a place; ready gets nil (a place) or ErrOverloaded.
 type connWaiter struct {
 	since time.Time
 	ready chan error
+	of    *callerLine
+}
+
+// line is one class's waiters: each caller's oldest first, the callers with waiters in the
+// order they are served in turn.
+type line struct {
+	n       int
+	callers map[string]*callerLine
+	turns   list.List // of *callerLine with waiters, the next to serve in front
+}
+
+// callerLine is one caller's waiters in a line.
+type callerLine struct {
+	key     string
+	waiters list.List // of *connWaiter, oldest first
+	turn    *list.Element
+}
+
+// push lines w up behind caller's other waiters.
+func (l *line) push(caller string, w *connWaiter) *list.Element {
+	if l.callers == nil {
+		l.callers = map[string]*callerLine{}
+	}
+	c := l.callers[caller]
+	if c == nil {
+		c = &callerLine{key: caller}
+		l.callers[caller] = c
+	}
+	if c.turn == nil {
+		c.turn = l.turns.PushBack(c)
+	}
+	w.of = c
+	l.n++
+	return c.waiters.PushBack(w)
+}
+
+// remove takes a waiter out of the line.
+func (l *line) remove(e *list.Element) {
+	c := e.Value.(*connWaiter).of
+	c.waiters.Remove(e)
+	l.n--
+	if c.waiters.Len() == 0 {
+		l.turns.Remove(c.turn)
+		delete(l.callers, c.key)
+	}
+}
+
+// next is the waiter served next: the caller whose turn it is, its oldest waiter or, once that
+// one has waited lifoAfter, its newest. The caller's turn passes to the next one.
+func (l *line) next(now time.Time, lifoAfter time.Duration) *list.Element {
+	t := l.turns.Front()
+	if t == nil {
+		return nil
+	}
+	c := t.Value.(*callerLine)
+	l.turns.MoveToBack(t)
+	e := c.waiters.Front()
+	if now.Sub(e.Value.(*connWaiter).since) >= lifoAfter {
+		e = c.waiters.Back() // overloaded: the newest first
+	}
+	return e
+}
+
+// expired lists the waiters that have waited shedAfter, every caller's.
+func (l *line) expired(now time.Time, shedAfter time.Duration) []*list.Element {
+	var out []*list.Element
+	for t := l.turns.Front(); t != nil; t = t.Next() {
+		c := t.Value.(*callerLine)
+		for e := c.waiters.Front(); e != nil && now.Sub(e.Value.(*connWaiter).since) >= shedAfter; e = e.Next() {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func newConnQueue(places int) *connQueue {
@@ -111,14 +206,19 @@ func (q *connQueue) enter(ctx context.Context) error {
 		return nil
 	}
 	q.mu.Lock()
-	if q.free > 0 && q.waiters[classPeople].Len() == 0 && q.waiters[classRetried].Len() == 0 { // nobody overtaken
+	if q.free > 0 && q.lines[classPeople].n == 0 && q.lines[classRetried].n == 0 { // nobody overtaken
 		q.free--
 		q.mu.Unlock()
 		return nil
 	}
 	w := &connWaiter{since: q.now(), ready: make(chan error, 1)}
-	line := &q.waiters[classOf(ctx)]
-	e := line.PushBack(w)
+	c := classOf(ctx)
+	caller := ""
+	if c == classPeople {
+		caller = SenderOf(ctx)
+	}
+	line := &q.lines[c]
+	e := line.push(caller, w)
 	q.mu.Unlock()
 	q.waiting.Add(1)
 	defer func() {
@@ -138,7 +238,7 @@ func (q *connQueue) enter(ctx context.Context) error {
 				q.leave()
 			}
 		default:
-			line.Remove(e)
+			line.remove(e)
 			q.mu.Unlock()
 		}
 		return ctx.Err()
@@ -153,32 +253,29 @@ func (q *connQueue) leave() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.now()
-	for c := range q.waiters {
+	for c := range q.lines {
 		q.shedOld(c, now)
 	}
 	c := q.turn
-	if q.waiters[c].Len() == 0 {
+	if q.lines[c].n == 0 {
 		c = 1 - c
 	}
-	line := &q.waiters[c]
-	e := line.Front()
+	line := &q.lines[c]
+	e := line.next(now, q.lifoAfter)
 	if e == nil {
 		q.free++
 		return
 	}
 	q.turn = 1 - c
-	if now.Sub(e.Value.(*connWaiter).since) >= q.lifoAfter {
-		e = line.Back() // overloaded: the newest first
-	}
-	line.Remove(e)
+	line.remove(e)
 	e.Value.(*connWaiter).ready <- nil
 }
 
-// shedOld refuses the waiters of class c that have waited ShedAfter (the oldest are in front).
+// shedOld refuses the waiters of class c that have waited ShedAfter.
 func (q *connQueue) shedOld(c int, now time.Time) {
-	line := &q.waiters[c]
-	for e := line.Front(); e != nil && now.Sub(e.Value.(*connWaiter).since) >= q.shedAfter; e = line.Front() {
-		line.Remove(e)
+	line := &q.lines[c]
+	for _, e := range line.expired(now, q.shedAfter) {
+		line.remove(e)
 		e.Value.(*connWaiter).ready <- ErrOverloaded
 		q.shed[c].Add(1)
 	}

@@ -139,7 +139,7 @@ func (q *connQueue) freeNow() int {
 func (q *connQueue) waitingNow() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.waiters[classPeople].Len() + q.waiters[classRetried].Len()
+	return q.lines[classPeople].n + q.lines[classRetried].n
 }
 
 // A waiter that has waited ShedAfter while the queue is overloaded is refused with
@@ -217,5 +217,67 @@ func TestQueueClassesTakeTurns(t *testing.T) {
 	order, _ := collect(t, out, 6)
 	if want := []int{10, 0, 11, 1, 2, 3}; !slices.Equal(order, want) {
 		t.Errorf("served in the order %v, want %v (people 10, 11; slaves 0-3)", order, want)
+	}
+}
+
+// In people's line the callers take turns: a caller with many requests waiting is served one
+// at a time between the others', each caller's in the line's own order (first come first
+// served, newest first when overloaded). Slaves' calls (Retried) stay one line whatever their
+// callers.
+func TestQueueCallersTakeTurns(t *testing.T) {
+	clock := &fakeClock{}
+	q := newConnQueue(1)
+	q.now = clock.now
+	if err := q.enter(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan served, 9)
+	script, person := WithSender(context.Background(), "serial:17"), WithSender(context.Background(), "session:ab")
+	// A script has 5 requests waiting, a person 2 behind them, a third caller 1.
+	for k := range 5 {
+		clock.set(time.Duration(k) * time.Millisecond)
+		lineUp(t, q, script, k, out)
+	}
+	for k := 5; k < 7; k++ {
+		clock.set(time.Duration(k) * time.Millisecond)
+		lineUp(t, q, person, k, out)
+	}
+	clock.set(7 * time.Millisecond)
+	lineUp(t, q, WithSender(context.Background(), "addr:10.0.0.9"), 7, out)
+	q.leave()
+	if order, _ := collect(t, out, 8); !slices.Equal(order, []int{0, 5, 7, 1, 6, 2, 3, 4}) {
+		t.Errorf("served in the order %v, want the callers in turn: [0 5 7 1 6 2 3 4]", order)
+	}
+
+	// Overloaded: each caller's newest first, the callers still in turn.
+	if err := q.enter(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for k := range 3 {
+		clock.set(time.Second + time.Duration(k)*time.Millisecond)
+		lineUp(t, q, script, k, out)
+	}
+	clock.set(time.Second + 3*time.Millisecond)
+	lineUp(t, q, person, 3, out)
+	clock.set(time.Second + LIFOAfter + 10*time.Millisecond)
+	q.leave()
+	if order, _ := collect(t, out, 4); !slices.Equal(order, []int{2, 3, 1, 0}) {
+		t.Errorf("overloaded, served in the order %v, want [2 3 1 0]", order)
+	}
+
+	// Slaves' calls are one line: first come first served whoever sends them.
+	if err := q.enter(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for k := range 4 {
+		clock.set(2*time.Second + time.Duration(k)*time.Millisecond)
+		lineUp(t, q, Retried(WithSender(context.Background(), []string{"a", "a", "b", "c"}[k])), k, out)
+	}
+	q.leave()
+	if order, _ := collect(t, out, 4); !slices.Equal(order, []int{0, 1, 2, 3}) {
+		t.Errorf("slaves' calls served in the order %v, want [0 1 2 3]", order)
+	}
+	if q.lines[classPeople].callers == nil || len(q.lines[classPeople].callers) != 0 || q.lines[classPeople].turns.Len() != 0 {
+		t.Errorf("callers left in people's line: %v", q.lines[classPeople].callers)
 	}
 }

@@ -1,6 +1,9 @@
 package web
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net"
 	"net/http"
 	"strings"
 
@@ -74,16 +77,38 @@ func slaveRetries(path string) bool {
 	return strings.HasPrefix(path, protocol.BasePath) && path != protocol.JoinPath && path != protocol.SSHAuthPath
 }
 
-// markRetried marks the slave agents' own calls (slaveRetries) store.Retried before anything
+// markCalls marks the slave agents' own calls (slaveRetries) store.Retried before anything
 // else runs: the certificate check of authenticate is a statement too, and in people's line
-// it put every slave call there once (B8x's fill).
-func markRetried(next http.Handler) http.Handler {
+// it put every slave call there once (B8x's fill). Everyone else's requests are marked with
+// who sent them (store.WithSender, sender), in whose turn their statements wait for a
+// connection when the master is busy: one user's script cannot crowd out the others.
+func markCalls(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if slaveRetries(r.URL.Path) {
 			r = r.WithContext(store.Retried(r.Context()))
+		} else {
+			r = r.WithContext(store.WithSender(r.Context(), sender(r)))
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// sender names who sent a request, before authentication: its client certificate, else its
+// session (a digest of the cookie, not the secret itself), else its address (behind a proxy,
+// the proxy's: anonymous requests, the login pages and static files, are one sender there).
+func sender(r *http.Request) string {
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		return "cert:" + r.TLS.PeerCertificates[0].SerialNumber.Text(16)
+	}
+	if c, err := r.Cookie(sessionCookie); err == nil && c.Value != "" {
+		sum := sha256.Sum256([]byte(c.Value))
+		return "session:" + hex.EncodeToString(sum[:12])
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "addr:" + host
 }
 
 // pageRoutes is the route table of the portal's pages, below the root (Path is a full
@@ -154,6 +179,6 @@ func (s *Server) routes() http.Handler {
 	if s.cfg.Metrics != nil {
 		root.Handle("GET /metrics", s.cfg.Metrics.Handler())
 	}
-	root.Handle("/", markRetried(s.authenticate(s.csrfProtect(noteRoute(mux)))))
+	root.Handle("/", markCalls(s.authenticate(s.csrfProtect(noteRoute(mux)))))
 	return s.recoverer(s.logRequests(s.limitRequests(noteRoute(root))))
 }
