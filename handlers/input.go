@@ -7,9 +7,12 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	gojson "github.com/goccy/go-json"
 
 	"github.com/opengpulab/gpulab/job"
 )
@@ -53,6 +56,33 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) erro
 
 // unmarshalStrict is decodeJSON's check and decoding of a body already read.
 func unmarshalStrict(body []byte, v any) error {
+	if err := checkJSON(body); err != nil {
+		return err
+	}
+	return unmarshalChecked(body, v)
+}
+
+// unmarshalProtocol is unmarshalStrict for the slave protocol's messages, the master's most
+// frequent (5,000 slaves send 1,000 heartbeats a second): decoded by goccy/go-json, which
+// decodes a heartbeat of eight jobs 7 times faster than encoding/json (50 → 7 µs on the
+// bench's machine, where encoding/json was 9 % of the master's CPU in B8x), and decoded again
+// by encoding/json whenever it fails, so that a bad message gets the same 400 naming its
+// field. The text is checked first as every body is (job.CheckJSON: one document, no
+// duplicate keys, valid UTF-8, bounded), so the two decoders see only plain JSON; they agree
+// on it (TestProtocolDecodersAgree, FuzzProtocolDecodersAgree).
+func unmarshalProtocol(body []byte, v any) error {
+	if err := checkJSON(body); err != nil {
+		return err
+	}
+	if err := gojson.Unmarshal(body, v); err == nil {
+		return nil
+	}
+	reflect.ValueOf(v).Elem().SetZero()
+	return unmarshalChecked(body, v)
+}
+
+// checkJSON checks a body's text (job.CheckJSON): a 400 naming what is wrong.
+func checkJSON(body []byte) error {
 	if err := job.CheckJSON(body, job.Limits{DocumentBytes: len(body) + 1, StringBytes: maxProtocolString, ListItems: maxProtocolList}); err != nil {
 		var ve *job.ValidationError
 		if errors.As(err, &ve) {
@@ -64,6 +94,12 @@ func unmarshalStrict(body []byte, v any) error {
 		}
 		return errorf(http.StatusBadRequest, "%v", err)
 	}
+	return nil
+}
+
+// unmarshalChecked decodes a checked body into v with encoding/json: a value of the wrong
+// type is a 400 naming its field.
+func unmarshalChecked(body []byte, v any) error {
 	if err := json.Unmarshal(body, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {

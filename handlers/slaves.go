@@ -56,9 +56,14 @@ func requireSlaveUnchecked(r *http.Request) (*Caller, error) {
 	return c, nil
 }
 
-// decodeBody reads a protocol message strictly (decodeJSON) and checks its fields (validate).
+// decodeBody reads a protocol message strictly (unmarshalProtocol) and checks its fields
+// (validate).
 func decodeBody(w http.ResponseWriter, r *http.Request, v validator) error {
-	if err := decodeJSON(w, r, maxProtocolBody, v); err != nil {
+	body, err := readBody(w, r, maxProtocolBody)
+	if err != nil {
+		return err
+	}
+	if err := unmarshalProtocol(body, v); err != nil {
 		return err
 	}
 	return v.validate()
