@@ -78,17 +78,17 @@ type Config struct {
 	// when it is done with the last one).
 	ForecastEvery time.Duration
 	// MaxBusy bounds the share of the time the loop spends in slow passes woken by work
-	// (submits, ends) on a crowded cluster: after a pass that took d ≥ QuickPass and left a job
-	// waiting for room (crowded) it rests d×(1/MaxBusy−1) before the next one (a pass of 300 ms
-	// rests 1.2 s at a fifth). On a large, full cluster the passes otherwise ran back to back, a
-	// core taken whole from the heartbeats and requests on the same machine (B8x: 92 % busy at
-	// 5,000 slaves, heartbeat p50 31 ms; 16–19 % and 8 ms resting so), for placements under a
-	// second sooner on a queue where jobs wait minutes. Quick passes never rest, nor do passes
-	// that left no job waiting for room: they are what places a stream of submissions at once,
-	// while the cluster has room for them (B2x: resting after its 30-ms passes put submit →
-	// RUNNING p99 at 361 ms, 97 ms without; on a machine where its passes took 155 ms, resting
-	// after them put it at 2.3 s). Zero or ≥ 1: no bound. A rest is never longer than Interval.
-	// (Slurm's backfill yields in the same way: bf_yield_interval, bf_yield_sleep.)
+	// (submits, ends): after a pass that took d ≥ QuickPass it rests d×(1/MaxBusy−1) before the
+	// next one (a pass of 300 ms rests 1.2 s at a fifth). On a large, full cluster the passes
+	// otherwise ran back to back, a core taken whole from the heartbeats and requests on the
+	// same machine (B8x: 92 % busy at 5,000 slaves, heartbeat p50 31 ms; 16–19 % and 8 ms
+	// resting so), for placements under a second sooner on a queue where jobs wait minutes.
+	// Quick passes never rest, nor do passes that placed jobs and left none waiting for room
+	// (rests): they are what places a stream of submissions at once while the cluster has room
+	// for them (B2x: resting after its 30-ms passes put submit → RUNNING p99 at 361 ms, 97 ms
+	// without; on a machine where its passes took 155 ms, resting after them put it at 2.3 s).
+	// Zero or ≥ 1: no bound. A rest is never longer than Interval. (Slurm's backfill yields in
+	// the same way: bf_yield_interval, bf_yield_sleep.)
 	MaxBusy float64
 	// UsageCompactEvery is how often the leader downsamples the usage series (default 1 min).
 	UsageCompactEvery time.Duration
@@ -516,7 +516,7 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 		// Never longer than the interval: after a full pass of a long queue (seconds) the
 		// next submissions must not wait four times that.
 		rest = 0
-		if err != nil || l.phases.Crowded {
+		if rests(err, l.phases) {
 			rest = min(restAfter(ended.Sub(start), l.cfg.MaxBusy), l.cfg.Interval)
 		}
 		if l.cfg.OnPass != nil {
@@ -539,7 +539,7 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 // narrowed plan skipped could not start by counts. A job waiting only for its notBefore or
 // for its reservations to begin does not count (B2x's backlog: 20,000 jobs booked two days
 // ahead, on a cluster with room for every new one). On a cluster where nothing waits for room
-// a new job starts at the next pass, so the loop must not rest before it (Config.MaxBusy).
+// a new job starts at the next pass, so the loop must not rest before it (rests).
 func crowded(snap scheduler.Snapshot, plan scheduler.Plan) bool {
 	if len(plan.Skipped) > 0 {
 		return true
@@ -551,6 +551,15 @@ func crowded(snap scheduler.Snapshot, plan scheduler.Plan) bool {
 		}
 	}
 	return false
+}
+
+// rests says whether the loop may rest after a pass (Config.MaxBusy): not after one that placed
+// jobs while no job waits for room, since the submissions keep coming and the cluster has room
+// for them; after any other (a failed one too). A pass that placed nothing on such a cluster
+// (woken by an end, with only jobs waiting for their time queued: nothing to place) rests, or
+// the passes ran back to back while nothing came of them.
+func rests(err error, ph Phases) bool {
+	return err != nil || ph.Crowded || ph.Assigned == 0
 }
 
 // QuickPass is the longest pass after which the loop does not rest (Config.MaxBusy).
@@ -609,8 +618,7 @@ type Phases struct {
 	Explained, Refreshed              int
 	Steps                             []Timed
 	Slaves, Queued, Running, Assigned int
-	// Crowded says the pass left a job waiting for room (crowded): only then may the loop rest
-	// after it (Config.MaxBusy).
+	// Crowded says the pass left a job waiting for room (crowded; see rests).
 	Crowded bool
 }
 

@@ -1,6 +1,7 @@
 package leader
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -227,5 +228,24 @@ func TestCrowded(t *testing.T) {
 	snap.Queued = []scheduler.Job{queued("big", 8, job.Scheduling{})}
 	if !crowded(snap, scheduler.Plan{Skipped: []string{"big"}}) {
 		t.Error("a plan that skipped a job is not crowded")
+	}
+}
+
+// The loop rests after a slow pass unless it placed jobs and left none waiting for room; a
+// failed pass rests too.
+func TestRests(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		ph   Phases
+		want bool
+	}{
+		{nil, Phases{Assigned: 30}, false},                   // a stream of submissions on a cluster with room
+		{nil, Phases{Assigned: 30, Crowded: true}, true},     // a full cluster
+		{nil, Phases{Assigned: 0}, true},                     // nothing came of it
+		{errors.New("deadlock"), Phases{Assigned: 30}, true}, // failed
+	} {
+		if got := rests(c.err, c.ph); got != c.want {
+			t.Errorf("rests(%v, %+v) = %v, want %v", c.err, c.ph, got, c.want)
+		}
 	}
 }
