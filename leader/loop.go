@@ -111,8 +111,9 @@ const TallyInterval = 5 * time.Minute
 const TallyEvery = 5 * time.Second
 
 // Loop runs the scheduler on the master that holds the scheduler lease: each pass does the
-// housekeeping (offline slaves, lost jobs, expired leases, jobs past maxDuration), takes a
-// snapshot, plans and applies the plan. Every write of a pass is in a transaction that first
+// housekeeping (offline slaves, lost jobs, expired leases, jobs past maxDuration; at most once
+// a second when passes come back to back, HousekeepEvery), takes a snapshot, plans and
+// applies the plan. Every write of a pass is in a transaction that first
 // proves the lease (store.AsLeader), and every timeout is measured on the database's clock.
 type Loop struct {
 	st   *store.Store
