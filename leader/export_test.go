@@ -59,3 +59,9 @@ func (l *Loop) Learned() (ratiosAt time.Time, passReads int, global scheduler.Ru
 	defer l.learned.mu.Unlock()
 	return l.learned.ratiosAt, l.learned.passReads, l.learned.ratios.Global
 }
+
+// PassBetweenHousekeepings is a pass of Run's that comes within HousekeepEvery of the last
+// housekeeping: the housekeeping left out.
+func (l *Loop) PassBetweenHousekeepings(ctx context.Context, lead store.Leadership) error {
+	return l.pass(ctx, lead, false)
+}
