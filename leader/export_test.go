@@ -23,14 +23,26 @@ func (l *Loop) ReadJobs(ctx context.Context) ([]scheduler.Job, []store.Held, err
 		return nil, nil, err
 	}
 	jobs, held, err := l.queue.read(ctx, l.st, mark)
-	return slices.Clone(jobs), held, err
+	return slices.Clone(jobs), slices.AppendSeq(make([]store.Held, 0, held.len()), held.all()), err
 }
 
 // ReadAgain is what a pass does with the jobs its conditional writes found changed.
 func (l *Loop) ReadAgain(ids ...string) { l.queue.readAgain(ids...) }
 
-// CheckQueueNow makes the next read a full one that checks the memory.
-func (l *Loop) CheckQueueNow() { l.queue.checkedAt = l.queue.checkedAt.Add(-l.queue.checkEvery) }
+// CheckQueueNow runs a check's full read now, as a read starts one beside the passes, and waits
+// for it; the next read compares the memory with it.
+func (l *Loop) CheckQueueNow() {
+	l.queue.check.start(context.Background(), l.st, readMemory(l.st))
+	l.queue.check.wait()
+}
+
+// HoldQueueCheck waits for the check a read started to end and holds its outcome back until
+// deliver, as if the check took that long: reads meanwhile go on with the feed.
+func (l *Loop) HoldQueueCheck() (deliver func()) {
+	l.queue.check.wait()
+	o := <-l.queue.check.out
+	return func() { l.queue.check.out <- o }
+}
 
 // Snapshot is a pass's read of the cluster, for the tests of what the configuration sets.
 func (l *Loop) Snapshot(ctx context.Context) (scheduler.Snapshot, error) {
@@ -42,8 +54,21 @@ func (l *Loop) Snapshot(ctx context.Context) (scheduler.Snapshot, error) {
 // back (which only tests do).
 func (l *Loop) ForgetEstimates() { l.forgetWritten(); l.explained = explained{} }
 
-// CheckFleetNow makes the next read of the slaves a full one that checks the memory.
-func (l *Loop) CheckFleetNow() { l.fleet.checkedAt = l.fleet.checkedAt.Add(-l.fleet.checkEvery) }
+// HoldFleetCheck runs a check's read of the slaves now and holds its outcome back until
+// deliver, as if the check took that long: reads meanwhile go on with the feed.
+func (l *Loop) HoldFleetCheck() (deliver func()) {
+	l.fleet.check.start(context.Background(), l.st, readFleet(l.st))
+	l.fleet.check.wait()
+	o := <-l.fleet.check.out
+	return func() { l.fleet.check.out <- o }
+}
+
+// CheckFleetNow makes the next read of the slaves start a check, and waits for its read; the
+// read after it compares the memory with it.
+func (l *Loop) CheckFleetNow() {
+	l.fleet.check.start(context.Background(), l.st, readFleet(l.st))
+	l.fleet.check.wait()
+}
 
 // ForecastNow makes the next pass forecast and write estimates, whatever Config.ForecastEvery.
 func (l *Loop) ForecastNow() { l.forecastAt = time.Time{} }

@@ -136,4 +136,23 @@ func TestFleetFollowsTheFeed(t *testing.T) {
 	if drift := driftCounted(t, mets); drift != 1 {
 		t.Errorf("gpulab_scheduler_memory_drift_total = %v, want 1", drift)
 	}
+
+	// A check's read runs beside the passes: changes after it, before and after a pass that
+	// goes on without it, are no drift.
+	deliver := loop.HoldFleetCheck()
+	register("node1")
+	if err := w.st.SetSlaveAccepting(ctx, "node2", false); err != nil {
+		t.Fatal(err)
+	}
+	slaves(loop)
+	if _, err := w.st.SetSlaveDisabled(ctx, "node3", true); err != nil {
+		t.Fatal(err)
+	}
+	deliver()
+	if got, want := slaves(loop), truth(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after a check with changes beside it:\n%+v\nwant\n%+v", got, want)
+	}
+	if drift := driftCounted(t, mets); drift != 1 {
+		t.Errorf("gpulab_scheduler_memory_drift_total = %v after a check with changes beside it, want still 1", drift)
+	}
 }

@@ -41,6 +41,61 @@ func TestRemoveSorted(t *testing.T) {
 	}
 }
 
+// mergeSorted merges in place, with or without room in the first list's array, wherever the
+// second's entries fall; an entry equal to one of the first goes after it.
+func TestMergeSorted(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	type entry struct{ key, from int }
+	cmp := func(a, b entry) int { return a.key - b.key }
+	randomSorted := func(n, from int) []entry {
+		out := make([]entry, n, n+rng.IntN(8)) // room in the array, or not
+		for i := range out {
+			out[i] = entry{rng.IntN(50), from}
+		}
+		slices.SortFunc(out, cmp)
+		return out
+	}
+	for range 1000 {
+		a, b := randomSorted(rng.IntN(30), 0), randomSorted(rng.IntN(6), 1)
+		want := slices.Concat(a, b)
+		slices.SortStableFunc(want, cmp)
+		if got := mergeSorted(slices.Clip(slices.Clone(a)), b, cmp); !slices.Equal(got, want) {
+			t.Fatalf("mergeSorted(%v, %v) = %v, want %v", a, b, got, want)
+		}
+		if got := mergeSorted(a, b, cmp); !slices.Equal(got, want) {
+			t.Fatalf("mergeSorted(%v, %v) with room = %v, want %v", a, b, got, want)
+		}
+	}
+}
+
+// What is held is walked oldest first, what ended jobs still hold among the live jobs'; and each
+// running job's indices are its own, whatever is appended to another's.
+func TestHeldWalkedInOrder(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+	held := func(id string, at int, gpus ...int64) store.SchedJob {
+		return store.SchedJob{Held: store.Held{UUID: id, GPUIDs: gpus, CPUIDs: []int64{int64(at)}}, Created: t0.Add(time.Duration(at) * time.Second)}
+	}
+	h := heldList{live: []store.SchedJob{held("a", 1, 0), held("c", 3, 1, 2), held("e", 5)},
+		releasing: []store.SchedJob{held("b", 2, 3), held("d", 4, 4), held("f", 6, 5)}}
+	var ids []string
+	var placed []scheduler.Placed
+	var slab idSlab
+	for x := range h.all() {
+		ids = append(ids, x.UUID)
+		placed = append(placed, placedOf(x, t0, &slab))
+	}
+	if want := []string{"a", "b", "c", "d", "e", "f"}; !slices.Equal(ids, want) || h.len() != 6 {
+		t.Fatalf("walked %v (len %d), want %v", ids, h.len(), want)
+	}
+	placed[0].GPUIndices = append(placed[0].GPUIndices, 9)
+	placed[2].CPUIDs = append(placed[2].CPUIDs, 9)
+	if !slices.Equal(placed[1].GPUIndices, []int{3}) || !slices.Equal(placed[2].GPUIndices, []int{1, 2}) || !slices.Equal(placed[3].GPUIndices, []int{4}) {
+		t.Errorf("an append to one job's indices changed another's: %+v", placed)
+	}
+}
+
 // The queue names the jobs that came into it and left it since the leader last asked, and the
 // leader follows what it keeps per queued job with them: a job that arrived is fresh, what was
 // kept of one that left (freshness, explanation, estimate) is forgotten, and nothing else; a
@@ -120,7 +175,7 @@ func TestQueueChangesFollowed(t *testing.T) {
 		}
 	}
 	jobs["job-12"] = scheduler.Job{UUID: "job-12", Submitted: t0.Add(12 * time.Second)}
-	q.replace(jobs, q.held)
+	q.replace(memory{jobs: jobs, held: q.held, order: sortedValues(jobs, compareJobs), holders: q.holders})
 	l.followQueue()
 	if want := map[string]bool{"job-00": true, "job-02": true, "job-10": true, "job-12": true}; !maps.Equal(l.fresh, want) {
 		t.Errorf("after a full read fresh %v, want %v", l.fresh, want)

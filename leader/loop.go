@@ -60,8 +60,9 @@ type Config struct {
 	// Idle is the idle-GPU check; a zero Idle.After turns it off.
 	Idle IdleConfig
 	// FullReadEvery is how often the leader reads again in full what it otherwise keeps in
-	// memory between passes (the queued jobs with their requests, what running jobs hold), as
-	// a check: differences are logged and counted as drift (default 5 min).
+	// memory between passes (the queued jobs with their requests, what running jobs hold, the
+	// slaves), as a check beside the passes (checker): differences are logged and counted as
+	// drift (default 5 min).
 	FullReadEvery time.Duration
 	// Sweep is how many of the waiting jobs that cannot start now a pass between two full ones
 	// plans anyway, first in queue order (default DefaultSweep; negative: every pass is full).
@@ -453,6 +454,8 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 	l.fresh, l.accruedAt, l.housekeptAt, l.dbNow, l.explained = nil, time.Time{}, time.Time{}, time.Time{}, explained{}
 	l.forgetWritten()
 	ctx, cancel := context.WithCancelCause(ctx)
+	defer l.queue.check.wait()
+	defer l.fleet.check.wait()
 	defer cancel(nil)
 	renewed := make(chan struct{})
 	go func() {
@@ -621,6 +624,11 @@ type Phases struct {
 	Slaves, Queued, Running, Assigned int
 	// Crowded says the pass left a job waiting for room (crowded; see rests).
 	Crowded bool
+	// FeedRows is how many rows the pass's read of the jobs returned: the change feed's, or
+	// every queued and live job's when FullRead. Checked says the pass compared the memory
+	// with a check's full read (read beside the passes).
+	FeedRows          int
+	FullRead, Checked bool
 }
 
 // Timed is one step of a pass and how long it took.
@@ -752,7 +760,8 @@ func (l *Loop) pass(ctx context.Context, lead store.Leadership, housekeep bool) 
 		if l.log.Enabled(ctx, slog.LevelDebug) {
 			l.log.Debug("scheduler pass phases", "housekeeping", ph.Housekeeping, "read", ph.Read, "plan", ph.Plan, "apply", ph.Apply,
 				"slaves", ph.Slaves, "queued", ph.Queued, "planned", ph.Planned, "running", ph.Running, "assigned", placed,
-				"fit_waiting", plan.FitWaiting, "skipped", len(plan.Skipped), "crowded", ph.Crowded, "explained", l.phases.Explained, "refreshed", l.phases.Refreshed, "steps", stepsString(l.phases.Steps))
+				"fit_waiting", plan.FitWaiting, "skipped", len(plan.Skipped), "crowded", ph.Crowded, "explained", l.phases.Explained, "refreshed", l.phases.Refreshed,
+				"feed_rows", l.phases.FeedRows, "full_read", l.phases.FullRead, "checked", l.phases.Checked, "steps", stepsString(l.phases.Steps))
 			if plan.FitWaiting > 1000 {
 				l.log.Debug("many jobs that fit by counts were left waiting", "fit_waiting", plan.FitWaiting, "explained", topReasons(plan.Explanations, 3))
 			}
@@ -987,10 +996,14 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 		return snap, hosts, err
 	}
 	snap.Queued = queued
+	r := l.queue.lastRead
+	l.phases.Steps = append(l.phases.Steps, Timed{Step: "feed", Took: r.feed}, Timed{Step: "releasing", Took: r.releasing})
+	l.phases.FeedRows, l.phases.FullRead, l.phases.Checked = r.rows, r.full, r.checked
 	l.followQueue()
-	snap.Running = make([]scheduler.Placed, 0, len(held))
-	for _, h := range held {
-		snap.Running = append(snap.Running, placedOf(h, now))
+	snap.Running = make([]scheduler.Placed, 0, held.len())
+	var ids idSlab
+	for h := range held.all() {
+		snap.Running = append(snap.Running, placedOf(h, now, &ids))
 	}
 	l.timed("jobs", t)
 	return snap, hosts, nil
@@ -1233,10 +1246,11 @@ func firstNonEmpty(ss ...string) string {
 	return ""
 }
 
-// placedOf is what a running job holds, as Plan sees it.
-func placedOf(h store.Held, now time.Time) scheduler.Placed {
+// placedOf is what a running job holds, as Plan sees it; its GPUs' and CPUs' indices are cut
+// from ids.
+func placedOf(h store.Held, now time.Time, ids *idSlab) scheduler.Placed {
 	pl := scheduler.Placed{JobUUID: h.UUID, SlaveName: h.SlaveName, UserID: h.UserID, ProjectID: h.ProjectID, Bucket: h.Bucket,
-		GPUIndices: ints(h.GPUIDs), CPUIDs: ints(h.CPUIDs), MemoryGb: h.MemoryGb,
+		GPUIndices: ids.ints(h.GPUIDs), CPUIDs: ids.ints(h.CPUIDs), MemoryGb: h.MemoryGb,
 		MinDuration: time.Duration(h.MinDuration) * time.Second, Restartable: h.Restartable, Interactive: h.Interactive,
 		Halting: h.Releasing || h.Status == job.StatusMustHalt || h.Status == job.StatusHalting, Reservations: h.Reservations,
 		Releasing: h.Releasing}
@@ -1255,12 +1269,21 @@ func placedOf(h store.Held, now time.Time) scheduler.Placed {
 	return pl
 }
 
-func ints(a []int64) []int {
-	out := make([]int, len(a))
-	for i, v := range a {
-		out[i] = int(v)
+// idSlab hands out int slices from shared arrays: a snapshot's running jobs' GPU and CPU
+// indices were two small allocations per job (80,000 a pass at B8x's size).
+type idSlab struct{ free []int }
+
+// ints is a copied as ints, in a slice whose capacity ends with it (so that an append to it
+// cannot write over the next one's).
+func (s *idSlab) ints(a []int64) []int {
+	if len(a) > cap(s.free)-len(s.free) {
+		s.free = make([]int, 0, max(4096, len(a)))
 	}
-	return out
+	lo := len(s.free)
+	for _, v := range a {
+		s.free = append(s.free, int(v))
+	}
+	return s.free[lo:len(s.free):len(s.free)]
 }
 
 // startEstimates is what the store keeps of a plan's estimates: the forecast's likely start and

@@ -151,7 +151,7 @@ func TestNarrowedPlanPlacesWhatTheFullPlanPlaces(t *testing.T) {
 // queue otherwise: TestQueueChangesFollowed).
 func TestRememberPlanned(t *testing.T) {
 	job := func(id string) scheduler.Job { return scheduler.Job{UUID: id} }
-	l := &Loop{queue: &queue{jobs: map[string]scheduler.Job{"a": job("a"), "b": job("b"), "c": job("c"), "d": job("d"), "e": job("e")}},
+	l := &Loop{queue: &queue{memory: memory{jobs: map[string]scheduler.Job{"a": job("a"), "b": job("b"), "c": job("c"), "d": job("d"), "e": job("e")}}},
 		fresh: map[string]bool{"b": true, "c": true, "d": true, "e": true}}
 	l.remember([]scheduler.Job{job("a"), job("b"), job("c"), job("d")},
 		scheduler.Plan{Assignments: []scheduler.Assignment{{JobUUID: "c"}}, Failures: []scheduler.Failure{{JobUUID: "d"}}})

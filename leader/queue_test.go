@@ -134,3 +134,65 @@ func TestQueueCheckCountsNoRecentChangeAsDrift(t *testing.T) {
 		t.Errorf("gpulab_scheduler_memory_drift_total = %v, want 0", drift)
 	}
 }
+
+// The check's full read runs beside the passes: what changes between its read and the pass that
+// compares (a cancel before a pass in between, an assignment and a submit after it) is no
+// drift, and is in the memory after it; a request changed in place before the check's read is
+// found, as in a check within a pass.
+func TestQueueCheckBesideThePasses(t *testing.T) {
+	w := newEstimateWorld(t)
+	ctx := context.Background()
+	var logs bytes.Buffer
+	mets := metrics.NewMaster(nil, metrics.MasterOptions{})
+	loop := w.loop(leader.Config{FullReadEvery: time.Nanosecond, Metrics: mets}, &logs)
+	a, b, c := w.submit(time.Hour), w.submit(time.Hour), w.submit(time.Hour)
+	read := func() ([]scheduler.Job, []store.Held) {
+		t.Helper()
+		jobs, held, err := loop.ReadJobs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return jobs, held
+	}
+	read() // the term's first read: in full
+	if _, err := w.st.DB().ExecContext(ctx, `UPDATE jobs SET request = jsonb_set(request, '{resources,gpus}', '7') WHERE uuid = $1`, c); err != nil {
+		t.Fatal(err)
+	}
+	read() // starts a check, reads the feed
+	deliver := loop.HoldQueueCheck()
+	// Changes after the check's read: one before a pass that reads the feed without the
+	// check's outcome, two after it.
+	if _, err := w.st.TransitionJob(ctx, a, []job.Status{job.StatusQueued}, job.StatusCancelled, store.Event{}); err != nil {
+		t.Fatal(err)
+	}
+	if jobs, _ := read(); len(jobs) != 2 || jobs[1].Request.Resources.GPUs != 1 {
+		t.Fatalf("a pass while the check runs: %+v, want jobs %s and %s (as remembered, 1 GPU)", jobs, b, c)
+	}
+	if _, err := w.st.AssignJobs(ctx, []store.Assignment{{JobUUID: b, Placement: store.Placement{SlaveName: "node1", SlaveInstanceID: "i1", ClusterID: 1,
+		Resources: job.StateResources{SlaveName: "node1", GPUIDs: []int{0}, CPUIDs: []int{0}, CPUMemoryGb: 1}}}}); err != nil {
+		t.Fatal(err)
+	}
+	d := w.submit(time.Hour)
+	if strings.Contains(logs.String(), "drift") {
+		t.Fatalf("drift logged before the check was compared:\n%s", logs.String())
+	}
+	deliver()
+	jobs, held := read()
+	if len(jobs) != 2 || jobs[0].UUID != c || jobs[1].UUID != d || jobs[0].Request.Resources.GPUs != 7 {
+		t.Errorf("after the check: %+v, want %s (at the database's 7 GPUs) and %s", jobs, c, d)
+	}
+	if len(held) != 1 || held[0].UUID != b {
+		t.Errorf("held after the check: %+v, want job %s", held, b)
+	}
+	if drift := driftCounted(t, mets); drift != 1 {
+		t.Errorf("gpulab_scheduler_memory_drift_total = %v, want 1 (job %s only)", drift, c)
+	}
+	for _, id := range []string{a, b, d} {
+		if strings.Contains(logs.String(), id) {
+			t.Errorf("job %s, changed after the check's read, was logged:\n%s", id, logs.String())
+		}
+	}
+	if !strings.Contains(logs.String(), c) {
+		t.Errorf("the drift of job %s was not logged:\n%s", c, logs.String())
+	}
+}
