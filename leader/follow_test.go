@@ -1,9 +1,11 @@
 package leader
 
 import (
+	"database/sql"
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -185,5 +187,71 @@ func TestQueueChangesFollowed(t *testing.T) {
 	}
 	if _, ok := l.explained["ghost"]; ok {
 		t.Error("the full read's sweep left an explanation of a job not queued")
+	}
+}
+
+// The check's comparisons notice a change of any field of what the memory keeps, so that a
+// field added to a job's row or to scheduler.Job is compared (or this test names it).
+func TestSameNoticesEveryField(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+	held := store.SchedJob{Held: store.Held{UUID: "a", UserID: 1, ProjectID: 2, Status: job.StatusRunning, SlaveName: "s", GPUIDs: []int64{1},
+		CPUIDs: []int64{2}, MemoryGb: 3, RunningAt: sql.NullTime{Time: t0, Valid: true}, MinDuration: 4, MaxDuration: 5, Bucket: "b",
+		Reservations: []string{"r"}}, Created: t0}
+	queued := scheduler.Job{UUID: "a", Submitted: t0, UserID: 1, ProjectID: 2, OracleDuration: 3, Attained: 4}
+	for _, path := range leafFields(reflect.TypeOf(held), nil) {
+		changed := held
+		changed.GPUIDs, changed.CPUIDs, changed.Reservations = slices.Clone(held.GPUIDs), slices.Clone(held.CPUIDs), slices.Clone(held.Reservations)
+		alter(t, reflect.ValueOf(&changed).Elem().FieldByIndex(path))
+		if sameHeld(&held, &changed) {
+			t.Errorf("sameHeld misses a change of store.SchedJob field %v", reflect.TypeOf(held).FieldByIndex(path).Name)
+		}
+	}
+	for _, path := range leafFields(reflect.TypeOf(queued), nil) {
+		if f := reflect.TypeOf(queued).FieldByIndex(path); f.Name == "Request" || len(path) > 1 && reflect.TypeOf(queued).Field(path[0]).Name == "Request" {
+			continue // compared by its text's sum
+		}
+		changed := queued
+		alter(t, reflect.ValueOf(&changed).Elem().FieldByIndex(path))
+		if sameQueued(&queued, &changed, 7, 7) {
+			t.Errorf("sameQueued misses a change of scheduler.Job field %v", reflect.TypeOf(queued).FieldByIndex(path).Name)
+		}
+	}
+	if sameQueued(&queued, &queued, 7, 8) {
+		t.Error("sameQueued misses a changed request's sum")
+	}
+}
+
+// leafFields lists the index paths of a struct's fields, into embedded and other structs but
+// time.Time.
+func leafFields(typ reflect.Type, prefix []int) [][]int {
+	var out [][]int
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		path := append(slices.Clone(prefix), i)
+		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Time{}) && f.Name != "Request" {
+			out = append(out, leafFields(f.Type, path)...)
+			continue
+		}
+		out = append(out, path)
+	}
+	return out
+}
+
+// alter changes a field's value.
+func alter(t *testing.T, v reflect.Value) {
+	t.Helper()
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(v.String() + "x")
+	case reflect.Int, reflect.Int64:
+		v.SetInt(v.Int() + 1)
+	case reflect.Bool:
+		v.SetBool(!v.Bool())
+	case reflect.Slice:
+		v.Set(reflect.Append(v, reflect.Zero(v.Type().Elem())))
+	case reflect.Struct: // time.Time
+		v.Set(reflect.ValueOf(v.Interface().(time.Time).Add(time.Second)))
+	default:
+		t.Fatalf("alter: a field of kind %v", v.Kind())
 	}
 }

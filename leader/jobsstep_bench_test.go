@@ -77,3 +77,26 @@ func BenchmarkJobsStep(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCheckCompare is the comparison of a check's read with the memory at B8x's size.
+func BenchmarkCheckCompare(b *testing.B) {
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	req := []byte(`{"resources":{"gpus":1,"cpus":4,"cpuMemoryGb":16},"docker":{"image":"x","command":"true"},"scheduling":{"maxDuration":"1 hour"}}`)
+	var rows []store.SchedJob
+	for i := range 20000 {
+		rows = append(rows, store.SchedJob{Held: store.Held{UUID: fmt.Sprintf("q-%08d", i), Status: job.StatusQueued}, Created: t0, Request: req})
+	}
+	for i := range 37000 {
+		rows = append(rows, store.SchedJob{Held: store.Held{UUID: fmt.Sprintf("h-%08d", i), Status: job.StatusRunning, GPUIDs: []int64{1}, CPUIDs: []int64{1, 2}},
+			Created: t0, Holds: true})
+	}
+	a, _ := fullMemory(rows)
+	c, _ := fullMemory(rows)
+	q := &queue{memory: a}
+	b.ResetTimer()
+	for range b.N {
+		if q.compare(c) != 0 {
+			b.Fatal("drift")
+		}
+	}
+}

@@ -1,13 +1,14 @@
 package leader
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"iter"
 	"log/slog"
-	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -62,6 +63,10 @@ type memory struct {
 	// mostly adds a few new jobs at the end and removes a few.
 	order   []scheduler.Job
 	holders []store.SchedJob
+	// sums are the queued jobs' requests as read, hashed: a check compares them rather than the
+	// decoded requests (reflect.DeepEqual over B8x's 20,000 queued and 37,000 live jobs took
+	// 200 ms, in the pass that compares).
+	sums map[string]uint64
 }
 
 // readStats is what one read of the queue did: a full read, the feed's (after a check when
@@ -162,7 +167,7 @@ func (q *queue) read(ctx context.Context, st *store.Store, mark store.ChangeMark
 			if _, _, err := done.read.apply(rows, also); err != nil {
 				return nil, heldList{}, err
 			}
-			if q.compare(done.read.jobs, done.read.held) > 0 {
+			if q.compare(done.read) > 0 {
 				q.replace(done.read)
 			}
 			q.check.at = done.started
@@ -227,9 +232,9 @@ func fullMemory(rows []store.SchedJob) (memory, error) {
 	if err != nil {
 		return memory{}, err
 	}
-	m := memory{jobs: make(map[string]scheduler.Job, len(rows)), held: map[string]store.SchedJob{}}
+	m := memory{jobs: make(map[string]scheduler.Job, len(rows)), held: map[string]store.SchedJob{}, sums: map[string]uint64{}}
 	for i, r := range rows {
-		if err := put(m.jobs, m.held, decoded[i], r); err != nil {
+		if err := m.put(decoded[i], requestSum(r.Request), r); err != nil {
 			return memory{}, err
 		}
 	}
@@ -275,13 +280,17 @@ func (q *memory) apply(rows []store.SchedJob, also []string) (arrived, departed 
 		_, wasQueued := q.jobs[r.UUID]
 		oldHeld, wasHeld := q.held[r.UUID]
 		old, hadOld := q.jobs[r.UUID]
+		oldSum := q.sums[r.UUID]
 		delete(q.jobs, r.UUID)
 		delete(q.held, r.UUID)
-		var keep *scheduler.Job
+		delete(q.sums, r.UUID)
+		keep, sum := (*scheduler.Job)(nil), oldSum
 		if hadOld {
 			keep = &old
+		} else {
+			sum = requestSum(r.Request)
 		}
-		if err := put(q.jobs, q.held, keep, r); err != nil {
+		if err := q.put(keep, sum, r); err != nil {
 			return nil, nil, err
 		}
 		_, isQueued := q.jobs[r.UUID]
@@ -306,6 +315,7 @@ func (q *memory) apply(rows []store.SchedJob, also []string) (arrived, departed 
 		}
 		if old, ok := q.jobs[id]; ok {
 			delete(q.jobs, id)
+			delete(q.sums, id)
 			removedJobs = append(removedJobs, old)
 		}
 		if old, ok := q.held[id]; ok {
@@ -373,26 +383,38 @@ func decodeJob(r store.SchedJob) (scheduler.Job, error) {
 	return j, nil
 }
 
-// put files a row: a queued job in jobs (keeping keep, the job as remembered, rather than
-// decoding its request again: a request never changes), a job holding resources in held.
-func put(jobs map[string]scheduler.Job, held map[string]store.SchedJob, keep *scheduler.Job, r store.SchedJob) error {
+// put files a row: a queued job in jobs with its request's sum (keeping keep, the job as
+// remembered, rather than decoding its request again: a request never changes), a job holding
+// resources in held.
+func (m *memory) put(keep *scheduler.Job, sum uint64, r store.SchedJob) error {
 	switch {
 	case r.Queued():
+		if m.sums == nil {
+			m.sums = map[string]uint64{}
+		}
+		m.sums[r.UUID] = sum
 		if keep != nil {
-			jobs[r.UUID] = *keep
+			m.jobs[r.UUID] = *keep
 			return nil
 		}
 		j, err := decodeJob(r)
 		if err != nil {
 			return err
 		}
-		jobs[r.UUID] = j
+		m.jobs[r.UUID] = j
 	case r.Holds:
 		r.Request = nil
-		held[r.UUID] = r
+		m.held[r.UUID] = r
 	}
 	return nil
 }
+
+// sumSeed makes the sums of one process comparable.
+var sumSeed = maphash.MakeSeed()
+
+// requestSum is a request's text hashed: Postgres writes a jsonb document the same way each
+// time it is read, so that a request changed in place changes its sum.
+func requestSum(text []byte) uint64 { return maphash.Bytes(sumSeed, text) }
 
 // overdue returns the remembered jobs that will have run past their maxDuration (since RUNNING)
 // by before: the candidates the housekeeping asks the database about (store.ListExpiredJobs),
@@ -483,26 +505,55 @@ func removeSorted[T any](list, gone []T, cmp func(a, b T) int) []T {
 	return list[:out]
 }
 
-// differing lists the keys whose values differ between two maps, or are in one only.
-func differing[T any](a, b map[string]T) []string {
+// differing lists the ids of the entries that differ between two lists sorted by cmp (same says
+// whether two entries of one id are the same), or are in one only: a walk of both in step, for
+// 60,000 jobs at B8x's size (looking each up in the other's map was 80 ms).
+func differing[T any](a, b []T, cmp func(x, y T) int, id func(*T) string, same func(x, y *T) bool) []string {
 	var out []string
-	for id, v := range b {
-		if old, ok := a[id]; !ok || !reflect.DeepEqual(old, v) {
-			out = append(out, id)
-		}
-	}
-	for id := range a {
-		if _, ok := b[id]; !ok {
-			out = append(out, id)
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || i < len(a) && cmp(a[i], b[j]) < 0:
+			out = append(out, id(&a[i]))
+			i++
+		case i == len(a) || cmp(a[i], b[j]) > 0:
+			out = append(out, id(&b[j]))
+			j++
+		default:
+			if !same(&a[i], &b[j]) {
+				out = append(out, id(&a[i]))
+			}
+			i++
+			j++
 		}
 	}
 	return out
 }
 
+// sameQueued says whether two reads of a queued job are the same, its request compared by the
+// sums of its text.
+func sameQueued(x, y *scheduler.Job, sumX, sumY uint64) bool {
+	return sumX == sumY && x.UUID == y.UUID && x.Submitted.Equal(y.Submitted) && x.UserID == y.UserID && x.ProjectID == y.ProjectID &&
+		x.OracleDuration == y.OracleDuration && x.Attained == y.Attained
+}
+
+// sameHeld says whether two reads of what a job holds are the same (its request is not read).
+func sameHeld(x, y *store.SchedJob) bool {
+	a, b := x.Held, y.Held
+	return x.Created.Equal(y.Created) && x.Holds == y.Holds && bytes.Equal(x.Request, y.Request) &&
+		a.UUID == b.UUID && a.UserID == b.UserID && a.ProjectID == b.ProjectID && a.Status == b.Status && a.SlaveName == b.SlaveName &&
+		slices.Equal(a.GPUIDs, b.GPUIDs) && slices.Equal(a.CPUIDs, b.CPUIDs) && a.MemoryGb == b.MemoryGb &&
+		a.RunningAt.Valid == b.RunningAt.Valid && a.RunningAt.Time.Equal(b.RunningAt.Time) &&
+		a.MinDuration == b.MinDuration && a.MaxDuration == b.MaxDuration && a.Restartable == b.Restartable &&
+		a.Interactive == b.Interactive && a.Bucket == b.Bucket && slices.Equal(a.Reservations, b.Reservations) && a.Releasing == b.Releasing
+}
+
 // compare logs and counts what a full read found different from the memory (a bug), and
 // returns how many jobs differ.
-func (q *queue) compare(jobs map[string]scheduler.Job, held map[string]store.SchedJob) int {
-	diff := append(differing(q.jobs, jobs), differing(q.held, held)...)
+func (q *queue) compare(m memory) int {
+	diff := append(differing(q.order, m.order, compareJobs, func(j *scheduler.Job) string { return j.UUID },
+		func(x, y *scheduler.Job) bool { return sameQueued(x, y, q.sums[x.UUID], m.sums[y.UUID]) }),
+		differing(q.holders, m.holders, compareHeld, func(h *store.SchedJob) string { return h.UUID }, sameHeld)...)
 	slices.Sort(diff)
 	diff = slices.Compact(diff)
 	for i, id := range diff {
