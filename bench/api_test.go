@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -76,7 +77,7 @@ func runB4(t *testing.T, rep *report, sz sizes) {
 	}{
 		{"get", "GET jobs/{id}", "≥ 10,000 /s", 10000, func() string { return m.URL + apiBase + "/jobs/" + mine[rand.IntN(len(mine))] }, nil, `"uuid"`},
 		{"list", "GET jobs?page_size=50", "≥ 4,000 /s", 4000, func() string { return m.URL + apiBase + "/jobs?page_size=50" }, nil, `"uuid"`},
-		{"portal", "portal GET /jobs (HTML, 100 rows)", "≥ 2,000 /s", 2000, func() string { return m.URL + "/jobs" }, html, "<table"},
+		{"portal", "portal GET /jobs (HTML, a page)", "≥ 2,000 /s", 2000, func() string { return m.URL + "/jobs" }, html, "<table"},
 	}
 	cpu := newCPUMeter(t, m.PID, m.DBURL)
 	floor := floorHTTPS(t, m, reader, sz.b4Conns, sz.floorWarm, sz.floorDur)
@@ -84,9 +85,11 @@ func runB4(t *testing.T, rep *report, sz sizes) {
 	floorText := fmt.Sprintf("empty handler, %d conns: %s", sz.b4Conns, perSec(floor.Rate()))
 	rep.add(result{Scenario: "B4", Measure: fmt.Sprintf("floor: empty HTTPS handler, %d conns (p99)", sz.b4Conns), Value: perSec(floor.Rate()) + " (" + ms(floor.P99()) + ")"})
 	for _, e := range endpoints {
-		if err := checkBody(clients[0], e.url(), e.header, e.check); err != nil {
+		body, err := checkBody(clients[0], e.url(), e.header, e.check)
+		if err != nil {
 			t.Fatalf("%s: %v", e.measure, err)
 		}
+		rep.note("B4", "%s: %.1f KiB an answer (%d jobs)", e.measure, float64(len(body))/1024, jobsIn(body))
 		stopProfile := m.profile("B4-"+e.key, sz.b4Warm+sz.b4Measure)
 		cpu.reset()
 		res := closedLoop(sz.b4Conns, sz.b4Warm, sz.b4Measure, func(ctx context.Context, w, i int) error {
@@ -102,28 +105,40 @@ func runB4(t *testing.T, rep *report, sz sizes) {
 	}
 }
 
-// checkBody fetches url once and checks the answer is 200 and contains want.
-func checkBody(c *http.Client, url string, header http.Header, want string) error {
+// jobsIn counts the jobs of an answer: the rows of a page, the items of a list, or one job.
+func jobsIn(body string) int {
+	if strings.Contains(body, "<table") {
+		return strings.Count(body, `<tr id="job-row-`)
+	}
+	var items []json.RawMessage
+	if json.Unmarshal([]byte(body), &items) == nil {
+		return len(items)
+	}
+	return 1
+}
+
+// checkBody fetches url once, checks the answer is 200 and contains want, and returns it.
+func checkBody(c *http.Client, url string, header http.Header, want string) (string, error) {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	for k, v := range header {
 		req.Header[k] = v
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
-		return fmt.Errorf("GET %s: %d, want 200 with %q: %.300s", url, resp.StatusCode, want, body)
+		return "", fmt.Errorf("GET %s: %d, want 200 with %q: %.300s", url, resp.StatusCode, want, body)
 	}
-	return nil
+	return string(body), nil
 }
 
 // submit POSTs a job document and returns its UUID.
