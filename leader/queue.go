@@ -30,9 +30,9 @@ import (
 // The memory starts empty (a new leader, or a leader again after losing the lease, reads
 // everything), and is checked against a full read every checkEvery: any difference is a bug (a
 // change the feed missed, or a request changed in place), logged and counted, and the full read
-// replaces the memory. The check's full read runs beside the passes (check), not in one: at
+// replaces the memory. The check's full read runs beside the passes (checker), not in one: at
 // B8x's size (20,000 queued and 40,000 running jobs on a saturated machine) a pass that read
-// everything took 7–8 s, so the jobs submitted then waited that long. A job a pass's
+// everything took 5–8 s, so the jobs submitted then waited that long. A job a pass's
 // conditional writes found changed behind its back is read again by name at the next pass
 // (recheck), whatever the feed says.
 type queue struct {
