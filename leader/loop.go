@@ -924,7 +924,9 @@ func (l *Loop) housekeeping(ctx context.Context, tx *store.Store, lead store.Lea
 func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]string, error) {
 	hosts := map[string]string{}
 	t := time.Now()
-	now, err := l.st.Now(ctx)
+	// The mark is taken before the reads of the slaves and the jobs: whatever commits after
+	// them is stamped at or after it.
+	now, mark, err := l.st.ClockAndMark(ctx)
 	if err != nil {
 		return scheduler.Snapshot{}, hosts, err
 	}
@@ -956,11 +958,7 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	}
 	l.timed("reservations", t)
 	t = time.Now()
-	clusters, err := l.st.ListClusters(ctx)
-	if err != nil {
-		return snap, hosts, err
-	}
-	owners, err := l.st.ClusterOwners(ctx)
+	clusters, owners, err := l.st.ClustersWithOwners(ctx)
 	if err != nil {
 		return snap, hosts, err
 	}
@@ -969,11 +967,6 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	}
 	l.timed("clusters", t)
 	t = time.Now()
-	// Taken before the reads: whatever commits after them is stamped at or after it.
-	mark, err := l.st.TakeChangeMark(ctx)
-	if err != nil {
-		return snap, hosts, err
-	}
 	slaves, err := l.fleet.read(ctx, l.st, mark)
 	if err != nil {
 		return snap, hosts, err

@@ -35,6 +35,23 @@ func (s *Store) TakeChangeMark(ctx context.Context) (ChangeMark, error) {
 	return ChangeMark(m), nil
 }
 
+// ClockAndMark returns the database's clock and a change mark (TakeChangeMark) in one
+// statement: a scheduler pass reads both before the rest of its reads.
+func (s *Store) ClockAndMark(ctx context.Context) (time.Time, ChangeMark, error) {
+	var row struct {
+		Now  time.Time `db:"now"`
+		Mark string    `db:"mark"`
+	}
+	if err := s.q.GetContext(ctx, &row, `SELECT now() AS now, pg_snapshot_xmin(pg_current_snapshot())::text AS mark`); err != nil {
+		return time.Time{}, 0, mapErr(err, "read the database clock and a change mark")
+	}
+	m, err := strconv.ParseUint(row.Mark, 10, 64)
+	if err != nil {
+		return time.Time{}, 0, fmt.Errorf("parse change mark %q: %w", row.Mark, err)
+	}
+	return row.Now, ChangeMark(m), nil
+}
+
 // SchedJob is what the scheduler reads of a job: its key and, while it is queued, its request;
 // while it holds resources on a slave (ASSIGNED … HALTING), what it holds.
 type SchedJob struct {

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"reflect"
 	"testing"
 
 	"github.com/opengpulab/gpulab/store"
@@ -148,5 +149,97 @@ func TestHeartbeatCommitsWithoutWaitingForTheDisk(t *testing.T) {
 	}
 	if _, err := st.Heartbeat(ctx, store.Beat{Slave: "node1", InstanceID: "i1", Usage: []byte(`{"x": 1}`)}); err != nil {
 		t.Fatalf("the heartbeat itself: %v", err)
+	}
+}
+
+// ClockAndMark: the mark misses no change committed after it, also one whose transaction began
+// before it; the clock is the database's, read between two others.
+func TestClockAndMark(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node1", InstanceID: "i1", ClusterID: 1, Inventory: []byte(`{"cpus": 8}`)}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := st.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `UPDATE slaves SET inventory = '{"cpus": 16}' WHERE name = 'node1'`); err != nil {
+		t.Fatal(err)
+	}
+	// A later transaction that ends before the mark: the running one is older than it.
+	if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node0", InstanceID: "i0", ClusterID: 1, Inventory: []byte(`{"cpus": 8}`)}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := st.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, mark, err := st.ClockAndMark(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := st.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.Before(before) || now.After(after) {
+		t.Errorf("clock %v, not between %v and %v", now, before, after)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node2", InstanceID: "i2", ClusterID: 1, Inventory: []byte(`{"cpus": 8}`)}); err != nil {
+		t.Fatal(err)
+	}
+	changed, err := st.SlavesChangedSince(ctx, mark)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, s := range changed {
+		got[s.Name] = string(s.Inventory)
+	}
+	if got["node1"] != `{"cpus": 16}` || got["node2"] == "" {
+		t.Errorf("changed since the mark: %v, want node1 (its transaction began before the mark) with 16 CPUs and node2", got)
+	}
+}
+
+// ClustersWithOwners reads in one statement what ListClusters and ClusterOwners read.
+func TestClustersWithOwners(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	for _, c := range []store.Cluster{{ID: 1, Name: "public"}, {ID: 2, Name: "owned", Private: true}, {ID: 3, Name: "ownerless", Private: true}} {
+		if _, err := st.CreateCluster(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"b", "a"} {
+		p, err := st.CreateProject(ctx, "urn:publicid:IDN+test+project+"+name, name, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.AddClusterOwner(ctx, 2, p.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clusters, owners, err := st.ClustersWithOwners(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantClusters, err := st.ListClusters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOwners, err := st.ClusterOwners(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(clusters, wantClusters) || !reflect.DeepEqual(owners, wantOwners) || len(owners[2]) != 2 {
+		t.Errorf("ClustersWithOwners: %+v, %v; want %+v, %v", clusters, owners, wantClusters, wantOwners)
 	}
 }
