@@ -36,9 +36,24 @@ func (l *Loop) CheckQueueNow() {
 	l.queue.check.wait()
 }
 
-// HoldQueueCheck waits for the check a read started to end and holds its outcome back until
-// deliver, as if the check took that long: reads meanwhile go on with the feed.
-func (l *Loop) HoldQueueCheck() (deliver func()) {
+// StartQueueCheck starts a check's read with ctx, as a read does when a check is due.
+func (l *Loop) StartQueueCheck(ctx context.Context) {
+	l.queue.check.start(ctx, l.st, readMemory(l.st))
+}
+
+// WaitQueueCheck waits for a running check to end.
+func (l *Loop) WaitQueueCheck() { l.queue.check.wait() }
+
+// ForgetQueue forgets the queue's memory, as a new term does.
+func (l *Loop) ForgetQueue() { l.queue.reset() }
+
+// HoldQueueCheck waits for the check a read started (or starts one) to end and holds its
+// outcome back until deliver, as if the check took that long: reads meanwhile go on with the
+// feed.
+func (l *Loop) HoldQueueCheck(start bool) (deliver func()) {
+	if start {
+		l.queue.check.start(context.Background(), l.st, readMemory(l.st))
+	}
 	l.queue.check.wait()
 	o := <-l.queue.check.out
 	return func() { l.queue.check.out <- o }

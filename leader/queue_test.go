@@ -159,7 +159,7 @@ func TestQueueCheckBesideThePasses(t *testing.T) {
 		t.Fatal(err)
 	}
 	read() // starts a check, reads the feed
-	deliver := loop.HoldQueueCheck()
+	deliver := loop.HoldQueueCheck(false)
 	// Changes after the check's read: one before a pass that reads the feed without the
 	// check's outcome, two after it.
 	if _, err := w.st.TransitionJob(ctx, a, []job.Status{job.StatusQueued}, job.StatusCancelled, store.Event{}); err != nil {
@@ -194,5 +194,53 @@ func TestQueueCheckBesideThePasses(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), c) {
 		t.Errorf("the drift of job %s was not logged:\n%s", c, logs.String())
+	}
+}
+
+// A check that fails is logged and changes nothing (taken for a read of nothing, it would
+// empty the memory); one begun before a new term (the memory forgotten and read again) ends
+// in no drift and leaves the new term's memory as it is.
+func TestQueueCheckFailedOrStale(t *testing.T) {
+	w := newEstimateWorld(t)
+	ctx := context.Background()
+	var logs bytes.Buffer
+	mets := metrics.NewMaster(nil, metrics.MasterOptions{})
+	loop := w.loop(leader.Config{FullReadEvery: time.Hour, Metrics: mets}, &logs)
+	a := w.submit(time.Hour)
+	if _, err := loop.ReadQueue(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	loop.StartQueueCheck(cancelled)
+	loop.WaitQueueCheck()
+	jobs, err := loop.ReadQueue(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 || jobs[0].UUID != a || !strings.Contains(logs.String(), "check of its memory failed") {
+		t.Fatalf("after a failed check: %d jobs, log:\n%s", len(jobs), logs.String())
+	}
+
+	// A check reads a; the term ends; a is cancelled and b submitted; the new term reads them.
+	deliver := loop.HoldQueueCheck(true)
+	loop.ForgetQueue()
+	if _, err := w.st.TransitionJob(ctx, a, []job.Status{job.StatusQueued}, job.StatusCancelled, store.Event{}); err != nil {
+		t.Fatal(err)
+	}
+	b := w.submit(time.Hour)
+	if _, err := loop.ReadQueue(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deliver()
+	jobs, err = loop.ReadQueue(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 || jobs[0].UUID != b {
+		t.Errorf("after a stale check: %+v, want only %s", jobs, b)
+	}
+	if drift := driftCounted(t, mets); drift > 0 || strings.Contains(logs.String(), "drift") {
+		t.Errorf("a check of the last term was compared (drift %v):\n%s", drift, logs.String())
 	}
 }
