@@ -20,11 +20,8 @@ import (
 // forgets jobs that left the queue, keeps queue order, and its periodic full read finds the
 // changed request: logged as drift, counted, and replaced by what the database holds.
 func TestQueueMemory(t *testing.T) {
-	w := newEstimateWorld(t)
+	w, loop, logs, mets := checkedWorld(t, time.Hour)
 	ctx := context.Background()
-	var logs bytes.Buffer
-	mets := metrics.NewMaster(nil, metrics.MasterOptions{})
-	loop := w.loop(leader.Config{FullReadEvery: time.Hour, Metrics: mets}, &logs)
 	a, b, c := w.submit(time.Hour), w.submit(time.Hour), w.submit(time.Hour)
 	read := func() []scheduler.Job {
 		t.Helper()
@@ -83,6 +80,16 @@ func TestQueueMemory(t *testing.T) {
 	}
 }
 
+// checkedWorld is a leader that checks its memory every `every`, logging to logs and counting
+// drift in mets.
+func checkedWorld(t *testing.T, every time.Duration) (*estimateWorld, *leader.Loop, *bytes.Buffer, *metrics.Master) {
+	t.Helper()
+	w := newEstimateWorld(t)
+	logs := &bytes.Buffer{}
+	mets := metrics.NewMaster(nil, metrics.MasterOptions{})
+	return w, w.loop(leader.Config{FullReadEvery: every, Metrics: mets}, logs), logs, mets
+}
+
 // driftCounted reads gpulab_scheduler_memory_drift_total (-1 when it is not there).
 func driftCounted(t *testing.T, mets *metrics.Master) float64 {
 	t.Helper()
@@ -102,11 +109,8 @@ func driftCounted(t *testing.T, mets *metrics.Master) float64 {
 // cancelled or assigned since the last pass are changes, not drift (at B8x's size hundreds of
 // them were logged as drift at every check).
 func TestQueueCheckCountsNoRecentChangeAsDrift(t *testing.T) {
-	w := newEstimateWorld(t)
+	w, loop, logs, mets := checkedWorld(t, time.Hour)
 	ctx := context.Background()
-	var logs bytes.Buffer
-	mets := metrics.NewMaster(nil, metrics.MasterOptions{})
-	loop := w.loop(leader.Config{FullReadEvery: time.Hour, Metrics: mets}, &logs)
 	a, b := w.submit(time.Hour), w.submit(time.Hour)
 	if _, err := loop.ReadQueue(ctx); err != nil {
 		t.Fatal(err)
@@ -140,11 +144,8 @@ func TestQueueCheckCountsNoRecentChangeAsDrift(t *testing.T) {
 // drift, and is in the memory after it; a request changed in place before the check's read is
 // found, as in a check within a pass.
 func TestQueueCheckBesideThePasses(t *testing.T) {
-	w := newEstimateWorld(t)
+	w, loop, logs, mets := checkedWorld(t, time.Nanosecond)
 	ctx := context.Background()
-	var logs bytes.Buffer
-	mets := metrics.NewMaster(nil, metrics.MasterOptions{})
-	loop := w.loop(leader.Config{FullReadEvery: time.Nanosecond, Metrics: mets}, &logs)
 	a, b, c := w.submit(time.Hour), w.submit(time.Hour), w.submit(time.Hour)
 	read := func() ([]scheduler.Job, []store.Held) {
 		t.Helper()
@@ -201,11 +202,8 @@ func TestQueueCheckBesideThePasses(t *testing.T) {
 // empty the memory); one begun before a new term (the memory forgotten and read again) ends
 // in no drift and leaves the new term's memory as it is.
 func TestQueueCheckFailedOrStale(t *testing.T) {
-	w := newEstimateWorld(t)
+	w, loop, logs, mets := checkedWorld(t, time.Hour)
 	ctx := context.Background()
-	var logs bytes.Buffer
-	mets := metrics.NewMaster(nil, metrics.MasterOptions{})
-	loop := w.loop(leader.Config{FullReadEvery: time.Hour, Metrics: mets}, &logs)
 	a := w.submit(time.Hour)
 	if _, err := loop.ReadQueue(ctx); err != nil {
 		t.Fatal(err)
