@@ -135,13 +135,13 @@ func sizeText(n int64) string {
 }
 
 // resources summarises a job's request: "2 GPU · 4 CPU · 16 GB".
+// Every row of the Jobs page shows one, so it is concatenated rather than formatted.
 func resources(r job.Resources) string {
-	parts := []string{}
+	s := strconv.Itoa(r.CPUs) + " CPU · " + strconv.Itoa(r.CPUMemoryGb) + " GB"
 	if r.GPUs > 0 {
-		parts = append(parts, fmt.Sprintf("%d GPU", r.GPUs))
+		s = strconv.Itoa(r.GPUs) + " GPU · " + s
 	}
-	parts = append(parts, fmt.Sprintf("%d CPU", r.CPUs), fmt.Sprintf("%d GB", r.CPUMemoryGb))
-	return strings.Join(parts, " · ")
+	return s
 }
 
 // jobURL is the detail page of a job.
