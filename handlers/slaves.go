@@ -36,15 +36,52 @@ func HashToken(token string) string {
 func requireSlave(r *http.Request) (*Caller, error) {
 	c, err := requireSlaveUnchecked(r)
 	if err == nil && c.CertToCheck != "" {
-		// Only the heartbeat reads the certificate's state itself; anywhere else this is a
-		// routing mistake, refused rather than served on an unchecked certificate.
+		// Only the calls of CertCheckedByHandler read the certificate's state themselves;
+		// anywhere else this is a routing mistake, refused rather than served on an unchecked
+		// certificate.
 		return nil, fmt.Errorf("slave %s: certificate %s left unchecked before %s", c.SlaveName, c.CertToCheck, r.URL.Path)
 	}
 	return c, err
 }
 
-// requireSlaveUnchecked is requireSlave for SlaveHeartbeat, which checks the certificate in
-// its own statement when the caller says so (Caller.CertToCheck).
+// CertCheckedByHandler says whether a slave's call to path reads the state of the slave's
+// certificate in its own first statement (Caller.CertToCheck), where every other request's
+// certificate is read before the handler in a statement of its own: the heartbeat (a
+// thousand a second from 5,000 slaves), the long poll and the calls about a job (update, log,
+// done). Those statements were a quarter of B8x's, each a wait for a connection under load.
+// A refused certificate is still told so before anything about the request (certFirst).
+func CertCheckedByHandler(path string) bool {
+	switch path {
+	case protocol.HeartbeatPath, protocol.NextPath, protocol.UpdatePath, protocol.LogPath, protocol.DonePath:
+		return true
+	}
+	return false
+}
+
+// certFirst is err, or the 401 of the caller's certificate if it is recorded as revoked or
+// expired: the way out of a call of CertCheckedByHandler before its first statement (a
+// malformed body, a field refused), so that a refused certificate learns nothing else.
+func (h *Handlers) certFirst(ctx context.Context, c *Caller, err error) error {
+	if c.CertToCheck != "" {
+		if cerr := CheckCertificate(ctx, h.store, c.CertToCheck); cerr != nil {
+			return cerr
+		}
+	}
+	return err
+}
+
+// certError is err, or the 401 it stands for when it is a certificate's refusal
+// (*store.CertificateRefusedError).
+func certError(err error) error {
+	var refused *store.CertificateRefusedError
+	if errors.As(err, &refused) {
+		return CertificateRefused(refused.Serial, refused.State)
+	}
+	return err
+}
+
+// requireSlaveUnchecked is requireSlave for the calls of CertCheckedByHandler, which check the
+// certificate in their own statement when the caller says so (Caller.CertToCheck).
 func requireSlaveUnchecked(r *http.Request) (*Caller, error) {
 	c := CallerFrom(r.Context())
 	if c == nil {
@@ -158,14 +195,9 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 	}
 	var msg heartbeat
 	if err := decodeBody(w, r, &msg); err != nil {
-		if c.CertToCheck != "" {
-			// A refused certificate is told so before anything about its body, as at every
-			// other endpoint (this read happens only for a body that is refused anyway).
-			if cerr := CheckCertificate(r.Context(), h.store, c.CertToCheck); cerr != nil {
-				return cerr
-			}
-		}
-		return err
+		// A refused certificate is told so before anything about its body, as at every
+		// other endpoint (this read happens only for a body that is refused anyway).
+		return h.certFirst(r.Context(), c, err)
 	}
 	hb := protocol.Heartbeat(msg)
 	ctx := r.Context()
@@ -398,13 +430,13 @@ func heldSet(held []protocol.RunningJob) map[string]protocol.RunningJob {
 // SlaveNext answers with work for the slave: jobs assigned to it that it does not hold yet,
 // and stop orders; it waits (long poll) up to the asked time when there is none.
 func (h *Handlers) SlaveNext(w http.ResponseWriter, r *http.Request) error {
-	c, err := requireSlave(r)
+	c, err := requireSlaveUnchecked(r)
 	if err != nil {
 		return err
 	}
 	var msg nextRequest
 	if err := decodeBody(w, r, &msg); err != nil {
-		return err
+		return h.certFirst(r.Context(), c, err)
 	}
 	req := protocol.NextRequest(msg)
 	wait := min(max(req.Wait, 0), h.cfg.MaxLongPoll)
@@ -415,12 +447,14 @@ func (h *Handlers) SlaveNext(w http.ResponseWriter, r *http.Request) error {
 	// lost notification.
 	poll := time.NewTicker(h.cfg.WorkRecheck)
 	defer poll.Stop()
+	cert := c.CertToCheck // read at the first look only: the poll was let in then
 	for {
 		woken := h.work.For(c.SlaveName)
-		work, err := h.pendingWork(r.Context(), c.SlaveName, req)
+		work, err := h.pendingWork(r.Context(), c.SlaveName, req, cert)
 		if err != nil {
 			return err
 		}
+		cert = ""
 		if len(work.Assignments) > 0 || len(work.Stops) > 0 {
 			writeJSON(w, http.StatusOK, work)
 			return nil
@@ -435,13 +469,14 @@ func (h *Handlers) SlaveNext(w http.ResponseWriter, r *http.Request) error {
 	}
 }
 
-// pendingWork computes the work for a slave now.
-func (h *Handlers) pendingWork(ctx context.Context, slave string, req protocol.NextRequest) (protocol.Work, error) {
+// pendingWork computes the work for a slave now; with cert set (the slave's certificate) it
+// refuses one recorded as revoked or expired before anything else (store.SlaveWork).
+func (h *Handlers) pendingWork(ctx context.Context, slave string, req protocol.NextRequest, cert string) (protocol.Work, error) {
 	work := protocol.Work{Assignments: []protocol.Assignment{}}
 	// One round trip each time a poll wakes (5,000 slaves poll 200 times a second).
-	disabled, live, err := h.store.SlaveWork(ctx, slave, h.cfg.MissingGrace)
+	disabled, live, err := h.store.SlaveWork(ctx, slave, h.cfg.MissingGrace, cert)
 	if err != nil {
-		return work, err
+		return work, certError(err)
 	}
 	if work.Stops, err = h.stopOrders(ctx, slave, req.Jobs, live); err != nil {
 		return work, err
@@ -520,13 +555,16 @@ func writeConflict(w http.ResponseWriter, c protocol.Conflict) {
 // one placed again and not yet given out) is a conflict without its state, worded exactly as
 // for a job that does not exist, so a slave certificate cannot probe other slaves' jobs. It
 // reads only the job's place and state (store.JobPlace), not the whole job.
+//
+// For a call of CertCheckedByHandler it checks the caller's certificate first: in JobPlace's
+// statement, or in one of its own when the uuid is refused before.
 func (h *Handlers) slaveJob(ctx context.Context, c *Caller, id string) (store.JobPlace, error) {
 	if _, err := uuid.Parse(id); err != nil {
-		return store.JobPlace{}, fieldError("jobUuid", "is not a job uuid")
+		return store.JobPlace{}, h.certFirst(ctx, c, fieldError("jobUuid", "is not a job uuid"))
 	}
-	p, err := h.store.JobPlace(ctx, id)
+	p, err := h.store.JobPlace(ctx, id, c.CertToCheck)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return p, err
+		return p, certError(err)
 	}
 	if err != nil || p.Slave != c.SlaveName {
 		return store.JobPlace{}, &conflictError{protocol.Conflict{JobUUID: id, Message: fmt.Sprintf("job %s is not on slave %s", id, c.SlaveName)}}
@@ -581,20 +619,20 @@ func (h *Handlers) slaveChange(w http.ResponseWriter, r *http.Request, c *Caller
 // SlaveUpdate is a conditional state change by a slave (ASSIGNED→STARTING→RUNNING,
 // MUSTHALT→HALTING), optionally with the resources it really got (published ports).
 func (h *Handlers) SlaveUpdate(w http.ResponseWriter, r *http.Request) error {
-	c, err := requireSlave(r)
+	c, err := requireSlaveUnchecked(r)
 	if err != nil {
 		return err
 	}
 	var msg stateUpdate
 	if err := decodeBody(w, r, &msg); err != nil {
-		return err
+		return h.certFirst(r.Context(), c, err)
 	}
 	u := protocol.StateUpdate(msg)
 	if ok, why := job.CanTransition(u.From, u.To, job.ActorSlave); !ok || u.To.Ended() {
 		if why == "" {
 			why = "use done to end a job"
 		}
-		return fieldError("to", "%s", why)
+		return h.certFirst(r.Context(), c, fieldError("to", "%s", why))
 	}
 	place, err := h.slaveJob(r.Context(), c, u.JobUUID)
 	if err != nil {
@@ -618,13 +656,13 @@ func (h *Handlers) observeQueueWait(p store.JobPlace) {
 // SlaveLog appends a chunk of a job's log. Chunks are accepted after the job ended too (the
 // tail of a cancelled job's output still arrives), but only from the job's current attempt.
 func (h *Handlers) SlaveLog(w http.ResponseWriter, r *http.Request) error {
-	c, err := requireSlave(r)
+	c, err := requireSlaveUnchecked(r)
 	if err != nil {
 		return err
 	}
 	var msg logChunk
 	if err := decodeBody(w, r, &msg); err != nil {
-		return err
+		return h.certFirst(r.Context(), c, err)
 	}
 	chunk := protocol.LogChunk(msg)
 	ctx := r.Context()
@@ -672,20 +710,21 @@ func (h *Handlers) SlaveLogState(w http.ResponseWriter, r *http.Request) error {
 // restartable job (or one its slave stopped when fencing itself) gets its restart job in the
 // same transaction. The container has exited, so what the job held is free at once.
 func (h *Handlers) SlaveDone(w http.ResponseWriter, r *http.Request) error {
-	c, err := requireSlave(r)
+	c, err := requireSlaveUnchecked(r)
 	if err != nil {
 		return err
 	}
+	ctx := r.Context()
 	var in completion
 	if err := decodeBody(w, r, &in); err != nil {
-		return err
+		return h.certFirst(ctx, c, err)
 	}
 	d := protocol.Completion(in)
 	if !slices.Contains([]job.Status{job.StatusFinished, job.StatusFailed, job.StatusHalted}, d.To) {
-		return fieldError("to", "must be FINISHED, FAILED or HALTED, not %s", d.To)
+		return h.certFirst(ctx, c, fieldError("to", "must be FINISHED, FAILED or HALTED, not %s", d.To))
 	}
 	if ok, why := job.CanTransition(d.From, d.To, job.ActorSlave); !ok {
-		return fieldError("to", "%s", why)
+		return h.certFirst(ctx, c, fieldError("to", "%s", why))
 	}
 	if _, err := h.slaveJob(r.Context(), c, d.JobUUID); err != nil {
 		return err

@@ -219,17 +219,17 @@ func TestSlaveWork(t *testing.T) {
 	if err != nil || len(want) != 3 {
 		t.Fatalf("ListSlaveJobs: %v %v", want, err)
 	}
-	disabled, got, err := st.SlaveWork(ctx, "node1", time.Minute)
+	disabled, got, err := st.SlaveWork(ctx, "node1", time.Minute, "")
 	if err != nil || disabled || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("SlaveWork: %v %v %v, want not disabled and %v", disabled, got, err, want)
 	}
 	if _, err := st.SetSlaveDisabled(ctx, "node1", true); err != nil {
 		t.Fatal(err)
 	}
-	if disabled, _, err := st.SlaveWork(ctx, "node1", time.Minute); err != nil || !disabled {
+	if disabled, _, err := st.SlaveWork(ctx, "node1", time.Minute, ""); err != nil || !disabled {
 		t.Errorf("after it was disabled: %v %v", disabled, err)
 	}
-	if disabled, jobs, err := st.SlaveWork(ctx, "nobody", time.Minute); err != nil || disabled || len(jobs) != 0 {
+	if disabled, jobs, err := st.SlaveWork(ctx, "nobody", time.Minute, ""); err != nil || disabled || len(jobs) != 0 {
 		t.Errorf("an unknown slave: %v %v %v", disabled, jobs, err)
 	}
 }
@@ -252,7 +252,7 @@ func TestJobPlace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := st.JobPlace(ctx, id)
+		got, err := st.JobPlace(ctx, id, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -267,21 +267,69 @@ func TestJobPlace(t *testing.T) {
 				rec.Job.State.Scheduling.AssignedSlaveName, cluster, queuedAt)
 		}
 	}
-	if got, _ := st.JobPlace(ctx, running.UUID); got.Slave != "node1" || got.Status != job.StatusRunning || got.Attempt != attempt {
+	if got, _ := st.JobPlace(ctx, running.UUID, ""); got.Slave != "node1" || got.Status != job.StatusRunning || got.Attempt != attempt {
 		t.Errorf("the running job: %+v", got)
 	}
-	if got, _ := st.JobPlace(ctx, queued.UUID); got.Slave != "" {
+	if got, _ := st.JobPlace(ctx, queued.UUID, ""); got.Slave != "" {
 		t.Errorf("a queued job is on slave %q", got.Slave)
 	}
 	// Disabled just after a pass assigned it the job (SetSlaveDisabled would queue it again).
 	if _, err := st.DB().ExecContext(ctx, `UPDATE slaves SET disabled = TRUE WHERE name = 'node1'`); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := st.JobPlace(ctx, assigned.UUID); err != nil || !got.SlaveDisabled || got.Status != job.StatusAssigned {
+	if got, err := st.JobPlace(ctx, assigned.UUID, ""); err != nil || !got.SlaveDisabled || got.Status != job.StatusAssigned {
 		t.Errorf("on a disabled slave: %+v %v", got, err)
 	}
-	if _, err := st.JobPlace(ctx, "00000000-0000-4000-8000-000000000000"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.JobPlace(ctx, "00000000-0000-4000-8000-000000000000", ""); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("an unknown job: %v, want ErrNotFound", err)
+	}
+}
+
+// TestCallsReadTheirCertificate: JobPlace and SlaveWork given the caller's certificate refuse
+// one recorded as revoked or expired (a *CertificateRefusedError, also for a job that does not
+// exist), and answer as without it for a valid one and for one the master has no record of.
+func TestCallsReadTheirCertificate(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	node1(t, st)
+	running := createJob(t, st, u, p, job.StatusQueued)
+	placeOn(t, st, running.UUID, 0, job.StatusRunning)
+	later := time.Now().Add(time.Hour)
+	for serial, notAfter := range map[string]time.Time{"c-valid": later, "c-revoked": later, "c-expired": time.Now().Add(-time.Minute)} {
+		if err := st.RecordCertificate(ctx, serial, store.CertSlave, "node1", notAfter, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.RevokeCertificate(ctx, "c-revoked"); err != nil {
+		t.Fatal(err)
+	}
+	unknown := "00000000-0000-4000-8000-000000000000"
+	for _, serial := range []string{"", "c-valid", "c-unrecorded"} {
+		if got, err := st.JobPlace(ctx, running.UUID, serial); err != nil || got.Slave != "node1" || got.Status != job.StatusRunning {
+			t.Errorf("JobPlace with certificate %q: %+v %v", serial, got, err)
+		}
+		if _, err := st.JobPlace(ctx, unknown, serial); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("JobPlace of an unknown job with certificate %q: %v, want ErrNotFound", serial, err)
+		}
+		if _, jobs, err := st.SlaveWork(ctx, "node1", time.Minute, serial); err != nil || len(jobs) != 1 {
+			t.Errorf("SlaveWork with certificate %q: %v %v", serial, jobs, err)
+		}
+	}
+	for serial, state := range map[string]string{"c-revoked": "revoked", "c-expired": "expired"} {
+		refused := func(what string, err error) {
+			t.Helper()
+			var re *store.CertificateRefusedError
+			if !errors.As(err, &re) || re.Serial != serial || re.State != state {
+				t.Errorf("%s with certificate %s: %v, want it %s", what, serial, err, state)
+			}
+		}
+		_, err := st.JobPlace(ctx, running.UUID, serial)
+		refused("JobPlace", err)
+		_, err = st.JobPlace(ctx, unknown, serial)
+		refused("JobPlace of an unknown job", err)
+		_, _, err = st.SlaveWork(ctx, "node1", time.Minute, serial)
+		refused("SlaveWork", err)
 	}
 }
 
@@ -331,7 +379,7 @@ func TestHeartbeatsHaveTheirOwnConnections(t *testing.T) {
 	// The shared pool is taken: a read through it cannot get a connection.
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	if _, _, err := st.SlaveWork(short, "node1", time.Minute); err == nil {
+	if _, _, err := st.SlaveWork(short, "node1", time.Minute, ""); err == nil {
 		t.Fatal("a read got a connection of a pool whose every connection is taken")
 	}
 	long, cancel2 := context.WithTimeout(ctx, 30*time.Second)

@@ -54,7 +54,7 @@ func TestConnectionsFirstComeFirstServed(t *testing.T) {
 	var wg sync.WaitGroup
 	for k := range waiters {
 		wg.Go(func() {
-			if _, err := st.JobPlace(ctx, id); err != nil {
+			if _, err := st.JobPlace(ctx, id, ""); err != nil {
 				t.Error(err)
 			}
 			mu.Lock()

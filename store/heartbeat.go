@@ -255,15 +255,21 @@ func decodeBeat(slave string, row beatRow) (BeatView, error) {
 
 // SlaveWork reads, in one round trip, what a slave's long poll looks at each time it wakes:
 // whether the slave is disabled (an unknown slave is not) and the jobs the master has on it
-// (as ListSlaveJobs).
-func (s *Store) SlaveWork(ctx context.Context, slave string, missingGrace time.Duration) (disabled bool, jobs []SlaveJob, err error) {
+// (as ListSlaveJobs). With certSerial set it reads the state of the slave's certificate too, as
+// JobPlace does: one recorded as revoked or expired gets a *CertificateRefusedError. "":
+// checked by the caller (or, in a long poll, already at its first look).
+func (s *Store) SlaveWork(ctx context.Context, slave string, missingGrace time.Duration, certSerial string) (disabled bool, jobs []SlaveJob, err error) {
 	var row struct {
-		Disabled bool   `db:"disabled"`
-		Jobs     []byte `db:"jobs"`
+		Disabled  bool           `db:"disabled"`
+		Jobs      []byte         `db:"jobs"`
+		CertState sql.NullString `db:"cert_state"`
 	}
 	if err := s.q.GetContext(ctx, &row, `SELECT COALESCE((SELECT disabled FROM slaves WHERE name = $1), FALSE) AS disabled, `+
-		slaveJobsJSON("$1", "$2")+` AS jobs`, slave, missingGrace.Seconds()); err != nil {
+		slaveJobsJSON("$1", "$2")+` AS jobs, `+certStateOf("$3")+` AS cert_state`, slave, missingGrace.Seconds(), certSerial); err != nil {
 		return false, nil, mapErr(err, "list jobs of slave "+slave)
+	}
+	if err := certRefused(certSerial, row.CertState); err != nil {
+		return false, nil, err
 	}
 	jobs, err = decodeSlaveJobs(slave, row.Jobs)
 	return row.Disabled, jobs, err

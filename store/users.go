@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"time"
 
 	"github.com/lib/pq"
@@ -103,6 +104,20 @@ const (
 	certState      = `(SELECT CASE WHEN c.revoked_at IS NOT NULL THEN 'revoked' WHEN c.not_after <= now() THEN 'expired' ELSE 'valid' END
      FROM certificates c WHERE c.serial = $2)`
 )
+
+// certStateOf is certState of the certificate whose serial is the statement's parameter param
+// ("$3"): for the statements of the slaves' calls that read their caller's certificate.
+func certStateOf(param string) string { return strings.Replace(certState, "$2", param, 1) }
+
+// certRefused is the *CertificateRefusedError of a certificate whose state (certState) is
+// revoked or expired, nil for any other state or none (a certificate the master has no record
+// of is left to the TLS stack's checks).
+func certRefused(serial string, state sql.NullString) error {
+	if state.String == "revoked" || state.String == "expired" {
+		return &CertificateRefusedError{Serial: serial, State: state.String}
+	}
+	return nil
+}
 
 // GetUserAndJob is GetUserWithProjectsAndCert and GetJob(jobUUID) in one statement: GET
 // jobs/{id}, the API's most frequent read, in one round trip instead of two (bench/ B4; the

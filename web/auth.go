@@ -12,7 +12,6 @@ import (
 
 	"github.com/opengpulab/gpulab/handlers"
 	"github.com/opengpulab/gpulab/pki"
-	"github.com/opengpulab/gpulab/protocol"
 	"github.com/opengpulab/gpulab/static"
 	"github.com/opengpulab/gpulab/store"
 )
@@ -103,11 +102,12 @@ func (s *Server) callerFromCert(r *http.Request) (*handlers.Caller, error) {
 	if _, actAs := r.Header[http.CanonicalHeaderKey(handlers.ActAsHeader)]; actAs {
 		return nil, errActAsNotService
 	}
-	// A slave's heartbeat (a thousand a second from 5,000 slaves) reads its certificate's
-	// state in the statement that records it (store.Beat.CertSerial): a round trip less per
-	// heartbeat, still read at the request itself, so a revocation holds at the next one.
-	beat := id.Kind == pki.KindSlave && r.Method == http.MethodPost && r.URL.Path == protocol.HeartbeatPath
-	if id.Kind != pki.KindUser && !beat {
+	// A slave's most frequent calls (heartbeat, long poll, update, log, done) read their
+	// certificate's state in their own first statement (handlers.CertCheckedByHandler): a
+	// round trip less per call, still read at the request itself, so a revocation holds at
+	// the next one.
+	own := id.Kind == pki.KindSlave && r.Method == http.MethodPost && handlers.CertCheckedByHandler(r.URL.Path)
+	if id.Kind != pki.KindUser && !own {
 		if err := handlers.CheckCertificate(r.Context(), s.store, serial); err != nil {
 			return nil, err
 		}
@@ -118,7 +118,7 @@ func (s *Server) callerFromCert(r *http.Request) (*handlers.Caller, error) {
 			return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: fmt.Sprintf("slave certificate names %q, not a slave", id.URN)}
 		}
 		c := &handlers.Caller{Kind: pki.KindSlave, SlaveName: urn.Name, Via: "certificate"}
-		if beat {
+		if own {
 			c.CertToCheck = serial
 		}
 		return c, nil

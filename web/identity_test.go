@@ -319,16 +319,18 @@ func between(s, from, to string) string {
 	return v
 }
 
-// A revoked slave certificate is refused at the heartbeat before a word of its body counts,
-// as at every other endpoint (the heartbeat reads the certificate in its own statement): a
-// malformed heartbeat gets 401, not 400.
-func TestRevokedSlaveHeartbeatRefusedBeforeItsBody(t *testing.T) {
+// TestRevokedSlaveRefusedBeforeItsRequest: the slave calls that read their certificate's state
+// in their own statement (handlers.CertCheckedByHandler) answer a revoked certificate 401
+// whatever the request: a malformed body, a field refused, a job that is not a uuid, one that
+// does not exist, or a well-formed call. Before the revocation the same requests get their own
+// answers (400, 409, 200), so the 401 is the certificate's.
+func TestRevokedSlaveRefusedBeforeItsRequest(t *testing.T) {
 	m := testmaster.Start(t, testmaster.Options{})
 	cert := m.SlaveCert("revoked-hb", 1)
 	c := m.Client(&cert)
-	post := func(body string) (int, string) {
+	post := func(path, body string) (int, string) {
 		t.Helper()
-		resp, err := c.Post(m.URL+protocol.HeartbeatPath, "application/json", strings.NewReader(body))
+		resp, err := c.Post(m.URL+path, "application/json", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -336,15 +338,37 @@ func TestRevokedSlaveHeartbeatRefusedBeforeItsBody(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	if status, got := post(`{"instanceId": 5}`); status != http.StatusBadRequest {
-		t.Fatalf("a malformed heartbeat of a valid certificate: %d %s, want 400", status, got)
+	unknown := "00000000-0000-4000-8000-000000000000"
+	calls := []struct {
+		path, body string
+		before     int // the answer with a valid certificate
+	}{
+		{protocol.HeartbeatPath, `{"instanceId": 5}`, http.StatusBadRequest},
+		{protocol.HeartbeatPath, `not json`, http.StatusBadRequest},
+		{protocol.HeartbeatPath, `{"instanceId": "i1", "accepting": true}`, http.StatusConflict}, // not registered
+		{protocol.NextPath, `not json`, http.StatusBadRequest},
+		{protocol.NextPath, `{"instanceId": "i1", "wait": 0, "jobs": []}`, http.StatusOK},
+		{protocol.UpdatePath, `not json`, http.StatusBadRequest},
+		{protocol.UpdatePath, `{"jobUuid": "` + unknown + `", "attempt": 1, "from": "RUNNING", "to": "FINISHED"}`, http.StatusBadRequest},
+		{protocol.UpdatePath, `{"jobUuid": "job-1", "attempt": 1, "from": "ASSIGNED", "to": "STARTING"}`, http.StatusBadRequest},
+		{protocol.UpdatePath, `{"jobUuid": "` + unknown + `", "attempt": 1, "from": "ASSIGNED", "to": "STARTING"}`, http.StatusConflict},
+		{protocol.LogPath, `{"jobUuid": 7}`, http.StatusBadRequest},
+		{protocol.LogPath, `{"jobUuid": "` + unknown + `", "attempt": 1, "seq": 0, "data": "aGkK"}`, http.StatusConflict},
+		{protocol.DonePath, `not json`, http.StatusBadRequest},
+		{protocol.DonePath, `{"jobUuid": "` + unknown + `", "attempt": 1, "from": "RUNNING", "to": "RUNNING"}`, http.StatusBadRequest},
+		{protocol.DonePath, `{"jobUuid": "` + unknown + `", "attempt": 1, "from": "RUNNING", "to": "FINISHED"}`, http.StatusConflict},
+	}
+	for _, call := range calls {
+		if status, got := post(call.path, call.body); status != call.before {
+			t.Errorf("%s %s with a valid certificate: %d %s, want %d", call.path, call.body, status, got, call.before)
+		}
 	}
 	if serials, err := m.Store.RevokeCertificatesOf(context.Background(), store.CertSlave, "revoked-hb"); err != nil || len(serials) != 1 {
 		t.Fatalf("revoke: %v %v", serials, err)
 	}
-	for _, body := range []string{`{"instanceId": 5}`, `not json`, `{"instanceId": "i1", "accepting": true}`} {
-		if status, got := post(body); status != http.StatusUnauthorized || !strings.Contains(got, "revoked") {
-			t.Errorf("heartbeat %s with a revoked certificate: %d %s, want 401", body, status, got)
+	for _, call := range calls {
+		if status, got := post(call.path, call.body); status != http.StatusUnauthorized || !strings.Contains(got, "revoked") {
+			t.Errorf("%s %s with a revoked certificate: %d %s, want 401", call.path, call.body, status, got)
 		}
 	}
 }
