@@ -164,6 +164,9 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 			// stay at info, and gpulab_http_request_duration_seconds counts them all.
 			level = slog.LevelDebug
 		}
+		if !s.log.Enabled(r.Context(), level) {
+			return // the heartbeats and long polls at info: their line is not built at all
+		}
 		attrs := []any{"request_id", ri.id, "method", r.Method, "route", route, "status", rec.status,
 			"duration_ms", float64(took.Microseconds()) / 1000, "bytes", rec.bytes, "db_statements", statements(), "remote", r.RemoteAddr}
 		if ri.route == "" {
