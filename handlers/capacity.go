@@ -2,13 +2,11 @@ package handlers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/opengpulab/gpulab/job"
-	"github.com/opengpulab/gpulab/protocol"
 )
 
 // capacityTTL is how long the largest slave is remembered: slaves join rarely, and a submit
@@ -41,29 +39,11 @@ func (h *Handlers) maxCapacity(ctx context.Context, maxAge time.Duration) (capac
 	if !h.capacity.at.IsZero() && time.Since(h.capacity.at) < maxAge {
 		return h.capacity.last, nil
 	}
-	slaves, err := h.store.ListSlaves(ctx)
+	l, err := h.store.LargestSlave(ctx)
 	if err != nil {
 		return capacity{}, err
 	}
-	var c capacity
-	for _, s := range slaves {
-		if s.InstanceID == "" || len(s.Inventory) == 0 {
-			continue // joined, never registered: nothing is known of it
-		}
-		var inv protocol.Inventory
-		if err := json.Unmarshal(s.Inventory, &inv); err != nil {
-			continue // an inventory the master cannot read counts for nothing
-		}
-		gpus := len(inv.GPUs)
-		var most []protocol.GPU
-		if len(s.CapacityGPUs) > 0 && json.Unmarshal(s.CapacityGPUs, &most) == nil {
-			gpus = max(gpus, len(most))
-		}
-		c.Slaves++
-		c.GPUs = max(c.GPUs, gpus)
-		c.CPUs = max(c.CPUs, inv.CPUs)
-		c.MemoryGb = max(c.MemoryGb, int(inv.MemoryMiB/1024)-h.cfg.MemoryReserveGb)
-	}
+	c := capacity{Slaves: l.Slaves, GPUs: l.GPUs, CPUs: l.CPUs, MemoryGb: max(int(l.MemoryMiB/1024)-h.cfg.MemoryReserveGb, 0)}
 	h.capacity.last, h.capacity.at = c, time.Now()
 	return c, nil
 }

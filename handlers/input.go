@@ -24,13 +24,37 @@ import (
 // (invalid UTF-8, NUL, duplicate keys, deep nesting, wrong types) with a 400 naming the field.
 
 // readBody reads a request body of at most limit bytes.
+//
+// It reads as io.ReadAll does, but into a buffer of the body's announced length (and a byte,
+// to meet its end) where io.ReadAll starts at 512 bytes and grows: a heartbeat of a few
+// kilobytes was copied four or five times on its way in, half of what reading bodies allocated
+// in B8x, where the collector is a quarter of the master's CPU. What is announced is trusted
+// only up to prealloc: a body larger than that grows as it arrives, so a client cannot make
+// the master set aside the whole limit with a header.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		return nil, bodyError(err)
+	rd := http.MaxBytesReader(w, r.Body, limit)
+	size := int64(512)
+	if n := r.ContentLength; n >= 0 {
+		size = min(n+1, prealloc, limit+1)
 	}
-	return body, nil
+	body := make([]byte, 0, size)
+	for {
+		n, err := rd.Read(body[len(body):cap(body)])
+		body = body[:len(body)+n]
+		if errors.Is(err, io.EOF) {
+			return body, nil
+		}
+		if err != nil {
+			return nil, bodyError(err)
+		}
+		if len(body) == cap(body) {
+			body = append(body, 0)[:len(body)] // grow, as io.ReadAll does
+		}
+	}
 }
+
+// prealloc bounds the buffer readBody sets aside for a body on its announced length.
+const prealloc = 64 << 10
 
 // bodyError maps a failed body read: too large → 413, too slow → 408, else 400.
 func bodyError(err error) error {

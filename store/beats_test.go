@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -330,6 +331,46 @@ func TestCallsReadTheirCertificate(t *testing.T) {
 		refused("JobPlace of an unknown job", err)
 		_, _, err = st.SlaveWork(ctx, "node1", time.Minute, serial)
 		refused("SlaveWork", err)
+	}
+}
+
+// TestLargestSlave: the largest slave is taken over the registered slaves only, each resource
+// on its own, GPUs from the inventory or the GPU capacity, whichever is larger; a field of
+// another type counts for nothing, and no slave at all is zero slaves.
+func TestLargestSlave(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	if got, err := st.LargestSlave(ctx); err != nil || got != (store.Largest{}) {
+		t.Fatalf("without slaves: %+v %v", got, err)
+	}
+	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	gpus := func(n int) string { return "[" + strings.TrimSuffix(strings.Repeat(`{"index": 0},`, n), ",") + "]" }
+	for _, sl := range []struct{ name, inventory, capacity string }{
+		{"wide", `{"cpus": 64, "memoryMiB": 131072, "gpus": ` + gpus(2) + `}`, gpus(6)}, // six GPUs, two in the inventory now
+		{"deep", `{"cpus": 16, "memoryMiB": 524800, "gpus": ` + gpus(4) + `}`, `[]`},
+		{"odd", `{"cpus": "many", "memoryMiB": null, "gpus": {"0": 1}}`, `{}`},
+		{"empty", `{}`, `[]`},
+	} {
+		if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: sl.name, InstanceID: "i-" + sl.name, ClusterID: 1, Inventory: []byte(sl.inventory)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.DB().ExecContext(ctx, `UPDATE slaves SET capacity_gpus = $2 WHERE name = $1`, sl.name, sl.capacity); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One that joined and never registered counts for nothing, however large it says it is.
+	if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: "joined", InstanceID: "i-joined", ClusterID: 1,
+		Inventory: []byte(`{"cpus": 999, "memoryMiB": 99999999, "gpus": ` + gpus(9) + `}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.DB().ExecContext(ctx, `UPDATE slaves SET instance_id = '' WHERE name = 'joined'`); err != nil {
+		t.Fatal(err)
+	}
+	want := store.Largest{Slaves: 4, GPUs: 6, CPUs: 64, MemoryMiB: 524800}
+	if got, err := st.LargestSlave(ctx); err != nil || got != want {
+		t.Errorf("largest slave: %+v %v, want %+v", got, err, want)
 	}
 }
 
