@@ -130,8 +130,8 @@ type Caller struct {
 	// the user's jobs in other projects are not its to see or change.
 	Confined bool
 	// CertToCheck is the serial of a slave's certificate whose state (revoked, expired) was
-	// not read before the handler: the heartbeat reads it in its own statement. requireSlave
-	// refuses such a caller; only SlaveHeartbeat takes it.
+	// not read before the handler: the calls of CertCheckedByHandler read it in their own
+	// first statement. requireSlave refuses such a caller; only those calls take it.
 	CertToCheck string
 	// Job, when set, is the job the request names, read with the caller (GET jobs/{id}: one
 	// round trip for both). Whether the caller may see it is still for the handler to decide.

@@ -212,14 +212,10 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 	// when there is something to fix.
 	beat, err := h.store.Heartbeat(ctx, store.Beat{Slave: c.SlaveName, InstanceID: hb.InstanceID, CertSerial: c.CertToCheck, Usage: gpuReport(hb.Jobs),
 		Samples: usageSamples(hb.Jobs), SampleSecs: every.Seconds(), MissingGrace: h.cfg.MissingGrace})
-	var refused *store.CertificateRefusedError
-	if errors.As(err, &refused) {
-		return CertificateRefused(refused.Serial, refused.State)
-	}
 	if errors.Is(err, store.ErrNotFound) {
 		return errorf(http.StatusConflict, "slave %s instance %s is not registered: register again", c.SlaveName, hb.InstanceID)
 	} else if err != nil {
-		return err
+		return certError(err)
 	}
 	view, stops, err := h.reconcileWith(ctx, c.SlaveName, hb.Jobs, "", beat.Jobs, beat.Releases)
 	if err != nil {
