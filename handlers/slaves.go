@@ -236,14 +236,14 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 // the master has no record of (issued before certificates were recorded) is left to the TLS
 // stack's checks of signature and expiry.
 func CheckCertificate(ctx context.Context, st *store.Store, serial string) error {
-	rec, err := st.GetCertificate(ctx, serial)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
+	if err := st.CheckCertificate(ctx, serial); err != nil {
+		var refused *store.CertificateRefusedError
+		if errors.As(err, &refused) {
+			return certError(err)
+		}
 		return fmt.Errorf("check certificate %s: %w", serial, err)
 	}
-	return CertificateRefused(serial, rec.State(time.Now()))
+	return nil
 }
 
 // CertificateRefused is the 401 of a certificate recorded as revoked or expired (state), nil

@@ -503,7 +503,7 @@ func (s *Store) JobPlace(ctx context.Context, uuid, certSerial string) (JobPlace
     `+certStateOf("$2")+` AS cert_state
 FROM jobs j WHERE j.uuid = $1`, uuid, certSerial)
 	if errors.Is(err, sql.ErrNoRows) && certSerial != "" {
-		if err := s.checkCertificate(ctx, certSerial); err != nil {
+		if err := s.CheckCertificate(ctx, certSerial); err != nil {
 			return JobPlace{}, err
 		}
 	}
@@ -516,9 +516,10 @@ FROM jobs j WHERE j.uuid = $1`, uuid, certSerial)
 	return row.JobPlace, nil
 }
 
-// checkCertificate returns the *CertificateRefusedError of a certificate recorded as revoked or
-// expired, nil for any other, or one the master has no record of.
-func (s *Store) checkCertificate(ctx context.Context, serial string) error {
+// CheckCertificate returns the *CertificateRefusedError of a certificate recorded as revoked
+// or expired (by the database's clock, as every statement that reads a caller's certificate
+// judges it), nil for any other, or one the master has no record of.
+func (s *Store) CheckCertificate(ctx context.Context, serial string) error {
 	var state sql.NullString
 	if err := s.q.GetContext(ctx, &state, `SELECT `+certStateOf("$1"), serial); err != nil {
 		return mapErr(err, "check certificate "+serial)
