@@ -580,6 +580,7 @@ func (h *Handlers) slaveJob(ctx context.Context, c *Caller, id string) (store.Jo
 // master holds.
 func (h *Handlers) slaveChange(w http.ResponseWriter, r *http.Request, c *Caller, id string, ch store.Change) error {
 	ctx := r.Context()
+	ch.WakeScheduler = ch.To.Ended() // the other masters' leader learns it from the change itself
 	_, restart, err := h.store.ChangeJob(ctx, id, ch)
 	var sc *store.StateConflict
 	switch {
@@ -605,7 +606,7 @@ func (h *Handlers) slaveChange(w http.ResponseWriter, r *http.Request, c *Caller
 				log = log.With("exit_code", *ch.ExitCode)
 			}
 			log.InfoContext(ctx, "job ended")
-			h.wakeScheduler(ctx)
+			h.sched.Wake() // this master's; the change notified every master's
 		}
 	}
 	writeJSON(w, http.StatusOK, protocol.JobState{JobUUID: id, Status: ch.To, Attempt: *ch.Attempt})

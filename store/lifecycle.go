@@ -65,6 +65,11 @@ type Change struct {
 	Usage    json.RawMessage
 	// Restart asks for the restart job of a restartable job that ends (SPEC 4).
 	Restart bool
+	// WakeScheduler sends the scheduler's notification (ChannelScheduler, to the leader on
+	// whichever master) with the change, when it is made: a job's end frees what a pass can
+	// place. Sent in a statement of its own after the change, it was one of `done`'s three
+	// and, under load, waited for a connection like any other (B8x).
+	WakeScheduler bool
 }
 
 // Attempt is a helper for Change.Attempt.
@@ -107,7 +112,8 @@ const changeJob = `WITH old AS (
     INSERT INTO job_events (job_uuid, kind, from_status, to_status, actor, message)
     SELECT $1, '` + EventStatus + `', status, $2, $11, $10 FROM upd
 )
-SELECT status, attempt FROM upd`
+SELECT status, attempt FROM upd
+    LEFT JOIN LATERAL (SELECT pg_notify('` + ChannelScheduler + `', '') WHERE $15::bool AND upd.status IS NOT NULL) woke ON TRUE`
 
 // ChangeJob makes a conditional state change: the job moves only if it is in one of c.From (and
 // in c.Attempt, when given); the change, its event, the exit code and usage, what the job keeps
@@ -142,7 +148,7 @@ func (s *Store) ChangeJob(ctx context.Context, id string, c Change) (old job.Sta
 		l := tx.leases
 		err := tx.q.GetContext(ctx, &row, changeJob, id, string(c.To), pq.Array(statusStrings(c.From)), attempt,
 			l.Assigned.Seconds(), l.Starting.Seconds(), l.MustHalt.Seconds(), l.Halting.Seconds(), c.Released, c.Event.Message,
-			c.Event.Actor, resources, exitCode, usage)
+			c.Event.Actor, resources, exitCode, usage, c.WakeScheduler)
 		if errors.Is(err, sql.ErrNoRows) {
 			return tx.conflict(ctx, id, c.To)
 		}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -403,5 +405,68 @@ func TestMarkSlavesOfflineWaitsForTheLeader(t *testing.T) {
 	}
 	if names, err := st.MarkSlavesOffline(ctx, time.Minute, now.Add(-2*time.Minute)); err != nil || !slices.Equal(names, []string{"node1"}) {
 		t.Fatalf("a leader of 2 minutes: %v %v", names, err)
+	}
+}
+
+// TestChangeWakesTheScheduler: a change asked to wake the scheduler notifies every master's
+// listener once, when it is made; a refused change and one not asked to do not. Notifications
+// arrive in commit order, so a marker sent after each step tells how many came before it.
+func TestChangeWakesTheScheduler(t *testing.T) {
+	st := newStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	u, p := fixture(t, st, "alice", "vision")
+	node1(t, st)
+	// One channel, in the order the listener calls back (two would lose it in a select).
+	heard, ready := make(chan string, 64), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- st.Listen(ctx, slog.New(slog.DiscardHandler), func() { heard <- "" },
+			func(names []string) { heard <- "marker " + strings.Join(names, ",") }, func() { close(ready) })
+	}()
+	defer func() { cancel(); <-done }()
+	<-ready
+	wakesBefore := func(marker string) int {
+		t.Helper()
+		if err := st.NotifySlaves(ctx, marker); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for h := range heard {
+			switch h {
+			case "":
+				n++
+			case "marker " + marker:
+				return n
+			}
+		}
+		return n
+	}
+	running := createJob(t, st, u, p, job.StatusQueued)
+	attempt := placeOn(t, st, running.UUID, 0, job.StatusRunning)
+	other := createJob(t, st, u, p, job.StatusQueued)
+	placeOn(t, st, other.UUID, 1, job.StatusRunning)
+	wakesBefore("set-up") // the submits' and assignments' own notifications
+	end := func(id string, from job.Status, wake bool) error {
+		_, _, err := st.ChangeJob(ctx, id, store.Change{From: []job.Status{from}, To: job.StatusFinished, Attempt: store.Attempt(attempt),
+			Released: true, Event: store.Event{Actor: "slave node1", Message: "exit code 0"}, WakeScheduler: wake})
+		return err
+	}
+	if err := end(running.UUID, job.StatusQueued, true); !errors.Is(err, store.ErrStateConflict) {
+		t.Fatalf("a change from the wrong state: %v, want a conflict", err)
+	}
+	if n := wakesBefore("refused"); n != 0 {
+		t.Errorf("a refused change woke the scheduler %d times", n)
+	}
+	if err := end(running.UUID, job.StatusRunning, true); err != nil {
+		t.Fatal(err)
+	}
+	if n := wakesBefore("made"); n != 1 {
+		t.Errorf("a change made woke the scheduler %d times, want 1", n)
+	}
+	if err := end(other.UUID, job.StatusRunning, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := wakesBefore("not asked"); n != 0 {
+		t.Errorf("a change not asked to wake the scheduler woke it %d times", n)
 	}
 }
