@@ -46,7 +46,7 @@ func (m *markup) url(s string) { m.text(string(templ.URL(s))) }
 
 // component gives a component written with markup the buffer templ's components share: the
 // parent's when it renders inside one, a pooled one flushed at the end otherwise.
-func component(write func(ctx context.Context, m *markup)) templ.Component {
+func component(write func(m *markup)) templ.Component {
 	return templ.ComponentFunc(func(ctx context.Context, w io.Writer) (err error) {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -60,14 +60,14 @@ func component(write func(ctx context.Context, m *markup)) templ.Component {
 			}()
 		}
 		m := markup{b: b}
-		write(ctx, &m)
+		write(&m)
 		return m.err
 	})
 }
 
 // StatusBadge shows a job's current state in its family's colour.
 func StatusBadge(s job.Status) templ.Component {
-	return component(func(_ context.Context, m *markup) { m.statusBadge(s) })
+	return component(func(m *markup) { m.statusBadge(s) })
 }
 
 func (m *markup) statusBadge(s job.Status) {
@@ -82,7 +82,7 @@ func (m *markup) statusBadge(s job.Status) {
 
 // TimeAgo shows a time relative to now, with the absolute time on hover and in datetime.
 func TimeAgo(t, now time.Time) templ.Component {
-	return component(func(_ context.Context, m *markup) { m.timeAgo(t, now) })
+	return component(func(m *markup) { m.timeAgo(t, now) })
 }
 
 func (m *markup) timeAgo(t, now time.Time) {
@@ -97,7 +97,7 @@ func (m *markup) timeAgo(t, now time.Time) {
 
 // JobRowView is one row of the job list (#job-row-<uuid>); an action answers with it.
 func JobRowView(r JobRow, c Chrome) templ.Component {
-	return component(func(_ context.Context, m *markup) { m.jobRow(r, c) })
+	return component(func(m *markup) { m.jobRow(r, c) })
 }
 
 func (m *markup) jobRow(r JobRow, c Chrome) {
@@ -164,7 +164,7 @@ func (m *markup) jobRow(r JobRow, c Chrome) {
 // list or the job page: htmx then gives the focus back to it, where a keyboard user would
 // otherwise be sent back to the top of the page every few seconds.
 func JobActionsView(r JobRow, c Chrome, target, next string) templ.Component {
-	return component(func(_ context.Context, m *markup) { m.jobActions(r, c, target, next) })
+	return component(func(m *markup) { m.jobActions(r, c, target, next) })
 }
 
 func (m *markup) jobActions(r JobRow, c Chrome, target, next string) {
