@@ -253,6 +253,10 @@ func decodeBeat(slave string, row beatRow) (BeatView, error) {
 	return view, nil
 }
 
+// slaveWorkQuery is SlaveWork's statement, made once: a long poll runs it at every look.
+var slaveWorkQuery = `SELECT COALESCE((SELECT disabled FROM slaves WHERE name = $1), FALSE) AS disabled, ` +
+	slaveJobsJSON("$1", "$2") + ` AS jobs, ` + certStateOf("$3") + ` AS cert_state`
+
 // SlaveWork reads, in one round trip, what a slave's long poll looks at each time it wakes:
 // whether the slave is disabled (an unknown slave is not) and the jobs the master has on it
 // (as ListSlaveJobs). With certSerial set it reads the state of the slave's certificate too, as
@@ -264,8 +268,7 @@ func (s *Store) SlaveWork(ctx context.Context, slave string, missingGrace time.D
 		Jobs      []byte         `db:"jobs"`
 		CertState sql.NullString `db:"cert_state"`
 	}
-	if err := s.q.GetContext(ctx, &row, `SELECT COALESCE((SELECT disabled FROM slaves WHERE name = $1), FALSE) AS disabled, `+
-		slaveJobsJSON("$1", "$2")+` AS jobs, `+certStateOf("$3")+` AS cert_state`, slave, missingGrace.Seconds(), certSerial); err != nil {
+	if err := s.q.GetContext(ctx, &row, slaveWorkQuery, slave, missingGrace.Seconds(), certSerial); err != nil {
 		return false, nil, mapErr(err, "list jobs of slave "+slave)
 	}
 	if err := certRefused(certSerial, row.CertState); err != nil {

@@ -479,6 +479,16 @@ type JobPlace struct {
 	ClusterID     int          `db:"cluster_id"`
 }
 
+// jobPlaceQuery is JobPlace's statement and certificateQuery CheckCertificate's, made once.
+var (
+	jobPlaceQuery = `SELECT j.status, j.attempt, COALESCE(j.assigned_slave_name, '') AS slave,
+    COALESCE((SELECT s.disabled FROM slaves s WHERE s.name = j.assigned_slave_name), false) AS slave_disabled,
+    (j.event_times->>'QUEUED')::timestamptz AS queued_at, COALESCE((j.resources->>'clusterId')::int, 0) AS cluster_id,
+    ` + certStateOf("$2") + ` AS cert_state
+FROM jobs j WHERE j.uuid = $1`
+	certificateQuery = `SELECT ` + certStateOf("$1")
+)
+
 // JobPlace reads where a job is and in what state, in one statement with its slave's disabled
 // flag. The slaves' calls about their jobs (update, log, done: three of every job's five
 // calls) used to read the whole job (GetJob: its request, state and owner, decoded) to look
@@ -497,11 +507,7 @@ func (s *Store) JobPlace(ctx context.Context, uuid, certSerial string) (JobPlace
 		JobPlace
 		CertState sql.NullString `db:"cert_state"`
 	}
-	err := s.q.GetContext(ctx, &row, `SELECT j.status, j.attempt, COALESCE(j.assigned_slave_name, '') AS slave,
-    COALESCE((SELECT s.disabled FROM slaves s WHERE s.name = j.assigned_slave_name), false) AS slave_disabled,
-    (j.event_times->>'QUEUED')::timestamptz AS queued_at, COALESCE((j.resources->>'clusterId')::int, 0) AS cluster_id,
-    `+certStateOf("$2")+` AS cert_state
-FROM jobs j WHERE j.uuid = $1`, uuid, certSerial)
+	err := s.q.GetContext(ctx, &row, jobPlaceQuery, uuid, certSerial)
 	if errors.Is(err, sql.ErrNoRows) && certSerial != "" {
 		if err := s.CheckCertificate(ctx, certSerial); err != nil {
 			return JobPlace{}, err
@@ -521,7 +527,7 @@ FROM jobs j WHERE j.uuid = $1`, uuid, certSerial)
 // judges it), nil for any other, or one the master has no record of.
 func (s *Store) CheckCertificate(ctx context.Context, serial string) error {
 	var state sql.NullString
-	if err := s.q.GetContext(ctx, &state, `SELECT `+certStateOf("$1"), serial); err != nil {
+	if err := s.q.GetContext(ctx, &state, certificateQuery, serial); err != nil {
 		return mapErr(err, "check certificate "+serial)
 	}
 	return certRefused(serial, state)
