@@ -63,3 +63,11 @@ func (s *Store) SetQueueBounds(lifoAfter, shedAfter time.Duration) {
 	s.conns.lifoAfter, s.conns.shedAfter = lifoAfter, shedAfter
 	s.conns.mu.Unlock()
 }
+
+// IdentityStats counts the callers' identities served from the kept ones (hits) and read.
+func (s *Store) IdentityStats() (hits, misses int64) {
+	return s.identities.hits.Load(), s.identities.misses.Load()
+}
+
+// JobsReadAlone counts the jobs GetUserAndJob read without their owner's and project's rows.
+func (s *Store) JobsReadAlone() int64 { return s.names.fast.Load() }

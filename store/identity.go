@@ -12,8 +12,9 @@ import (
 // Identities, disabling and revocation (issue 10). A login is keyed by the provider's issuer
 // and subject, never by a name: a name is what anybody can choose at some other provider.
 // Users and slaves can be disabled, and every certificate the master issues is recorded so
-// that it can be listed and revoked by serial. Nothing here is cached: each request reads the
-// database, so a change made on one master holds at once on every master.
+// that it can be listed and revoked by serial. Each request reads the database (at least the
+// identity generation, identitycache.go), so a change made on one master holds at once on
+// every master.
 
 // ErrLoginTaken is returned when linking a login (issuer, subject) that another user has.
 var ErrLoginTaken = errors.New("login already linked to another user")

@@ -56,6 +56,10 @@ type Store struct {
 	q       querier
 	decoded *decodeCache
 	listed  *listedCache
+	// identities are the callers' identities read lately (identitycache.go), shared by the
+	// store's copies; transactions neither use nor fill them.
+	identities *identityCache
+	names      *ownerNames // likewise
 	// clusters is RecentClusters' list, shared by the store's copies (transactions, the
 	// heartbeats' store).
 	clusters *clusterCache
@@ -96,14 +100,14 @@ func OpenPool(ctx context.Context, url string, conns int) (*Store, error) {
 		return nil, mapErr(err, "connect to database")
 	}
 	queue := newConnQueue(conns)
-	s := &Store{db: db, q: &prepared{querier: db, cache: newStmtCache(db), conns: queue}, conns: queue, decoded: newDecodeCache(), listed: newListedCache(), clusters: &clusterCache{}, projects: &projectCache{}, leases: DefaultLeases, url: url}
+	s := &Store{db: db, q: &prepared{querier: db, cache: newStmtCache(db), conns: queue}, conns: queue, decoded: newDecodeCache(), listed: newListedCache(), identities: newIdentityCache(), names: &ownerNames{}, clusters: &clusterCache{}, projects: &projectCache{}, leases: DefaultLeases, url: url}
 	// Heartbeats have connections of their own (opened when first used), as many as the
 	// statements the queue sends at once: in a shared pool a batch waited behind every request
 	// waiting for a connection, and on an overloaded master (bench/ B8x) heartbeats then timed
 	// out, slaves were taken offline and their jobs given up, which made more work still. A
 	// heartbeat is what keeps a slave's jobs alive; it must not queue behind reads and submits.
 	beatDB := newPool(pc, beatsInFlight)
-	s.beats = newBeatQueue(&Store{db: beatDB, q: &prepared{querier: beatDB, cache: newStmtCache(beatDB)}, decoded: s.decoded, listed: s.listed, clusters: s.clusters, projects: s.projects, leases: s.leases, url: url})
+	s.beats = newBeatQueue(&Store{db: beatDB, q: &prepared{querier: beatDB, cache: newStmtCache(beatDB)}, decoded: s.decoded, listed: s.listed, identities: s.identities, names: s.names, clusters: s.clusters, projects: s.projects, leases: s.leases, url: url})
 	s.usage = newUsageBuffer(s.appendUsage)
 	return s, nil
 }
@@ -167,7 +171,7 @@ func (s *Store) withTx(ctx context.Context, opts *sql.TxOptions, fn func(tx *Sto
 	if err != nil {
 		return mapErr(err, "begin transaction")
 	}
-	if err := fn(&Store{db: s.db, tx: tx, q: &prepared{querier: tx, tx: tx, cache: s.q.(*prepared).cache}, decoded: s.decoded, listed: s.listed, clusters: s.clusters, projects: s.projects, leases: s.leases, url: s.url, usage: s.usage}); err != nil {
+	if err := fn(&Store{db: s.db, tx: tx, q: &prepared{querier: tx, tx: tx, cache: s.q.(*prepared).cache}, decoded: s.decoded, listed: s.listed, identities: s.identities, names: s.names, clusters: s.clusters, projects: s.projects, leases: s.leases, url: s.url, usage: s.usage}); err != nil {
 		_ = tx.Rollback()
 		return err
 	}

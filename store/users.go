@@ -3,10 +3,9 @@ package store
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"strings"
 	"time"
-
-	"github.com/lib/pq"
 )
 
 // User is a person known to the master.
@@ -80,21 +79,20 @@ func (s *Store) GetUserWithProjects(ctx context.Context, urn string) (User, []in
 
 // GetUserWithProjectsAndCert is GetUserWithProjects that also reads, in the same query, the
 // state of the certificate with the given serial ("valid", "revoked" or "expired"; "" when the
-// master has no record of it), so a certificate call still costs one round trip.
+// master has no record of it), so a certificate call still costs one round trip. The identity
+// read at the same generation before is not read again (identitycache.go).
 func (s *Store) GetUserWithProjectsAndCert(ctx context.Context, urn, serial string) (User, []int64, string, error) {
-	var row struct {
-		User
-		Projects  pq.Int64Array  `db:"project_ids"`
-		CertState sql.NullString `db:"cert_state"`
+	k := identityKey{urn: urn, serial: serial}
+	kept := s.keptIdentity(k)
+	var row identityRow
+	if err := s.q.GetContext(ctx, &row, identitySelect, urn, serial, kept.gen); err != nil {
+		return User{}, nil, "", mapErr(err, "get user "+urn)
 	}
-	err := s.q.GetContext(ctx, &row, `SELECT u.id, u.urn, u.name, u.email, u.is_admin, u.created_at,
-    COALESCE(u.issuer, '') AS issuer, COALESCE(u.subject, '') AS subject, u.email_verified, u.disabled,
-    `+userProjectIDs+` AS project_ids, `+certState+` AS cert_state
-FROM users u WHERE u.urn = $1`, urn, serial)
+	id, err := s.identityOf(k, kept, &row)
 	if err != nil {
 		return User{}, nil, "", mapErr(err, "get user "+urn)
 	}
-	return row.User, []int64(row.Projects), row.CertState.String, nil
+	return id.user, id.projects, id.certState(row.Now), nil
 }
 
 // userProjectIDs and certState are GetUserWithProjectsAndCert's expressions: the ids of user
@@ -123,38 +121,53 @@ func certRefused(serial string, state sql.NullString) error {
 // jobs/{id}, the API's most frequent read, in one round trip instead of two (bench/ B4; the
 // two statements' round trips were most of its cost, on Postgres's side as on the master's).
 // The job is read whoever may see it: the caller decides. ErrNotFound when the user or the job
-// does not exist; the caller then reads them apart, for the answer each gives.
+// does not exist; the caller then reads them apart, for the answer each gives. When the caller
+// and the job's owner and project were read at the identity generation the job is read at,
+// they are not read again: the statement reads the job's row alone (identitycache.go).
 func (s *Store) GetUserAndJob(ctx context.Context, urn, serial, jobUUID string) (User, []int64, string, *JobRecord, error) {
+	k := identityKey{urn: urn, serial: serial}
+	kept := s.keptIdentity(k)
+	if kept.gen != -1 {
+		// The caller was read before: the job alone, if nothing changed since.
+		var row struct {
+			Gen int64     `db:"identity_gen"`
+			Now time.Time `db:"identity_now"`
+			jobRow
+		}
+		if err := s.q.GetContext(ctx, &row, jobAtGenerationSelect, jobUUID); err != nil {
+			return User{}, nil, "", nil, mapErr(err, "get job "+jobUUID)
+		}
+		if row.Gen == kept.gen && s.names.fill(row.Gen, &row.jobRow) {
+			s.identities.hits.Add(1)
+			s.names.fast.Add(1)
+			rec, err := s.record(&row.jobRow)
+			if err != nil {
+				return User{}, nil, "", nil, err
+			}
+			return kept.user, slices.Clone(kept.projects), kept.certState(row.Now), rec, nil
+		}
+	}
 	var row struct {
-		ID            int64          `db:"caller_id"`
-		URN           string         `db:"caller_urn"`
-		Name          string         `db:"caller_name"`
-		Email         string         `db:"caller_email"`
-		IsAdmin       bool           `db:"caller_is_admin"`
-		CreatedAt     time.Time      `db:"caller_created_at"`
-		Issuer        string         `db:"caller_issuer"`
-		Subject       string         `db:"caller_subject"`
-		EmailVerified bool           `db:"caller_email_verified"`
-		Disabled      bool           `db:"caller_disabled"`
-		Projects      pq.Int64Array  `db:"caller_project_ids"`
-		CertState     sql.NullString `db:"caller_cert_state"`
+		identityRow
 		jobRow
 	}
-	err := s.q.GetContext(ctx, &row, `SELECT c.*, jr.* FROM (
-    SELECT u.id AS caller_id, u.urn AS caller_urn, u.name AS caller_name, u.email AS caller_email, u.is_admin AS caller_is_admin,
-        u.created_at AS caller_created_at, COALESCE(u.issuer, '') AS caller_issuer, COALESCE(u.subject, '') AS caller_subject,
-        u.email_verified AS caller_email_verified, u.disabled AS caller_disabled,
-        `+userProjectIDs+` AS caller_project_ids, `+certState+` AS caller_cert_state
-    FROM users u WHERE u.urn = $1) c
-CROSS JOIN (`+jobSelect+` WHERE j.uuid = $3) jr`, urn, serial, jobUUID)
+	if err := s.q.GetContext(ctx, &row, userAndJobSelect, urn, serial, kept.gen, jobUUID); err != nil {
+		return User{}, nil, "", nil, mapErr(err, "get user "+urn+" and job "+jobUUID)
+	}
+	id, err := s.identityOf(k, kept, &row.identityRow)
 	if err != nil {
 		return User{}, nil, "", nil, mapErr(err, "get user "+urn+" and job "+jobUUID)
+	}
+	if s.tx == nil && row.Gen > 0 {
+		s.names.put(row.Gen, &row.jobRow)
 	}
 	rec, err := s.record(&row.jobRow)
 	if err != nil {
 		return User{}, nil, "", nil, err
 	}
-	u := User{ID: row.ID, URN: row.URN, Name: row.Name, Email: row.Email, IsAdmin: row.IsAdmin, CreatedAt: row.CreatedAt,
-		Issuer: row.Issuer, Subject: row.Subject, EmailVerified: row.EmailVerified, Disabled: row.Disabled}
-	return u, []int64(row.Projects), row.CertState.String, rec, nil
+	return id.user, id.projects, id.certState(row.Now), rec, nil
 }
+
+// userAndJobSelect is identitySelect with job $4 (no row when it does not exist).
+const userAndJobSelect = `SELECT id.*, jr.* FROM (` + identitySelect + `) id
+CROSS JOIN (` + jobSelect + ` WHERE j.uuid = $4) jr`
