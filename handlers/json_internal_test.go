@@ -10,8 +10,9 @@ import (
 	"github.com/opengpulab/gpulab/job"
 )
 
-// madeJSON writes exactly what encoding/json's encoder writes for the same values, whether
-// items come as values or as JSON made by json.Marshal beforehand (shownCache's).
+// writeJSON writes exactly what encoding/json's encoder writes for the same values, whether
+// items come as values or as JSON made by json.Marshal beforehand (shownCache's), and a
+// list after a longer one (their buffer is reused) is not followed by what the longer left.
 func TestMadeJSONIsTheEncodersJSON(t *testing.T) {
 	j := &job.Job{UUID: "0b0e8a2e-1c3f-4a51-9d0a-1f2e3d4c5b6a", Name: "a <b> & c", Description: "line\nbreak \u2028",
 		Request: job.Request{Docker: job.Docker{Image: "debian", Environment: map[string]string{"Z": "1", "A": "<2>"}}},
