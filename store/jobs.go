@@ -451,17 +451,22 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]*JobRecord, error)
 	default:
 		who = append(who, "j.user_id = ANY("+arg(pq.Array(f.UserIDs))+")")
 	}
+	// A user or project named is looked up first (each name and URN is unique) and its jobs
+	// matched by id: Postgres then walks jobs_user_created_idx or jobs_project_created_idx in
+	// order and stops at the page's end. Matched on the joined row (u.name = $n), it walked all
+	// jobs newest first until it had a page of that user's: the portal's own Jobs page (the
+	// caller's name) read about 100 rows for each it showed in B4.
 	if f.UserURN != "" {
-		who = append(who, "u.urn = "+arg(f.UserURN))
+		who = append(who, "j.user_id = (SELECT id FROM users WHERE urn = "+arg(f.UserURN)+")")
 	}
 	if f.UserName != "" {
-		who = append(who, "u.name = "+arg(f.UserName))
+		who = append(who, "j.user_id = (SELECT id FROM users WHERE name = "+arg(f.UserName)+")")
 	}
 	if f.ProjectURN != "" {
-		who = append(who, "p.urn = "+arg(f.ProjectURN))
+		who = append(who, "j.project_id = (SELECT id FROM projects WHERE urn = "+arg(f.ProjectURN)+")")
 	}
 	if f.ProjectName != "" {
-		who = append(who, "p.name = "+arg(f.ProjectName))
+		who = append(who, "j.project_id = (SELECT id FROM projects WHERE name = "+arg(f.ProjectName)+")")
 	}
 	if f.AlsoOthersRunning {
 		own := "TRUE"
