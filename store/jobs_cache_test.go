@@ -139,6 +139,36 @@ func TestListReadsChangedRowsOnly(t *testing.T) {
 	if got[0].UserName != "alicia" {
 		t.Errorf("the owner's new name does not show: %q", got[0].UserName)
 	}
+	check("after the owner's change, again", 5, 0)
+	if _, err := st.DB().ExecContext(ctx, `UPDATE projects SET name = 'sight', gid = 4343 WHERE id = $1`, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	got = check("after the project's change", 0, 5)
+	if got[0].ProjectName != "sight" || got[0].ProjectGID != 4343 {
+		t.Errorf("the project's new name does not show: %q %d", got[0].ProjectName, got[0].ProjectGID)
+	}
+	// Sorted by the owner's name, the list reads the users' rows too.
+	byOwner := page
+	byOwner.Sort = "-user"
+	if recs, err := st.ListJobs(ctx, byOwner); err != nil || len(recs) != 5 || recs[0].UserName != "alicia" {
+		t.Fatalf("sorted by owner: %d jobs, %v", len(recs), err)
+	}
+	// Without the generation's row (an operator's doing), nothing is taken for kept.
+	if _, err := st.DB().ExecContext(ctx, `DELETE FROM identity_generation`); err != nil {
+		t.Fatal(err)
+	}
+	check("without the generation", 0, 5)
+	if _, err := st.DB().ExecContext(ctx, `UPDATE users SET name = 'ali' WHERE id = $1`, u.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got = check("without the generation, after the owner's change", 0, 5); got[0].UserName != "ali" {
+		t.Errorf("without the generation, the owner's new name does not show: %q", got[0].UserName)
+	}
+	if _, err := st.DB().ExecContext(ctx, `INSERT INTO identity_generation (gen) VALUES (nextval('identity_generation_seq'))`); err != nil {
+		t.Fatal(err)
+	}
+	check("with a generation again", 0, 5)
+	check("with a generation again, twice", 5, 0)
 	// Inside a transaction that changes a job (twice: the row keeps the transaction's xmin and
 	// its now()), the list shows each change; after a rollback the job is listed as it was.
 	err := st.WithTx(ctx, func(tx *store.Store) error {
