@@ -65,6 +65,7 @@ const RecentClustersAge = 2 * time.Second
 type clusterCache struct {
 	mu   sync.Mutex
 	list []Cluster
+	kept bool // list is kept (an empty list too: B4's site has no cluster, and read it at every page)
 	at   time.Time
 	gen  uint64
 }
@@ -72,7 +73,7 @@ type clusterCache struct {
 func (c *clusterCache) get() ([]Cluster, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.list == nil || time.Since(c.at) > RecentClustersAge {
+	if !c.kept || time.Since(c.at) > RecentClustersAge {
 		return nil, false
 	}
 	return slices.Clone(c.list), true
@@ -88,7 +89,7 @@ func (c *clusterCache) put(cs []Cluster, gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if gen == c.gen {
-		c.list, c.at = slices.Clone(cs), time.Now()
+		c.list, c.kept, c.at = slices.Clone(cs), true, time.Now()
 	}
 }
 
@@ -96,7 +97,7 @@ func (c *clusterCache) put(cs []Cluster, gen uint64) {
 func (c *clusterCache) drop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.list = nil
+	c.list, c.kept = nil, false
 	c.gen++
 }
 

@@ -28,6 +28,7 @@ func TestRecentClusters(t *testing.T) {
 	if _, err := a.Migrate(ctx); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
+	start := time.Now()
 	names := func(st *store.Store) (map[int]store.Cluster, int64) {
 		t.Helper()
 		cctx, count := store.CountStatements(ctx)
@@ -43,6 +44,13 @@ func TestRecentClusters(t *testing.T) {
 			cs[0].Name = "changed by a caller" // must not reach the kept list
 		}
 		return out, count()
+	}
+	// No cluster at all is a list to keep too.
+	if got, n := names(a); len(got) != 0 || n != 1 {
+		t.Fatalf("first read of no clusters: %d statements, %v", n, got)
+	}
+	if got, n := names(a); len(got) != 0 || (n != 0 && time.Since(start) < store.RecentClustersAge) {
+		t.Errorf("second read of no clusters: %d statements, %v; want the kept empty list", n, got)
 	}
 	if _, err := a.CreateCluster(ctx, store.Cluster{ID: 70, Name: "zeroth"}); err != nil {
 		t.Fatal(err)
