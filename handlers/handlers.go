@@ -364,8 +364,8 @@ func writeMadeJSON(w http.ResponseWriter, status int, v any) bool {
 			}
 			size += len(items[i]) + 1
 		}
-		buf := listBuffers.Get().(*bytes.Buffer)
-		defer putListBuffer(buf)
+		buf := bodyBuffers.Get().(*bytes.Buffer)
+		defer putBodyBuffer(buf)
 		buf.Grow(size)
 		buf.WriteByte('[')
 		for i, data := range items {
@@ -384,19 +384,20 @@ func writeMadeJSON(w http.ResponseWriter, status int, v any) bool {
 
 var newline = []byte("\n")
 
-// listBuffers hold the JSON arrays writeMadeJSON makes: net/http keeps nothing of what a Write
-// is given once it returns.
-var listBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// bodyBuffers hold the bodies made whole before they are written: the JSON arrays
+// writeMadeJSON makes and the pages render makes. net/http keeps nothing of what a Write is
+// given once it returns.
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// maxPooledList is the largest array buffer kept for the next list (a page of 500 jobs).
-const maxPooledList = 1 << 20
+// maxPooledBody is the largest body buffer kept for the next (a page of 500 jobs).
+const maxPooledBody = 1 << 20
 
-func putListBuffer(buf *bytes.Buffer) {
-	if buf.Cap() > maxPooledList {
+func putBodyBuffer(buf *bytes.Buffer) {
+	if buf.Cap() > maxPooledBody {
 		return
 	}
 	buf.Reset()
-	listBuffers.Put(buf)
+	bodyBuffers.Put(buf)
 }
 
 // prettyWriter marks a response whose JSON is for a person to read, and so indented (Wrap

@@ -3,10 +3,14 @@ package handlers
 import (
 	"database/sql"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/a-h/templ"
 
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/protocol"
@@ -190,5 +194,21 @@ func TestGPUReportKeepsTheUtilisation(t *testing.T) {
 	}
 	if got := gpuUtilisation(gpuReport(nil)); len(got) != 0 {
 		t.Errorf("no jobs: %v", got)
+	}
+}
+
+// render writes exactly the component's markup, page after page: the buffer it makes them in
+// is reused, and a short page after a long one carries nothing of the long one.
+func TestRenderWritesOnlyItsPage(t *testing.T) {
+	h := &Handlers{}
+	for _, page := range []string{strings.Repeat("<p>long</p>", 5000), "<p>short</p>", "", "<p>short</p>"} {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		if err := h.render(rec, r, http.StatusTeapot, templ.Raw(page)); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Code != http.StatusTeapot || rec.Body.String() != page || rec.Header().Get("Content-Type") != "text/html; charset=utf-8" {
+			t.Fatalf("rendered %d %q (%d bytes), want %q", rec.Code, rec.Header().Get("Content-Type"), rec.Body.Len(), page[:min(len(page), 40)])
+		}
 	}
 }
