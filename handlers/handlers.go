@@ -136,6 +136,7 @@ type Caller struct {
 	CertToCheck string
 	// Job, when set, is the job the request names, read with the caller (GET jobs/{id}: one
 	// round trip for both). Whether the caller may see it is still for the handler to decide.
+	// It shares memory with the store's caches (store.GetUserAndJob): read it, never change it.
 	Job *store.JobRecord
 }
 

@@ -238,7 +238,8 @@ func (c *ownerNames) fill(gen int64, r *jobRow) bool {
 // jobAtGenerationSelect reads job $1 alone, with the identity generation and the database's
 // time: when the caller's identity and the job's owner's names were kept at that generation,
 // nothing else is to read.
-// (jobSelect's columns of the jobs table; TestJobReadWithoutJoins compares the two.)
+// (jobSelect's columns of the jobs table; TestJobReadWithoutJoins compares the two.) Its
+// columns are scanned in order (jobRow.alone).
 const jobAtGenerationSelect = `SELECT COALESCE((SELECT gen FROM identity_generation), -2) AS identity_gen, now() AS identity_now,
     j.uuid, j.name, j.description, j.deployment_environment, j.request, j.user_id, j.user_email, j.project_id,
     j.status, j.event_times, j.restart_initial_uuid, j.restart_count,
@@ -253,4 +254,13 @@ func (s *Store) keptIdentity(k identityKey) identity {
 		return identity{gen: -1}
 	}
 	return s.identities.lookup(k)
+}
+
+// alone is where jobAtGenerationSelect's columns after the generation and the time go, in
+// their order.
+func (r *jobRow) alone() []any {
+	return []any{&r.UUID, &r.Name, &r.Description, &r.DeploymentEnvironment, &r.Request, &r.UserID, &r.UserEmail, &r.ProjectID,
+		&r.Status, &r.EventTimes, &r.RestartInitialUUID, &r.RestartCount,
+		&r.AssignedClusterID, &r.AssignedSlaveName, &r.AssignedInstanceID, &r.Attempt,
+		&r.Scheduling, &r.Resources, &r.FinalUsage, &r.IdleGPUs, &r.IdleSince, &r.CreatedAt, &r.UpdatedAt}
 }

@@ -227,6 +227,17 @@ func TestJobReadWithoutJoins(t *testing.T) {
 	if _, alone := read(mine.UUID); !alone {
 		t.Fatal("the caller's own job, after his identity was read, read more than its row")
 	}
+	// What GetUserAndJob hands out shares the kept decoding; the copies GetJob hands out do
+	// not: changing one leaves the next read as it was.
+	cp, err := st.GetJob(ctx, mine.UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp.Job.Request.Docker.Environment = map[string]string{"X": "changed"}
+	cp.Job.State.EventTimes["CHANGED"] = time.Now()
+	if rec, _ := read(mine.UUID); rec.Job.Request.Docker.Environment["X"] != "" || !rec.Job.State.EventTimes["CHANGED"].IsZero() {
+		t.Fatalf("a copy's change reached the shared record: %v %v", rec.Job.Request.Docker.Environment, rec.Job.State.EventTimes)
+	}
 	if _, alone := read(his.UUID); alone {
 		t.Fatal("another owner's job, never read, was read without its owner's names")
 	}

@@ -123,24 +123,25 @@ func certRefused(serial string, state sql.NullString) error {
 // The job is read whoever may see it: the caller decides. ErrNotFound when the user or the job
 // does not exist; the caller then reads them apart, for the answer each gives. When the caller
 // and the job's owner and project were read at the identity generation the job is read at,
-// they are not read again: the statement reads the job's row alone (identitycache.go).
+// they are not read again: the statement reads the job's row alone (identitycache.go). The
+// record shares memory with the store's caches (sharedRecord): it is only to be read.
 func (s *Store) GetUserAndJob(ctx context.Context, urn, serial, jobUUID string) (User, []int64, string, *JobRecord, error) {
 	k := identityKey{urn: urn, serial: serial}
 	kept := s.keptIdentity(k)
 	if kept.gen != -1 {
 		// The caller was read before: the job alone, if nothing changed since.
 		var row struct {
-			Gen int64     `db:"identity_gen"`
-			Now time.Time `db:"identity_now"`
+			Gen int64
+			Now time.Time
 			jobRow
 		}
-		if err := s.q.GetContext(ctx, &row, jobAtGenerationSelect, jobUUID); err != nil {
+		if err := s.q.(*prepared).scanRow(ctx, jobAtGenerationSelect, []any{jobUUID}, append([]any{&row.Gen, &row.Now}, row.jobRow.alone()...)...); err != nil {
 			return User{}, nil, "", nil, mapErr(err, "get job "+jobUUID)
 		}
 		if row.Gen == kept.gen && s.names.fill(row.Gen, &row.jobRow) {
 			s.identities.hits.Add(1)
 			s.names.fast.Add(1)
-			rec, err := s.record(&row.jobRow)
+			rec, err := s.sharedRecord(&row.jobRow)
 			if err != nil {
 				return User{}, nil, "", nil, err
 			}
@@ -161,7 +162,7 @@ func (s *Store) GetUserAndJob(ctx context.Context, urn, serial, jobUUID string) 
 	if s.tx == nil && row.Gen > 0 {
 		s.names.put(row.Gen, &row.jobRow)
 	}
-	rec, err := s.record(&row.jobRow)
+	rec, err := s.sharedRecord(&row.jobRow)
 	if err != nil {
 		return User{}, nil, "", nil, err
 	}
