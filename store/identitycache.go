@@ -70,14 +70,7 @@ func (c *identityCache) put(k identityKey, id identity) {
 	id.projects = slices.Clone(id.projects)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.m) >= maxIdentities {
-		for k := range c.m { // map order: an arbitrary quarter goes
-			delete(c.m, k)
-			if len(c.m) < maxIdentities*3/4 {
-				break
-			}
-		}
-	}
+	makeRoom(c.m, maxIdentities)
 	c.m[k] = id
 }
 
@@ -263,4 +256,19 @@ func (r *jobRow) alone() []any {
 		&r.Status, &r.EventTimes, &r.RestartInitialUUID, &r.RestartCount,
 		&r.AssignedClusterID, &r.AssignedSlaveName, &r.AssignedInstanceID, &r.Attempt,
 		&r.Scheduling, &r.Resources, &r.FinalUsage, &r.IdleGPUs, &r.IdleSince, &r.CreatedAt, &r.UpdatedAt}
+}
+
+// makeRoom bounds one of the store's caches: when m holds limit entries or more, an arbitrary
+// quarter of them goes (map order). What is kept is cheap to read again, so which entries go
+// matters less than that no bookkeeping is paid at every read.
+func makeRoom[K comparable, V any](m map[K]V, limit int) {
+	if len(m) < limit {
+		return
+	}
+	for k := range m {
+		delete(m, k)
+		if len(m) < limit*3/4 {
+			return
+		}
+	}
 }

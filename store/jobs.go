@@ -279,14 +279,7 @@ func (c *decodeCache) decode(r *jobRow) (*job.Job, error) {
 			job: &job.Job{Request: j.Request, State: job.State{EventTimes: j.State.EventTimes, Resources: j.State.Resources}}}
 		keep.job = keep.job.Clone()
 		c.mu.Lock()
-		if len(c.jobs) >= maxDecoded {
-			for id := range c.jobs { // map order: an arbitrary quarter goes
-				delete(c.jobs, id)
-				if len(c.jobs) < maxDecoded*3/4 {
-					break
-				}
-			}
-		}
+		makeRoom(c.jobs, maxDecoded)
 		c.jobs[r.UUID] = keep
 		c.mu.Unlock()
 	}
@@ -734,14 +727,7 @@ func (c *listedCache) put(rec *JobRecord, v string) {
 	keep.Job = rec.Job.Clone()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.jobs) >= maxListed {
-		for id := range c.jobs { // map order: an arbitrary quarter goes
-			delete(c.jobs, id)
-			if len(c.jobs) < maxListed*3/4 {
-				break
-			}
-		}
-	}
+	makeRoom(c.jobs, maxListed)
 	c.jobs[rec.Job.UUID] = listedJob{version: v, rec: &keep}
 }
 

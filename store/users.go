@@ -135,7 +135,7 @@ func (s *Store) GetUserAndJob(ctx context.Context, urn, serial, jobUUID string) 
 			Now time.Time
 			jobRow
 		}
-		if err := s.q.(*prepared).scanRow(ctx, jobAtGenerationSelect, []any{jobUUID}, append([]any{&row.Gen, &row.Now}, row.jobRow.alone()...)...); err != nil {
+		if err := s.q.(*prepared).scanRow(ctx, jobAtGenerationSelect, []any{jobUUID}, append([]any{&row.Gen, &row.Now}, row.alone()...)...); err != nil {
 			return User{}, nil, "", nil, mapErr(err, "get job "+jobUUID)
 		}
 		if row.Gen == kept.gen && s.names.fill(row.Gen, &row.jobRow) {
