@@ -11,9 +11,10 @@ import (
 
 // Service identities (issue 13): a service such as the JupyterHub spawner holds a client
 // certificate of kind 'service' and acts for users, naming them in a request header. Its row
-// says in which projects it may act (none: for any user) and whether it is disabled. As with
-// users and certificates nothing is cached: every request reads the row, so revoking a service
-// holds at once on every master.
+// says in which projects it may act (none: for any user) and whether it is disabled. Nothing
+// of it is kept: every request reads the row, so revoking a service holds at once on every
+// master (a user's identity is kept, but checked in each request's statement against the
+// identity generation, identitycache.go).
 
 // CertService is the certificates table's kind of a service certificate.
 const CertService = "service"
