@@ -20,6 +20,9 @@ import (
 // transaction, so a statement that sees the change sees the new generation and reads the
 // identity again, on every master at once, as before. A certificate's expiry depends on no
 // row: the state is judged at each request by the database's clock, from the expiry kept.
+// (A database restored from a backup under running masters may bring generations back that
+// they read before, as it brings xmins back for the listed jobs' versions: restart the
+// masters after a restore.)
 
 // maxIdentities bounds the identities an identityCache keeps (a few hundred bytes each).
 const maxIdentities = 10000
