@@ -18,3 +18,12 @@ func TestMakeRoom(t *testing.T) {
 		t.Fatalf("at the bound: %d entries left of 100, want 74", len(m))
 	}
 }
+
+// A page is read with the least of the few limits that holds it: the portal's 25 as 25.
+func TestListedLimit(t *testing.T) {
+	for n, want := range map[int]int{1: 10, 10: 10, 11: 20, 25: 25, 26: 50, 50: 50, 101: 200, 201: maxListedByVersion, 500: maxListedByVersion} {
+		if got := listedLimit(n); got != want {
+			t.Errorf("listedLimit(%d) = %d, want %d", n, got, want)
+		}
+	}
+}
