@@ -16,9 +16,9 @@ import (
 // job, whose statement read them with the job, they were half of what Postgres did (bench/ B4).
 // Now the statement reads the generation and, only when it is not the one the master read the
 // caller's identity at, the identity too. Nothing is trusted that the statement did not check:
-// a change to a user, a membership or a user's certificate moves the generation in its own
-// transaction, so a statement that sees the change sees the new generation and reads the
-// identity again, on every master at once, as before. A certificate's expiry depends on no
+// a change to a user, a membership, a project or a user's certificate moves the generation in
+// its own transaction, so a statement that sees the change sees the new generation and reads
+// the identity again, on every master at once, as before. A certificate's expiry depends on no
 // row: the state is judged at each request by the database's clock, from the expiry kept.
 // (A database restored from a backup under running masters may bring generations back that
 // they read before, as it brings xmins back for the listed jobs' versions: restart the
@@ -54,9 +54,6 @@ func newIdentityCache() *identityCache { return &identityCache{m: map[identityKe
 
 // lookup returns the identity kept for k, or one of generation -1 (matching none) when none is.
 func (c *identityCache) lookup(k identityKey) identity {
-	if c == nil {
-		return identity{gen: -1}
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if id, ok := c.m[k]; ok {
@@ -67,9 +64,6 @@ func (c *identityCache) lookup(k identityKey) identity {
 
 // put keeps id for k.
 func (c *identityCache) put(k identityKey, id identity) {
-	if c == nil {
-		return
-	}
 	id.projects = slices.Clone(id.projects)
 	c.mu.Lock()
 	defer c.mu.Unlock()
