@@ -348,6 +348,32 @@ func (p *prepared) scanRow(ctx context.Context, query string, args []any, dest .
 	return p.querier.QueryRowxContext(ctx, query, args...).Scan(dest...)
 }
 
+// scanRows runs a statement and hands its rows to each, which scans them in column order:
+// SelectContext without sqlx's reflection, for a list's page (listByVersion). The rows are
+// closed, and the pool's place left, when each returns.
+func (p *prepared) scanRows(ctx context.Context, query string, args []any, each func(*sql.Rows) error) error {
+	countStatement(ctx)
+	if err := p.conns.enter(ctx); err != nil {
+		return err
+	}
+	defer p.conns.leave()
+	var rows *sql.Rows
+	var err error
+	if st := p.stmt(ctx, query, args); st != nil { //nolint:sqlclosecheck // cached for the pool's life (see stmt)
+		rows, err = st.QueryContext(ctx, args...)
+	} else {
+		rows, err = p.querier.QueryContext(ctx, query, args...)
+	}
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rows.Close() }()
+	if err := each(rows); err != nil {
+		return err
+	}
+	return rows.Close()
+}
+
 func (p *prepared) SelectContext(ctx context.Context, dest any, query string, args ...any) error {
 	countStatement(ctx)
 	if err := p.conns.enter(ctx); err != nil {
