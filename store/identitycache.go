@@ -130,6 +130,14 @@ type identityRow struct {
 	CertNotAfter  sql.NullTime   `db:"caller_cert_not_after"`
 }
 
+// fields are the row's columns in identitySelect's order, for a scan without sqlx's reflection
+// (prepared.scanRow): the caller's identity is read by every request of a user.
+func (r *identityRow) fields() []any {
+	return []any{&r.Gen, &r.Now, &r.ID, &r.URN, &r.Name, &r.Email, &r.IsAdmin, &r.CreatedAt, &r.Issuer, &r.Subject,
+		&r.EmailVerified, &r.Disabled, &r.Projects, &r.ProjectURNs, &r.ProjectNames, &r.ProjectGIDs,
+		&r.CertKnown, &r.CertRevoked, &r.CertNotAfter}
+}
+
 // identityOf makes the caller's identity of a row of identitySelect read with kept (the
 // identity kept for k, generation -1 when none): kept itself when the generation matched,
 // else what the row read, then kept for k (outside transactions). ErrNotFound when the user

@@ -302,3 +302,41 @@ func TestIdentityWithoutGenerationRow(t *testing.T) {
 		t.Fatal("a job was read without its owner's row, though no generation vouched for the names")
 	}
 }
+
+// TestIdentityReadsEveryField: the caller read by a request (scanned by hand, in the statement's
+// column order) is the user GetUserByURN reads, every field set to something other than its
+// zero value, and his projects those GetUserWithProjects reads.
+func TestIdentityReadsEveryField(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	alice, vision := fixture(t, st, "alice", "vision")
+	if _, err := st.DB().ExecContext(ctx, `UPDATE users SET email = 'alice@example.org', is_admin = TRUE,
+		issuer = 'https://idp.example.org', subject = 'sub-alice', email_verified = TRUE WHERE id = $1`, alice.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RecordCertificate(ctx, "a1", "user", alice.URN, time.Now().Add(time.Hour), ""); err != nil {
+		t.Fatal(err)
+	}
+	j := createJob(t, st, alice, vision, job.StatusFinished)
+	want, err := st.GetUserByURN(ctx, alice.URN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want.Issuer == "" || want.Subject == "" || want.Email == "" || !want.IsAdmin || !want.EmailVerified || want.CreatedAt.IsZero() {
+		t.Fatalf("the fixture left a field at its zero value: %+v", want)
+	}
+	_, wantProjects, err := st.GetUserWithProjects(ctx, alice.URN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, read := range []string{"first read", "kept"} {
+		got, _ := readCaller(t, st, alice.URN, "a1", j.UUID)
+		if !got.user.CreatedAt.Equal(want.CreatedAt) {
+			t.Errorf("%s: created %v, want %v", read, got.user.CreatedAt, want.CreatedAt)
+		}
+		got.user.CreatedAt = want.CreatedAt
+		if got.user != want || !slices.Equal(got.projects, wantProjects) || got.certState != "valid" {
+			t.Errorf("%s: caller %+v %v %q, want %+v %v valid", read, got.user, got.projects, got.certState, want, wantProjects)
+		}
+	}
+}

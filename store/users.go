@@ -85,7 +85,7 @@ func (s *Store) GetUserWithProjectsAndCert(ctx context.Context, urn, serial stri
 	k := identityKey{urn: urn, serial: serial}
 	kept := s.keptIdentity(k)
 	var row identityRow
-	if err := s.q.GetContext(ctx, &row, identitySelect, urn, serial, kept.gen); err != nil {
+	if err := s.q.(*prepared).scanRow(ctx, identitySelect, []any{urn, serial, kept.gen}, row.fields()...); err != nil {
 		return User{}, nil, "", mapErr(err, "get user "+urn)
 	}
 	id, err := s.identityOf(k, kept, &row)

@@ -73,19 +73,19 @@ func noteRoute(mux http.Handler) http.Handler {
 
 // callerAttrs describe a caller for the log: who (user, slave or service) and how
 // authenticated; a service acting for a user names both.
-func callerAttrs(c *handlers.Caller) []any {
+func callerAttrs(attrs []slog.Attr, c *handlers.Caller) []slog.Attr {
 	if c == nil {
-		return []any{"caller", "-"}
+		return append(attrs, slog.String("caller", "-"))
 	}
 	switch {
 	case c.Kind == pki.KindSlave:
-		return []any{"caller", "slave:" + c.SlaveName, "via", c.Via}
+		return append(attrs, slog.String("caller", "slave:"+c.SlaveName), slog.String("via", c.Via))
 	case c.Service != "" && c.Kind == pki.KindService:
-		return []any{"caller", "service:" + c.Service, "via", c.Via}
+		return append(attrs, slog.String("caller", "service:"+c.Service), slog.String("via", c.Via))
 	case c.Service != "":
-		return []any{"caller", "user:" + c.User.Name, "service", c.Service, "via", c.Via}
+		return append(attrs, slog.String("caller", "user:"+c.User.Name), slog.String("service", c.Service), slog.String("via", c.Via))
 	default:
-		return []any{"caller", "user:" + c.User.Name, "via", c.Via}
+		return append(attrs, slog.String("caller", "user:"+c.User.Name), slog.String("via", c.Via))
 	}
 }
 
@@ -167,12 +167,16 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		if !s.log.Enabled(r.Context(), level) {
 			return // the heartbeats and long polls at info: their line is not built at all
 		}
-		attrs := []any{"request_id", ri.id, "method", r.Method, "route", route, "status", rec.status,
-			"duration_ms", float64(took.Microseconds()) / 1000, "bytes", rec.bytes, "db_statements", statements(), "remote", r.RemoteAddr}
+		// Typed attributes, in an array of the stack: LogAttrs boxes nothing (Log's key-value
+		// pairs did, a value at a time).
+		var buf [13]slog.Attr
+		attrs := append(buf[:0], slog.String("request_id", ri.id), slog.String("method", r.Method), slog.String("route", route),
+			slog.Int("status", rec.status), slog.Float64("duration_ms", float64(took.Microseconds())/1000), slog.Int64("bytes", rec.bytes),
+			slog.Int64("db_statements", statements()), slog.String("remote", r.RemoteAddr))
 		if ri.route == "" {
-			attrs = append(attrs, "path", r.URL.Path)
+			attrs = append(attrs, slog.String("path", r.URL.Path))
 		}
-		s.log.Log(r.Context(), level, "request", append(attrs, callerAttrs(ri.caller)...)...)
+		s.log.LogAttrs(r.Context(), level, "request", callerAttrs(attrs, ri.caller)...)
 	})
 }
 
