@@ -34,6 +34,7 @@ import (
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/leader"
+	gmetrics "github.com/opengpulab/gpulab/metrics"
 	"github.com/opengpulab/gpulab/pki"
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
@@ -124,6 +125,12 @@ type memReport struct {
 	// time, since the process started (sql.DBStats).
 	DBWaits    int64   `json:"dbWaits"`
 	DBWaitSecs float64 `json:"dbWaitSecs"`
+	// Beats counts, since the process started, the heartbeats by the time the master's handlers
+	// took for them (BeatBuckets, as Sched's; gpulab_http_request_duration_seconds of the
+	// heartbeat route): set against the round trip the slaves see, it tells the master's work
+	// from the wait in the connection's frames, the kernel and the slaves' own process.
+	Beats       []uint64  `json:"beats"`
+	BeatBuckets []float64 `json:"beatBuckets"`
 }
 
 // runMaster is the master role: the wiring of `gpulab-master serve` (cmd/gpulab-master/serve.go:
@@ -182,13 +189,16 @@ func runMaster() error {
 		JobOptions: job.DefaultOptions(), CA: ca, HeartbeatInterval: cfg.HeartbeatInterval, TallyHalfLife: halfLife}, log, wake, work)
 	// Every simulated slave and client connects from 127.0.0.1: B8's 500 slaves alone hold more
 	// connections than the per-client cap of a real master (--max-conns-per-ip).
+	// The requests' latency histograms, as serve keeps them (without the database's gauges,
+	// which only a scrape reads, and leaving the heartbeat statements to d.onBeats).
+	mets := gmetrics.NewMaster(nil, gmetrics.MasterOptions{Log: log})
 	srv := web.New(web.Config{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}, Authority: Authority,
-		Limits: web.Limits{MaxConnsPerIP: 1 << 16}}, st, h, log)
+		Limits: web.Limits{MaxConnsPerIP: 1 << 16}, Metrics: mets}, st, h, log)
 	limits := &scheduler.Limits{}
 	if cfg.CapRunning {
 		limits = nil // scheduler.DefaultLimits, as serve's flag defaults
 	}
-	d := &driver{assigned: &assigned, log: log, db: st.DB(), st: st}
+	d := &driver{assigned: &assigned, log: log, db: st.DB(), st: st, mets: mets}
 	st.ObserveBeats(d.onBeats)
 	// As serve does: the scheduler on a pool of its own (store.LeaderConns).
 	lst, err := store.OpenPool(ctx, cfg.DatabaseURL, store.LeaderConns)
@@ -283,6 +293,7 @@ func (h passCounter) WithGroup(name string) slog.Handler {
 type driver struct {
 	db       *sql.DB      // the request pool, for its waits
 	st       *store.Store // its queue's waits (store.ConnWaits)
+	mets     *gmetrics.Master
 	loop     *leader.Loop
 	assigned *assignCount
 	log      *slog.Logger
@@ -387,11 +398,61 @@ func (d *driver) controlMux() *http.ServeMux {
 		dbs, queued := d.db.Stats(), d.st.ConnWaits()
 		dbs.WaitCount += queued.Count
 		dbs.WaitDuration += queued.Total
+		beats, beatBuckets := d.beatHandlerTimes()
 		_ = json.NewEncoder(w).Encode(memReport{RSSBytes: selfRSS(), HeapInuse: ms.HeapInuse, HeapLive: live[0].Value.Uint64(), StackInuse: ms.StackInuse,
 			GCSecs: live[1].Value.Float64(), BusySecs: live[2].Value.Float64() - live[3].Value.Float64(), Sys: ms.Sys, NumGoroutines: runtime.NumGoroutine(),
-			Sched: sched.Counts, SchedBuckets: finite(sched.Buckets), DBWaits: dbs.WaitCount, DBWaitSecs: dbs.WaitDuration.Seconds()})
+			Sched: sched.Counts, SchedBuckets: finite(sched.Buckets), DBWaits: dbs.WaitCount, DBWaitSecs: dbs.WaitDuration.Seconds(),
+			Beats: beats, BeatBuckets: beatBuckets})
 	})
 	return mux
+}
+
+// beatHandlerTimes reads the master's histogram of its handlers' time for heartbeats (every
+// status), as memReport.Beats and BeatBuckets: counts per bucket between the bounds, the first
+// from 0, the last open.
+func (d *driver) beatHandlerTimes() ([]uint64, []float64) {
+	fams, err := d.mets.Gatherer().Gather()
+	if err != nil {
+		return nil, nil
+	}
+	var cum []uint64
+	var bounds []float64
+	var total uint64
+	for _, f := range fams {
+		if f.GetName() != "gpulab_http_request_duration_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			route := ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "route" {
+					route = l.GetValue()
+				}
+			}
+			if !strings.HasSuffix(route, "/heartbeat") {
+				continue
+			}
+			h := m.GetHistogram()
+			if cum == nil {
+				cum, bounds = make([]uint64, len(h.GetBucket())), make([]float64, len(h.GetBucket()))
+			}
+			for i, b := range h.GetBucket() {
+				cum[i] += b.GetCumulativeCount()
+				bounds[i] = b.GetUpperBound()
+			}
+			total += h.GetSampleCount()
+		}
+	}
+	if cum == nil {
+		return nil, nil
+	}
+	counts := make([]uint64, len(cum)+1)
+	var below uint64
+	for i, c := range cum {
+		counts[i], below = c-below, c
+	}
+	counts[len(cum)] = total - below
+	return counts, append(append([]float64{0}, bounds...), math.MaxFloat64)
 }
 
 // finite replaces the infinite ends of histogram buckets (which JSON cannot carry) with the
@@ -412,21 +473,34 @@ func finite(b []float64) []float64 {
 // schedQuantile is the q-quantile of the goroutines' waits for a CPU between two memReports
 // (the upper end of its bucket), zero when none were counted.
 func schedQuantile(from, to memReport, q float64) time.Duration {
-	if len(to.Sched) == 0 || len(from.Sched) != len(to.Sched) {
-		return 0
+	return histQuantile(from.Sched, to.Sched, to.SchedBuckets, q)
+}
+
+// beatQuantile is the q-quantile of the master's handler time for heartbeats between two
+// memReports, as schedQuantile.
+func beatQuantile(from, to memReport, q float64) time.Duration {
+	return histQuantile(from.Beats, to.Beats, to.BeatBuckets, q)
+}
+
+// histQuantile is the q-quantile of what a histogram counted between two readings (counts per
+// bucket, bucket i between bounds i and i+1): the upper end of its bucket, an hour at most,
+// zero when nothing was counted. A histogram that began between the two counts from zero.
+func histQuantile(from, to []uint64, bounds []float64, q float64) time.Duration {
+	if len(from) != len(to) {
+		from = make([]uint64, len(to))
 	}
 	var total uint64
-	for i := range to.Sched {
-		total += to.Sched[i] - from.Sched[i]
+	for i := range to {
+		total += to[i] - from[i]
 	}
-	if total == 0 {
+	if total == 0 || len(bounds) != len(to)+1 {
 		return 0
 	}
 	want := uint64(math.Ceil(q * float64(total)))
 	var seen uint64
-	for i := range to.Sched {
-		if seen += to.Sched[i] - from.Sched[i]; seen >= want {
-			return time.Duration(min(to.SchedBuckets[i+1], 3600) * float64(time.Second))
+	for i := range to {
+		if seen += to[i] - from[i]; seen >= want {
+			return time.Duration(min(bounds[i+1], 3600) * float64(time.Second))
 		}
 	}
 	return 0

@@ -361,19 +361,20 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 	for k, w := range windows {
 		gcShare := 100 * (w.mem.GCSecs - prevMem.GCSecs) / max(w.mem.BusySecs-prevMem.BusySecs, 1e-9)
 		sched50, sched99 := schedQuantile(prevMem, w.mem, 0.5), schedQuantile(prevMem, w.mem, 0.99)
+		handled50, handled99 := beatQuantile(prevMem, w.mem, 0.5), beatQuantile(prevMem, w.mem, 0.99)
 		dbWaits, dbWaited := w.mem.DBWaits-prevMem.DBWaits, w.mem.DBWaitSecs-prevMem.DBWaitSecs
 		prevMem = w.mem
 		var busy time.Duration
 		for _, d := range w.passes {
 			busy += d
 		}
-		per = append(per, fmt.Sprintf("%d: %d passes (p99 %s, the loop busy %.0f %%), %d finished, %d queued (%d of 2–4 GPUs), %d heartbeats (p50 %s, p99 %s; "+
+		per = append(per, fmt.Sprintf("%d: %d passes (p99 %s, the loop busy %.0f %%), %d finished, %d queued (%d of 2–4 GPUs), %d heartbeats (p50 %s, p99 %s; in the master's handler p50 ≤ %s, p99 ≤ %s; "+
 			"%d statements of %.1f, taking p50 %s p99 %s, waited for p99 %s), reads p99 %s, submits p99 %s, WAL %s, "+
 			"CPU in cores: master %.2f, postgres %.2f, bench %.2f, "+
 			"RSS %s (heap in use %s, live %s, stacks %s; the collector %.0f %% of the master's CPU), %d goroutines, "+
 			"waits for a CPU p50 %s p99 %s, %d waits for a database connection (%.1f s)",
 			k+1, len(w.passes), ms(percentile(w.passes, 99)), 100*busy.Seconds()/sp.window.Seconds(), w.finished, w.queued, w.queuedMulti, len(w.beats), ms(percentile(w.beats, 50)),
-			ms(percentile(w.beats, 99)), len(w.stmtTook), float64(w.stmtBeats)/float64(max(len(w.stmtTook), 1)), ms(percentile(w.stmtTook, 50)),
+			ms(percentile(w.beats, 99)), ms(handled50), ms(handled99), len(w.stmtTook), float64(w.stmtBeats)/float64(max(len(w.stmtTook), 1)), ms(percentile(w.stmtTook, 50)),
 			ms(percentile(w.stmtTook, 99)), ms(percentile(w.stmtWaited, 99)), ms(percentile(w.reads, 99)), ms(percentile(w.submits, 99)), mib(w.walBytes),
 			w.master.Seconds()/sp.window.Seconds(), w.pg.Seconds()/sp.window.Seconds(), w.bench.Seconds()/sp.window.Seconds(),
 			mib(w.mem.RSSBytes), mib(int64(w.mem.HeapInuse)), mib(int64(w.mem.HeapLive)), mib(int64(w.mem.StackInuse)), gcShare, w.mem.NumGoroutines,

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	gmetrics "github.com/opengpulab/gpulab/metrics"
 )
 
 // percentile is the nearest-rank percentile p (0–100) of ds; 0 when empty.
@@ -182,5 +185,43 @@ func TestSchedQuantile(t *testing.T) {
 	last := memReport{Sched: []uint64{5, 95, 9, 7}, SchedBuckets: buckets}
 	if got := schedQuantile(to, last, 0.5); got != time.Hour {
 		t.Errorf("the open bucket: %s, want the hour it is capped at", got)
+	}
+	// The heartbeats' histogram appears with the first heartbeat: counted from zero.
+	if got := beatQuantile(memReport{}, memReport{Beats: []uint64{0, 9, 1, 0}, BeatBuckets: buckets}, 0.95); got != time.Second {
+		t.Errorf("heartbeats from no histogram: %s, want 1s", got)
+	}
+}
+
+// TestBeatHandlerTimes: the master's histogram of the heartbeat route (one series per status)
+// becomes counts per bucket, the first from 0 and the last open; other routes are left out.
+func TestBeatHandlerTimes(t *testing.T) {
+	mets := gmetrics.NewMaster(nil, gmetrics.MasterOptions{})
+	d := &driver{mets: mets}
+	if counts, _ := d.beatHandlerTimes(); counts != nil {
+		t.Errorf("before any heartbeat: %v, want none", counts)
+	}
+	for _, ms := range []int{0, 3, 3, 40, 20000} {
+		mets.ObserveRequest("POST /api/slave/v1/heartbeat", "POST", 200, time.Duration(ms)*time.Millisecond)
+	}
+	mets.ObserveRequest("POST /api/slave/v1/heartbeat", "POST", 401, 3*time.Millisecond)
+	mets.ObserveRequest("GET /api/gpulab/v3.0/jobs", "GET", 200, 3*time.Millisecond)
+	counts, bounds := d.beatHandlerTimes()
+	if len(bounds) != len(counts)+1 || bounds[0] != 0 || bounds[len(bounds)-1] != math.MaxFloat64 {
+		t.Fatalf("bounds %v for %d counts", bounds, len(counts))
+	}
+	got := map[float64]uint64{}
+	var total uint64
+	for i, c := range counts {
+		if c > 0 {
+			got[bounds[i+1]] = c
+		}
+		total += c
+	}
+	want := map[float64]uint64{0.001: 1, 0.005: 3, 0.05: 1, 30: 1}
+	if total != 6 || !reflect.DeepEqual(got, want) {
+		t.Errorf("counts by upper bound %v (%d in all), want %v (6)", got, total, want)
+	}
+	if got := histQuantile(nil, counts, bounds, 0.5); got != 5*time.Millisecond {
+		t.Errorf("median %s, want 5ms", got)
 	}
 }
