@@ -162,7 +162,7 @@ func (s *Store) withTx(ctx context.Context, opts *sql.TxOptions, fn func(tx *Sto
 	if s.tx != nil {
 		return fn(s)
 	}
-	countStatement(ctx) // BEGIN
+	defer countStatement(ctx)() // BEGIN, and the transaction's time until its end
 	if err := s.conns.enter(ctx); err != nil {
 		return mapErr(err, "begin transaction")
 	}
@@ -175,7 +175,7 @@ func (s *Store) withTx(ctx context.Context, opts *sql.TxOptions, fn func(tx *Sto
 		_ = tx.Rollback()
 		return err
 	}
-	countStatement(ctx) // COMMIT
+	_ = countStatement(ctx) // COMMIT: its time is the transaction's
 	if err := tx.Commit(); err != nil {
 		return mapErr(err, "commit transaction")
 	}
@@ -304,24 +304,57 @@ func (p *prepared) stmt(ctx context.Context, query string, args []any) *sqlx.Stm
 // statementsKey is the context key of a request's statement counter (CountStatements).
 type statementsKey struct{}
 
+// requestStatements are what the store counted of one request: its statements and the time
+// they took, waits for a connection or a heartbeat's batch included.
+type requestStatements struct {
+	n, ns atomic.Int64
+}
+
 // CountStatements returns a context under which every statement the store sends (BEGIN and
 // COMMIT included) is counted, and a function that reads the count. The master's request log
 // shows it per request (db_statements), so a request whose statements grow with its rows, or
 // a heartbeat that writes per job, shows in the log and fails its test.
 func CountStatements(ctx context.Context) (context.Context, func() int64) {
-	n := new(atomic.Int64)
-	return context.WithValue(ctx, statementsKey{}, n), n.Load
+	c := new(requestStatements)
+	return context.WithValue(ctx, statementsKey{}, c), c.n.Load
 }
 
-// countStatement counts one statement for the context's counter, if it has one.
-func countStatement(ctx context.Context) {
-	if n, ok := ctx.Value(statementsKey{}).(*atomic.Int64); ok {
-		n.Add(1)
+// StatementTime is the time the store spent on the statements of a context made by
+// CountStatements so far: waiting for a connection (or, for a heartbeat, for its batch's
+// statement) and running them; a transaction counts from its BEGIN to its COMMIT. The request
+// log shows it (db_ms) beside the request's duration, so that a request slow for want of the
+// database is told from one slow for want of the CPU.
+func StatementTime(ctx context.Context) time.Duration {
+	if c, ok := ctx.Value(statementsKey{}).(*requestStatements); ok {
+		return time.Duration(c.ns.Load())
 	}
+	return 0
+}
+
+// countStatement counts one statement for the context's counter, if it has one, and returns
+// the function that adds its time when it is done.
+func countStatement(ctx context.Context) (done func()) {
+	c, ok := ctx.Value(statementsKey{}).(*requestStatements)
+	if !ok {
+		return func() {}
+	}
+	c.n.Add(1)
+	start := time.Now()
+	return func() { c.ns.Add(int64(time.Since(start))) }
+}
+
+// timeStatement is countStatement for a statement of the prepared querier: inside a
+// transaction only counted, since the transaction's time (withTx) holds its statements'.
+func (p *prepared) timeStatement(ctx context.Context) (done func()) {
+	if p.tx != nil {
+		countStatement(ctx)
+		return func() {}
+	}
+	return countStatement(ctx)
 }
 
 func (p *prepared) GetContext(ctx context.Context, dest any, query string, args ...any) error {
-	countStatement(ctx)
+	defer p.timeStatement(ctx)()
 	if err := p.conns.enter(ctx); err != nil {
 		return err
 	}
@@ -337,7 +370,7 @@ func (p *prepared) GetContext(ctx context.Context, dest any, query string, args 
 // read (a GET of a job, where it was 4 % of the master's CPU, bench B4). sql.ErrNoRows when
 // there is no row.
 func (p *prepared) scanRow(ctx context.Context, query string, args []any, dest ...any) error {
-	countStatement(ctx)
+	defer p.timeStatement(ctx)()
 	if err := p.conns.enter(ctx); err != nil {
 		return err
 	}
@@ -352,7 +385,7 @@ func (p *prepared) scanRow(ctx context.Context, query string, args []any, dest .
 // SelectContext without sqlx's reflection, for a list's page (listByVersion). The rows are
 // closed, and the pool's place left, when each returns.
 func (p *prepared) scanRows(ctx context.Context, query string, args []any, each func(*sql.Rows) error) error {
-	countStatement(ctx)
+	defer p.timeStatement(ctx)()
 	if err := p.conns.enter(ctx); err != nil {
 		return err
 	}
@@ -375,7 +408,7 @@ func (p *prepared) scanRows(ctx context.Context, query string, args []any, each 
 }
 
 func (p *prepared) SelectContext(ctx context.Context, dest any, query string, args ...any) error {
-	countStatement(ctx)
+	defer p.timeStatement(ctx)()
 	if err := p.conns.enter(ctx); err != nil {
 		return err
 	}
@@ -387,7 +420,7 @@ func (p *prepared) SelectContext(ctx context.Context, dest any, query string, ar
 }
 
 func (p *prepared) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	countStatement(ctx)
+	defer p.timeStatement(ctx)()
 	if err := p.conns.enter(ctx); err != nil {
 		return nil, err
 	}
@@ -406,7 +439,7 @@ func (p *prepared) QueryContext(ctx context.Context, query string, args ...any) 
 }
 
 func (p *prepared) QueryxContext(ctx context.Context, query string, args ...any) (*sqlx.Rows, error) {
-	countStatement(ctx)
+	defer p.timeStatement(ctx)()
 	if st := p.stmt(ctx, query, args); st != nil { //nolint:sqlclosecheck // cached for the pool's life (see stmt)
 		return st.QueryxContext(ctx, args...)
 	}
@@ -414,7 +447,7 @@ func (p *prepared) QueryxContext(ctx context.Context, query string, args ...any)
 }
 
 func (p *prepared) QueryRowxContext(ctx context.Context, query string, args ...any) *sqlx.Row {
-	countStatement(ctx)
+	defer p.timeStatement(ctx)()
 	if st := p.stmt(ctx, query, args); st != nil { //nolint:sqlclosecheck // cached for the pool's life (see stmt)
 		return st.QueryRowxContext(ctx, args...)
 	}

@@ -31,12 +31,23 @@ func slaveCallStatements(t *testing.T, logs *lockedBuffer, skip int, path string
 			Route        string `json:"route"`
 			Status       int    `json:"status"`
 			DBStatements int    `json:"db_statements"`
+			// body_ms: when the body had been read, since the request began (a POST's).
+			BodyMS     *float64 `json:"body_ms"`
+			DurationMS float64  `json:"duration_ms"`
+			// db_ms: the time in the store's statements (a heartbeat's: in its batch).
+			DBMS float64 `json:"db_ms"`
 		}
 		if i < skip || json.Unmarshal([]byte(l), &line) != nil || line.Msg != "request" || !strings.HasSuffix(line.Route, path) {
 			continue
 		}
 		if line.Status != 200 {
 			t.Fatalf("%s answered %d: %s", path, line.Status, l)
+		}
+		if strings.HasPrefix(line.Route, "POST ") && (line.BodyMS == nil || *line.BodyMS < 0 || *line.BodyMS > line.DurationMS) {
+			t.Errorf("%s: body_ms missing or outside the request's %.3f ms: %s", path, line.DurationMS, l)
+		}
+		if line.DBStatements > 0 && (line.DBMS <= 0 || line.DBMS > line.DurationMS) {
+			t.Errorf("%s: db_ms %.3f for %d statements, outside the request's %.3f ms: %s", path, line.DBMS, line.DBStatements, line.DurationMS, l)
 		}
 		out = append(out, line.DBStatements)
 	}

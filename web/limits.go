@@ -84,8 +84,14 @@ func (s *Server) limitRequests(next http.Handler) http.Handler {
 		}
 		if r.Body != nil && r.Body != http.NoBody {
 			rc := http.NewResponseController(w)
+			ri := infoFrom(r.Context())
 			if err := rc.SetReadDeadline(time.Now().Add(s.cfg.Limits.BodyTimeout)); err == nil {
-				r.Body = &deadlineBody{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+				r.Body = &deadlineBody{ReadCloser: r.Body, lift: func() {
+					_ = rc.SetReadDeadline(time.Time{})
+					if ri != nil {
+						ri.bodyRead = time.Now()
+					}
+				}}
 			}
 		}
 		next.ServeHTTP(w, r)

@@ -38,6 +38,9 @@ type requestInfo struct {
 	id     string
 	route  string
 	caller *handlers.Caller
+	// bodyRead is when the request's body was read to its end (limitRequests), zero when it
+	// was not: the line's body_ms, so that a slow sender is told from a slow handler.
+	bodyRead time.Time
 }
 
 type requestInfoKey struct{}
@@ -169,10 +172,14 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		}
 		// Typed attributes, in an array of the stack: LogAttrs boxes nothing (Log's key-value
 		// pairs did, a value at a time).
-		var buf [13]slog.Attr
+		var buf [15]slog.Attr
 		attrs := append(buf[:0], slog.String("request_id", ri.id), slog.String("method", r.Method), slog.String("route", route),
 			slog.Int("status", rec.status), slog.Float64("duration_ms", float64(took.Microseconds())/1000), slog.Int64("bytes", rec.bytes),
-			slog.Int64("db_statements", statements()), slog.String("remote", r.RemoteAddr))
+			slog.Int64("db_statements", statements()), slog.Float64("db_ms", float64(store.StatementTime(ctx).Microseconds())/1000),
+			slog.String("remote", r.RemoteAddr))
+		if !ri.bodyRead.IsZero() {
+			attrs = append(attrs, slog.Float64("body_ms", float64(ri.bodyRead.Sub(start).Microseconds())/1000))
+		}
 		if ri.route == "" {
 			attrs = append(attrs, slog.String("path", r.URL.Path))
 		}
