@@ -439,7 +439,9 @@ func (p *prepared) QueryContext(ctx context.Context, query string, args ...any) 
 }
 
 func (p *prepared) QueryxContext(ctx context.Context, query string, args ...any) (*sqlx.Rows, error) {
-	defer p.timeStatement(ctx)()
+	// Counted only: the rows are read after it returns, within the caller's transaction,
+	// whose time (withTx) holds theirs.
+	_ = countStatement(ctx)
 	if st := p.stmt(ctx, query, args); st != nil { //nolint:sqlclosecheck // cached for the pool's life (see stmt)
 		return st.QueryxContext(ctx, args...)
 	}
@@ -447,7 +449,9 @@ func (p *prepared) QueryxContext(ctx context.Context, query string, args ...any)
 }
 
 func (p *prepared) QueryRowxContext(ctx context.Context, query string, args ...any) *sqlx.Row {
-	defer p.timeStatement(ctx)()
+	// Counted only: the rows are read after it returns, within the caller's transaction,
+	// whose time (withTx) holds theirs.
+	_ = countStatement(ctx)
 	if st := p.stmt(ctx, query, args); st != nil { //nolint:sqlclosecheck // cached for the pool's life (see stmt)
 		return st.QueryRowxContext(ctx, args...)
 	}
