@@ -77,10 +77,7 @@ func (q *beatQueue) record(ctx context.Context, b Beat) (BeatView, error) {
 	case <-c.done:
 		// Its share of the batch: one statement, as the request sees it, taking the time from
 		// its queueing to its batch's outcome.
-		if rs, ok := ctx.Value(statementsKey{}).(*requestStatements); ok {
-			rs.n.Add(1)
-			rs.ns.Add(int64(time.Since(c.queued)))
-		}
+		addStatement(ctx, time.Since(c.queued))
 		return c.view, c.err
 	case <-ctx.Done():
 		return BeatView{}, mapErr(ctx.Err(), "heartbeat of slave "+b.Slave)

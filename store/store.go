@@ -343,6 +343,14 @@ func countStatement(ctx context.Context) (done func()) {
 	return func() { c.ns.Add(int64(time.Since(start))) }
 }
 
+// addStatement counts one statement that took d for the context's counter, if it has one.
+func addStatement(ctx context.Context, d time.Duration) {
+	if c, ok := ctx.Value(statementsKey{}).(*requestStatements); ok {
+		c.n.Add(1)
+		c.ns.Add(int64(d))
+	}
+}
+
 // timeStatement is countStatement for a statement of the prepared querier: inside a
 // transaction only counted, since the transaction's time (withTx) holds its statements'.
 func (p *prepared) timeStatement(ctx context.Context) (done func()) {
