@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/protocol"
 	"github.com/opengpulab/gpulab/store"
@@ -290,16 +292,18 @@ func (s *fakeSlave) stops(orders []protocol.StopOrder) {
 
 // poll long-polls for work as the real agent does (25 s waits) and starts what it gets.
 func (s *fakeSlave) poll(ctx context.Context) {
+	b := agentBackoff(time.Second)
 	for ctx.Err() == nil {
 		work, err := s.mc.Next(ctx, protocol.NextRequest{InstanceID: s.inv.InstanceID, Wait: 25 * time.Second, Jobs: s.running()})
 		if err != nil {
 			s.failed(ctx, err)
 			select {
 			case <-ctx.Done():
-			case <-time.After(time.Second):
+			case <-time.After(b.NextBackOff()):
 			}
 			continue
 		}
+		b.Reset()
 		now := time.Now()
 		s.stops(work.Stops)
 		for i := range work.Assignments {
@@ -342,13 +346,46 @@ func (s *fakeSlave) drop(id string) {
 	s.mu.Unlock()
 }
 
+// agentBackoff is the real agent's back-off between retries of a failed call (slave.Agent's
+// backoff with its default RetryMax): exponential from first, with jitter, up to 10 s. A fake
+// slave that gave up at the first refusal, or retried every second, would make an overloaded
+// master's load worse than the agents do (B8x's fill: a shed update lost its job, which was
+// queued again and assigned again).
+func agentBackoff(first time.Duration) *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(backoff.WithInitialInterval(first), backoff.WithMaxInterval(10*time.Second),
+		backoff.WithRandomizationFactor(0.5), backoff.WithMultiplier(2), backoff.WithMaxElapsedTime(0))
+}
+
+// retry calls fn until it succeeds or fails for good (a conflict, a refusal that is not
+// temporary), as the agent retries its updates, counting each failure.
+func (s *fakeSlave) retry(ctx context.Context, fn func(ctx context.Context) error) error {
+	b := agentBackoff(500 * time.Millisecond)
+	for {
+		err := fn(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		s.failed(ctx, err)
+		var se *protocol.StatusError
+		if errors.Is(err, protocol.ErrConflict) || errors.As(err, &se) && !se.Temporary() {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(b.NextBackOff()):
+		}
+	}
+}
+
 // start moves a job to RUNNING as the real agent does (STARTING, then RUNNING with the
 // resources it got) and arranges its end.
 func (s *fakeSlave) start(ctx context.Context, a *protocol.Assignment) {
 	id := a.Job.UUID
-	err := s.mc.Update(ctx, protocol.StateUpdate{JobUUID: id, Attempt: a.Attempt, From: job.StatusAssigned, To: job.StatusStarting, Reason: "picked up by slave " + s.name})
+	err := s.retry(ctx, func(ctx context.Context) error {
+		return s.mc.Update(ctx, protocol.StateUpdate{JobUUID: id, Attempt: a.Attempt, From: job.StatusAssigned, To: job.StatusStarting, Reason: "picked up by slave " + s.name})
+	})
 	if err != nil {
-		s.failed(ctx, err)
 		s.drop(id)
 		return
 	}
@@ -361,10 +398,11 @@ func (s *fakeSlave) start(ctx context.Context, a *protocol.Assignment) {
 	if a.Job.State.Resources != nil {
 		res.GPUDetails = a.Job.State.Resources.GPUDetails
 	}
-	err = s.mc.Update(ctx, protocol.StateUpdate{JobUUID: id, Attempt: a.Attempt, From: job.StatusStarting, To: job.StatusRunning,
-		Reason: "container fake-" + id[:12] + " started", Resources: res})
+	err = s.retry(ctx, func(ctx context.Context) error {
+		return s.mc.Update(ctx, protocol.StateUpdate{JobUUID: id, Attempt: a.Attempt, From: job.StatusStarting, To: job.StatusRunning,
+			Reason: "container fake-" + id[:12] + " started", Resources: res})
+	})
 	if err != nil {
-		s.failed(ctx, err)
 		s.drop(id)
 		return
 	}
@@ -393,12 +431,13 @@ func (s *fakeSlave) finish(ctx context.Context, id string, attempt int) {
 	if ctx.Err() != nil {
 		return
 	}
-	err := s.mc.Log(ctx, protocol.LogChunk{JobUUID: id, Attempt: attempt, Seq: 0, Data: []byte("epoch 1/1: loss 0.042 (" + strconv.Itoa(rand.IntN(1000)) + ")\n")})
-	s.failed(ctx, err)
+	chunk := protocol.LogChunk{JobUUID: id, Attempt: attempt, Seq: 0, Data: []byte("epoch 1/1: loss 0.042 (" + strconv.Itoa(rand.IntN(1000)) + ")\n")}
+	_ = s.retry(ctx, func(ctx context.Context) error { return s.mc.Log(ctx, chunk) })
 	code := 0
-	err = s.mc.Done(ctx, protocol.Completion{JobUUID: id, Attempt: attempt, From: job.StatusRunning, To: job.StatusFinished, ExitCode: &code,
-		Usage: &protocol.Usage{CPUPercent: 95, MemoryMiB: 2048}})
-	s.failed(ctx, err)
+	err := s.retry(ctx, func(ctx context.Context) error {
+		return s.mc.Done(ctx, protocol.Completion{JobUUID: id, Attempt: attempt, From: job.StatusRunning, To: job.StatusFinished, ExitCode: &code,
+			Usage: &protocol.Usage{CPUPercent: 95, MemoryMiB: 2048}})
+	})
 	s.drop(id)
 	if err == nil && s.hooks.finished != nil {
 		s.hooks.finished(id, time.Now())

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -257,6 +260,7 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 	windows := make([]soakWindow, n)
 	var stopProfile func() string
 	cpuM, cpuP, cpuB, _ := cpu.sample()
+	var stmts []beatStmt // the soak's, for writeSoakTrace
 	for k := range n {
 		if k == 0 || k == n-1 {
 			stopProfile = m.profile(fmt.Sprintf("%s-window%d", sp.id, k+1), sp.window)
@@ -269,6 +273,7 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 		windows[k].master, windows[k].pg, windows[k].bench = cm-cpuM, cp-cpuP, cb-cpuB
 		cpuM, cpuP, cpuB = cm, cp, cb
 		for _, st := range m.beatStmts() {
+			stmts = append(stmts, st)
 			windows[k].stmtTook = append(windows[k].stmtTook, st.Took)
 			windows[k].stmtWaited = append(windows[k].stmtWaited, st.Waited)
 			windows[k].stmtBeats += st.Size
@@ -288,6 +293,7 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 	cancel()
 	wg.Wait()
 	passes := m.passes(0)
+	writeSoakTrace(t, sp.id, t0, stmts, passes)
 	for k := range windows {
 		from, to := t0.Add(time.Duration(k)*sp.window), t0.Add(time.Duration(k+1)*sp.window)
 		for _, p := range passes {
@@ -427,4 +433,41 @@ func walWritten(t testing.TB, c *cpuMeter) int64 {
 		t.Fatalf("read the WAL position: %v", err)
 	}
 	return n
+}
+
+// writeSoakTrace writes, when GPULAB_BENCH_PROFILE names a folder, the soak's heartbeat
+// statements and scheduler passes as CSV (ms since the soak began), to set the slow heartbeat
+// batches beside the passes that ran meanwhile: the per-minute percentiles do not say which
+// batches were slow or when.
+func writeSoakTrace(t *testing.T, id string, t0 time.Time, stmts []beatStmt, passes []passRecord) {
+	dir := os.Getenv("GPULAB_BENCH_PROFILE")
+	if dir == "" {
+		return
+	}
+	at := func(x time.Time) string { return strconv.FormatFloat(float64(x.Sub(t0))/1e6, 'f', 1, 64) }
+	dur := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 2, 64) }
+	var b strings.Builder
+	b.WriteString("end_ms,size,waited_ms,took_ms\n")
+	for _, st := range stmts {
+		fmt.Fprintf(&b, "%s,%d,%s,%s\n", at(st.End), st.Size, dur(st.Waited), dur(st.Took))
+	}
+	file := filepath.Join(dir, id+"-beatstmts.csv")
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		t.Errorf("soak trace: %v", err)
+		return
+	}
+	b.Reset()
+	b.WriteString("start_ms,dur_ms,assigned,committed_ms\n")
+	for _, p := range passes {
+		committed := ""
+		if !p.Committed.IsZero() {
+			committed = at(p.Committed)
+		}
+		fmt.Fprintf(&b, "%s,%s,%d,%s\n", at(p.Start), dur(p.Dur), p.Assigned, committed)
+	}
+	if err := os.WriteFile(filepath.Join(dir, id+"-passes.csv"), []byte(b.String()), 0o644); err != nil {
+		t.Errorf("soak trace: %v", err)
+		return
+	}
+	t.Logf("the soak's heartbeat statements and passes (ms since %s): %s, %s-passes.csv", t0.UTC().Format(time.RFC3339Nano), file, id)
 }

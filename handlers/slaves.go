@@ -514,6 +514,17 @@ func (h *Handlers) pendingWork(ctx context.Context, slave string, req protocol.N
 		}
 		work.Assignments = append(work.Assignments, a)
 	}
+	if len(work.Assignments) > 0 {
+		// The assigned lease runs from here (store.Leases). Not recorded, the job keeps the
+		// longer lease it had: the work is handed over all the same.
+		ids := make([]string, len(work.Assignments))
+		for i, a := range work.Assignments {
+			ids[i] = a.Job.UUID
+		}
+		if err := h.store.HandedOver(ctx, slave, ids); err != nil {
+			h.log.WarnContext(ctx, "recording the hand-over of jobs failed", "slave", slave, "jobs", len(ids), "err", err)
+		}
+	}
 	return work, nil
 }
 

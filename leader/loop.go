@@ -112,6 +112,12 @@ const TallyInterval = 5 * time.Minute
 // TallyEvery is how often a leader's passes accrue the tallies, at most.
 const TallyEvery = 5 * time.Second
 
+// ExpiredPerPass bounds the expired leases a pass's housekeeping ends (store.ListExpiredLeases):
+// each is a statement of the pass's transaction and a row held until it commits, and the slaves'
+// calls about those jobs wait for it; the rest are ended by the next passes, longest expired
+// first. A pass comes at least every scheduler interval.
+const ExpiredPerPass = 500
+
 // Loop runs the scheduler on the master that holds the scheduler lease: each pass does the
 // housekeeping (offline slaves, lost jobs, expired leases, jobs past maxDuration; at most once
 // a second when passes come back to back, HousekeepEvery), takes a snapshot, plans and
@@ -860,7 +866,7 @@ func (l *Loop) housekeeping(ctx context.Context, tx *store.Store, lead store.Lea
 		}
 	}
 	t = time.Now()
-	expired, err := tx.ListExpiredLeases(ctx)
+	expired, err := tx.ListExpiredLeases(ctx, ExpiredPerPass)
 	if err != nil {
 		return nil, err
 	}
@@ -868,15 +874,18 @@ func (l *Loop) housekeeping(ctx context.Context, tx *store.Store, lead store.Lea
 	leases := tx.Leases()
 	for _, j := range expired {
 		var ch store.Change
-		switch j.Status {
-		case job.StatusAssigned:
+		switch {
+		case j.Status == job.StatusAssigned && j.HandedOver:
 			ch = store.Change{To: job.StatusQueued, Released: true,
 				Event: store.Event{Message: fmt.Sprintf("slave %s did not take the job within %s: queued again", j.SlaveName, leases.Assigned)}}
-		case job.StatusStarting:
+		case j.Status == job.StatusAssigned:
+			ch = store.Change{To: job.StatusQueued, Released: true,
+				Event: store.Event{Message: fmt.Sprintf("slave %s did not ask for the job within %s: queued again", j.SlaveName, leases.BeforeHandOver())}}
+		case j.Status == job.StatusStarting:
 			ch = store.Change{To: job.StatusFailed,
 				Event: store.Event{Message: fmt.Sprintf("slave %s did not start the job in time (no progress for %s, or longer than %s)",
 					j.SlaveName, leases.Starting, leases.StartDeadline)}}
-		case job.StatusMustHalt:
+		case j.Status == job.StatusMustHalt:
 			ch = store.Change{To: job.StatusFailed, Restart: true,
 				Event: store.Event{Message: fmt.Sprintf("slave %s did not begin the halt within %s: stopped", j.SlaveName, leases.MustHalt)}}
 		default: // HALTING

@@ -35,7 +35,9 @@
 // # Leases and fencing
 //
 // ASSIGNED, STARTING, MUSTHALT and HALTING each have a lease on the master (store.Leases), on
-// the database's clock; when one runs out the job gets its defined outcome. A slave that has
+// the database's clock; when one runs out the job gets its defined outcome. ASSIGNED's runs
+// from the first Next that hands the job over (before it, a longer hand-over lease: a master
+// too loaded to answer the polls does not take back jobs no slave was given). A slave that has
 // reached no master for FenceAfter stops its jobs (halting restartable ones) on its own, and the
 // master restarts a lost slave's jobs elsewhere only after that time plus a margin: the old
 // copy is gone before the new one starts.

@@ -18,8 +18,13 @@ import (
 // scheduler's housekeeping gives the job its defined outcome (see Expired and the protocol
 // package's timeline). A lease is set when the job enters the state and cleared when it leaves.
 type Leases struct {
-	// Assigned: a slave takes the job (ASSIGNED → STARTING); else it is queued again.
+	// Assigned: a slave takes the job (ASSIGNED → STARTING) within this of being handed it
+	// (its long poll returned the job, HandedOver); else it is queued again. HandOver bounds the
+	// time before the hand-over: a slave that heartbeats but does not ask for work. Only a
+	// hand-over shortens the lease: a master too loaded to answer the polls must not queue
+	// again, and assign again, jobs no slave was given (B8x's fill).
 	Assigned time.Duration
+	HandOver time.Duration
 	// Starting is renewed by every heartbeat that lists the job as starting (an image pull
 	// may take long while it makes progress), up to StartDeadline after STARTING.
 	Starting      time.Duration
@@ -31,8 +36,12 @@ type Leases struct {
 }
 
 // DefaultLeases are generous against a loaded slave and short against a lost one.
-var DefaultLeases = Leases{Assigned: 2 * time.Minute, Starting: 3 * time.Minute, StartDeadline: time.Hour,
+var DefaultLeases = Leases{Assigned: 2 * time.Minute, HandOver: 15 * time.Minute, Starting: 3 * time.Minute, StartDeadline: time.Hour,
 	MustHalt: 2 * time.Minute, Halting: 2 * time.Minute}
+
+// BeforeHandOver is the lease of an assigned job not handed to its slave yet: HandOver, never
+// shorter than Assigned (leases set without it keep the assigned lease from the assignment).
+func (l Leases) BeforeHandOver() time.Duration { return max(l.HandOver, l.Assigned) }
 
 // SetLeases sets the leases of state changes made through this store (DefaultLeases unless
 // set). Call it before the store is shared.

@@ -252,7 +252,7 @@ func TestExpiredLeasesAndLostJobs(t *testing.T) {
 	assigned, running := createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusQueued)
 	placeOn(t, st, assigned.UUID, 0, job.StatusAssigned)
 	placeOn(t, st, running.UUID, 1, job.StatusRunning)
-	if exp, err := st.ListExpiredLeases(ctx); err != nil || len(exp) != 0 {
+	if exp, err := st.ListExpiredLeases(ctx, 0); err != nil || len(exp) != 0 {
 		t.Fatalf("fresh leases expired: %+v %v", exp, err)
 	}
 	var lease sql.NullTime
@@ -262,7 +262,7 @@ func TestExpiredLeasesAndLostJobs(t *testing.T) {
 	if _, err := st.DB().ExecContext(ctx, `UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE uuid = $1`, assigned.UUID); err != nil {
 		t.Fatal(err)
 	}
-	exp, err := st.ListExpiredLeases(ctx)
+	exp, err := st.ListExpiredLeases(ctx, 0)
 	if err != nil || len(exp) != 1 || exp[0].UUID != assigned.UUID || exp[0].Status != job.StatusAssigned || exp[0].SlaveName != "node1" {
 		t.Fatalf("expired leases: %+v %v", exp, err)
 	}
@@ -281,7 +281,7 @@ func TestExpiredLeasesAndLostJobs(t *testing.T) {
 	if _, err := st.DB().ExecContext(ctx, `UPDATE jobs SET lease_expires_at = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)
 	}
-	if exp, err := st.ListExpiredLeases(ctx); err != nil || len(exp) != 1 || exp[0].UUID != assigned.UUID {
+	if exp, err := st.ListExpiredLeases(ctx, 0); err != nil || len(exp) != 1 || exp[0].UUID != assigned.UUID {
 		t.Fatalf("expired leases on an offline slave: %+v %v", exp, err)
 	}
 }
@@ -468,5 +468,97 @@ func TestChangeWakesTheScheduler(t *testing.T) {
 	}
 	if n := wakesBefore("not asked"); n != 0 {
 		t.Errorf("a change not asked to wake the scheduler woke it %d times", n)
+	}
+}
+
+// An assigned job's lease runs from its first hand-over to its slave: before it, the longer
+// HandOver lease; a later hand-over never lengthens it; another slave's poll does not count; a
+// new assignment waits for its own hand-over. Expired leases are listed up to a limit, the
+// longest expired first.
+func TestAssignedLeaseRunsFromHandOver(t *testing.T) {
+	st := newStore(t)
+	st.SetLeases(store.Leases{Assigned: time.Minute, HandOver: time.Hour, Starting: time.Minute, StartDeadline: time.Hour,
+		MustHalt: time.Minute, Halting: time.Minute})
+	ctx := context.Background()
+	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"node1", "node2"} {
+		if err := st.JoinSlave(ctx, n, 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: n, InstanceID: "i1", ClusterID: 1, Inventory: []byte(`{"gpus": []}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, p := fixture(t, st, "alice", "vision")
+	handed, kept := createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusQueued)
+	placeOn(t, st, handed.UUID, 0, job.StatusAssigned)
+	placeOn(t, st, kept.UUID, 1, job.StatusAssigned)
+	// left is the lease's time left by the database's clock; over is whether it was handed over.
+	lease := func(id string) (left time.Duration, over bool) {
+		t.Helper()
+		var secs float64
+		if err := st.DB().QueryRowContext(ctx, `SELECT extract(epoch FROM lease_expires_at - now()), handed_over_at IS NOT NULL FROM jobs WHERE uuid = $1`,
+			id).Scan(&secs, &over); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(secs * float64(time.Second)), over
+	}
+	if left, over := lease(handed.UUID); over || left < 59*time.Minute {
+		t.Fatalf("a job not handed over: lease %s left, handed over %v; want the hour of HandOver", left, over)
+	}
+	if err := st.HandedOver(ctx, "node2", []string{handed.UUID}); err != nil {
+		t.Fatal(err)
+	}
+	if left, over := lease(handed.UUID); over || left < 59*time.Minute {
+		t.Fatalf("another slave's poll shortened the lease to %s (handed over %v)", left, over)
+	}
+	if err := st.HandedOver(ctx, "node1", []string{handed.UUID}); err != nil {
+		t.Fatal(err)
+	}
+	if left, over := lease(handed.UUID); !over || left > time.Minute || left < 50*time.Second {
+		t.Fatalf("after the hand-over: lease %s left, handed over %v; want the minute of Assigned", left, over)
+	}
+	if left, over := lease(kept.UUID); over || left < 59*time.Minute {
+		t.Fatalf("the other job's lease moved with the hand-over: %s left, handed over %v", left, over)
+	}
+	// The same job handed over again (a poll that returned it again) keeps what is left.
+	if _, err := st.DB().ExecContext(ctx, `UPDATE jobs SET lease_expires_at = now() + interval '10 seconds' WHERE uuid = $1`, handed.UUID); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.HandedOver(ctx, "node1", []string{handed.UUID}); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := lease(handed.UUID); left > 10*time.Second {
+		t.Fatalf("a second hand-over lengthened the lease to %s", left)
+	}
+	// Expired, each says whether it was handed over (the housekeeping's message).
+	if _, err := st.DB().ExecContext(ctx, `UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE uuid IN ($1, $2)`, handed.UUID, kept.UUID); err != nil {
+		t.Fatal(err)
+	}
+	exp, err := st.ListExpiredLeases(ctx, 0)
+	if err != nil || len(exp) != 2 {
+		t.Fatalf("expired leases: %+v %v", exp, err)
+	}
+	for _, e := range exp {
+		if e.HandedOver != (e.UUID == handed.UUID) {
+			t.Errorf("expired job %s: handed over %v", e.UUID, e.HandedOver)
+		}
+	}
+	// A pass takes at most so many, the longest expired first.
+	if _, err := st.DB().ExecContext(ctx, `UPDATE jobs SET lease_expires_at = now() - interval '1 minute' WHERE uuid = $1`, kept.UUID); err != nil {
+		t.Fatal(err)
+	}
+	if exp, err := st.ListExpiredLeases(ctx, 1); err != nil || len(exp) != 1 || exp[0].UUID != kept.UUID {
+		t.Fatalf("the first expired lease: %+v %v", exp, err)
+	}
+	// Queued again and assigned again: the new assignment waits for its own hand-over.
+	if _, err := st.TransitionJob(ctx, handed.UUID, []job.Status{job.StatusAssigned}, job.StatusQueued, store.Event{}); err != nil {
+		t.Fatal(err)
+	}
+	placeOn(t, st, handed.UUID, 2, job.StatusAssigned)
+	if left, over := lease(handed.UUID); over || left < 59*time.Minute {
+		t.Fatalf("assigned again: lease %s left, handed over %v", left, over)
 	}
 }

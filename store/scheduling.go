@@ -92,6 +92,8 @@ type LiveJob struct {
 	Status    job.Status `db:"status"`
 	Attempt   int        `db:"attempt"`
 	SlaveName string     `db:"assigned_slave_name"`
+	// HandedOver: an ASSIGNED job was handed to its slave (ListExpiredLeases reads it).
+	HandedOver bool `db:"handed_over"`
 }
 
 // ListLostJobs lists the jobs on slaves that have been offline longer than `after`: their
@@ -111,15 +113,20 @@ ORDER BY created_at`, pq.Array(lost))
 	return out, mapErr(err, "list lost jobs")
 }
 
-// ListExpiredLeases lists the jobs whose lease ran out: ASSIGNED ones wherever they are, the
-// others on slaves that are online (a silent slave's jobs are left to ListLostJobs, which waits
-// until the slave has stopped them).
-func (s *Store) ListExpiredLeases(ctx context.Context) ([]LiveJob, error) {
+// ListExpiredLeases lists the jobs whose lease ran out, at most limit of them (≤ 0: all), the
+// longest expired first: ASSIGNED ones wherever they are, the others on slaves that are online
+// (a silent slave's jobs are left to ListLostJobs, which waits until the slave has stopped
+// them). The leader gives each its outcome in its pass's transaction, one statement each, and
+// holds each one's row until it commits: the limit bounds that transaction (B8x's fill, before
+// the hand-over lease: 17,000 assignments expired at once, and the slaves' updates of those
+// jobs waited for the pass, holding the master's connections).
+func (s *Store) ListExpiredLeases(ctx context.Context, limit int) ([]LiveJob, error) {
 	var out []LiveJob
-	err := s.q.SelectContext(ctx, &out, `SELECT j.uuid::text AS uuid, j.status, j.attempt, j.assigned_slave_name FROM jobs j
+	err := s.q.SelectContext(ctx, &out, `SELECT j.uuid::text AS uuid, j.status, j.attempt, j.assigned_slave_name,
+    j.handed_over_at IS NOT NULL AS handed_over FROM jobs j
 JOIN slaves s ON s.name = j.assigned_slave_name
 WHERE j.lease_expires_at < now() AND j.status IN `+liveStatuses+` AND (j.status = 'ASSIGNED' OR s.online)
-ORDER BY j.lease_expires_at`)
+ORDER BY j.lease_expires_at LIMIT NULLIF($1, 0)`, max(limit, 0))
 	return out, mapErr(err, "list expired leases")
 }
 
@@ -140,9 +147,20 @@ func (s *Store) ListExpiredJobs(ctx context.Context, among []string) ([]ExpiredJ
 		return nil, nil
 	}
 	var out []ExpiredJob
-	err := s.q.SelectContext(ctx, &out, `SELECT uuid::text AS uuid, status, attempt, COALESCE(assigned_slave_name, '') AS assigned_slave_name, max_duration_s FROM jobs
-WHERE status IN ('RUNNING', 'MUSTHALT', 'HALTING') AND event_times ? 'RUNNING'
-AND (event_times->>'RUNNING')::timestamptz + make_interval(secs => max_duration_s) < now()
-AND ($1::uuid[] IS NULL OR uuid = ANY($1::uuid[]))`, pq.Array(among))
+	var err error
+	if among == nil {
+		err = s.q.SelectContext(ctx, &out, expiredJobs+` WHERE `+expiredJob)
+	} else {
+		// Found by their ids alone (see handedOver): one statement for both, with
+		// "$1 IS NULL OR uuid = ANY($1)", read every running job at each pass.
+		err = s.q.SelectContext(ctx, &out, expiredJobs+` WHERE uuid = ANY($1::uuid[]) AND (`+expiredJob+`) IS TRUE`, pq.Array(among))
+	}
 	return out, mapErr(err, "list expired jobs")
 }
+
+// expiredJobs and expiredJob are ListExpiredJobs's statement and the condition it selects by.
+const (
+	expiredJobs = `SELECT uuid::text AS uuid, status, attempt, COALESCE(assigned_slave_name, '') AS assigned_slave_name, max_duration_s FROM jobs`
+	expiredJob  = `status IN ('RUNNING', 'MUSTHALT', 'HALTING') AND event_times ? 'RUNNING'
+AND (event_times->>'RUNNING')::timestamptz + make_interval(secs => max_duration_s) < now()`
+)

@@ -250,7 +250,7 @@ AND status IN `+liveStatuses+` AND missing_since IS NULL`, pq.Array(missing), sl
 
 // RenewStartLeases extends the STARTING lease of jobs a slave reports as still starting (an
 // image pull in progress), never past the start deadline. Leases with more than half their
-// time left are not written again.
+// time left are not written again. The rows are found by their ids alone (see handedOver).
 func (s *Store) RenewStartLeases(ctx context.Context, slave string, uuids []string) error {
 	if len(uuids) == 0 {
 		return nil
@@ -258,8 +258,8 @@ func (s *Store) RenewStartLeases(ctx context.Context, slave string, uuids []stri
 	l := s.leases
 	_, err := s.q.ExecContext(ctx, `UPDATE jobs SET lease_expires_at = LEAST(now() + make_interval(secs => $3),
     (event_times->>'STARTING')::timestamptz + make_interval(secs => $4))
-WHERE uuid = ANY($1::uuid[]) AND assigned_slave_name = $2 AND status = 'STARTING'
-  AND lease_expires_at < now() + make_interval(secs => $3 / 2)`, pq.Array(uuids), slave, l.Starting.Seconds(), l.StartDeadline.Seconds())
+WHERE uuid = ANY($1::uuid[]) AND (assigned_slave_name = $2 AND status = 'STARTING'
+  AND lease_expires_at < now() + make_interval(secs => $3 / 2)) IS TRUE`, pq.Array(uuids), slave, l.Starting.Seconds(), l.StartDeadline.Seconds())
 	return mapErr(err, "renew start leases on slave "+slave)
 }
 
@@ -289,7 +289,7 @@ const assignJobs = `WITH input AS (
 		AS t(uuid, slave, instance, cluster, resources, tally, message)
 ), assigned AS (
 	UPDATE jobs j SET status = 'ASSIGNED', event_times = j.event_times || jsonb_build_object('ASSIGNED', now()), updated_at = now(),
-		attempt = j.attempt + 1, lease_expires_at = now() + make_interval(secs => $8), missing_since = NULL,
+		attempt = j.attempt + 1, lease_expires_at = now() + make_interval(secs => $8), handed_over_at = NULL, missing_since = NULL,
 		assigned_slave_name = i.slave, assigned_instance_id = i.instance, assigned_cluster_id = i.cluster, resources = i.resources,
 		scheduling = (j.scheduling - 'queuedExplanations' - 'estimatedStart' - 'estimatedStartEarliest' - 'estimatedStartLatest') || jsonb_build_object('tallyIncrement', i.tally)
 	FROM input i WHERE j.uuid = i.uuid AND j.status = 'QUEUED'
@@ -319,8 +319,33 @@ func (s *Store) AssignJobs(ctx context.Context, as []Assignment) ([]string, erro
 	}
 	var done []string
 	err := s.q.SelectContext(ctx, &done, assignJobs, pq.Array(uuids), pq.Array(slaves), pq.Array(instances), pq.Array(clusters),
-		pq.Array(resources), pq.Array(tallies), pq.Array(messages), s.leases.Assigned.Seconds())
+		pq.Array(resources), pq.Array(tallies), pq.Array(messages), s.leases.BeforeHandOver().Seconds())
 	return done, mapErr(err, fmt.Sprintf("assign %d jobs", n))
+}
+
+// handedOver stamps the first hand-over of assigned jobs to their slave and starts their
+// assigned lease from it (LEAST: a later hand-over of the same job, a poll that returned it
+// again, never lengthens it). Its commit does not wait for the WAL's flush (as a heartbeat's):
+// a stamp lost in a crash of Postgres leaves the job the longer lease it had before.
+//
+// Its conditions besides the ids are wrapped in (…) IS TRUE, which no index answers, so that
+// the ids are the only way to the rows (jobs_pkey): left bare, a generic plan may look the
+// rows up by their state instead (jobs_status_idx, costed when few jobs were in that state)
+// and read every job in it at each call: in B8x's fill, 33,000 assigned jobs for each poll
+// that handed a slave its jobs, most of Postgres's time. RenewStartLeases does the same.
+const handedOver = `WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
+UPDATE jobs SET handed_over_at = now(), lease_expires_at = LEAST(lease_expires_at, now() + make_interval(secs => $3))
+FROM async WHERE uuid = ANY($1::uuid[]) AND (assigned_slave_name = $2 AND status = 'ASSIGNED' AND handed_over_at IS NULL) IS TRUE`
+
+// HandedOver records that a long poll of the slave handed it these assigned jobs: each one's
+// lease (Leases.Assigned) runs from its first hand-over. Jobs no longer assigned to the slave
+// are left alone.
+func (s *Store) HandedOver(ctx context.Context, slave string, uuids []string) error {
+	if len(uuids) == 0 {
+		return nil
+	}
+	_, err := s.q.ExecContext(ctx, handedOver, pq.Array(uuids), slave, s.leases.Assigned.Seconds())
+	return mapErr(err, "record the hand-over of jobs to slave "+slave)
 }
 
 // SetQueuedExplanations stores, for each queued job, why it waits, in one statement per pass.

@@ -56,6 +56,7 @@ type config struct {
 	JobGrace                              time.Duration
 	FenceMargin                           time.Duration
 	AssignLease                           time.Duration
+	HandOverLease                         time.Duration
 	StartLease                            time.Duration
 	StartDeadline                         time.Duration
 	HaltLease                             time.Duration
@@ -120,7 +121,8 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.HeartbeatGrace, "heartbeat-grace", envDuration(getenv, "GPULAB_HEARTBEAT_GRACE", 30*time.Second), "a slave silent this long is offline (env GPULAB_HEARTBEAT_GRACE)")
 	fs.DurationVar(&c.JobGrace, "job-grace", envDuration(getenv, "GPULAB_JOB_GRACE", 5*time.Minute), "a slave that reaches no master this long stops its jobs; after this plus --fence-margin offline, they fail with `worker lost` (env GPULAB_JOB_GRACE)")
 	fs.DurationVar(&c.FenceMargin, "fence-margin", envDuration(getenv, "GPULAB_FENCE_MARGIN", 45*time.Second), "time a cut-off slave has to stop its jobs before they may start elsewhere (env GPULAB_FENCE_MARGIN)")
-	fs.DurationVar(&c.AssignLease, "assign-lease", envDuration(getenv, "GPULAB_ASSIGN_LEASE", store.DefaultLeases.Assigned), "an assigned job not taken by its slave this long is queued again (env GPULAB_ASSIGN_LEASE)")
+	fs.DurationVar(&c.AssignLease, "assign-lease", envDuration(getenv, "GPULAB_ASSIGN_LEASE", store.DefaultLeases.Assigned), "an assigned job not taken by its slave this long after the slave was handed it is queued again (env GPULAB_ASSIGN_LEASE)")
+	fs.DurationVar(&c.HandOverLease, "handover-lease", envDuration(getenv, "GPULAB_HANDOVER_LEASE", store.DefaultLeases.HandOver), "an assigned job its slave has not asked for this long is queued again; at least assign-lease (env GPULAB_HANDOVER_LEASE)")
 	fs.DurationVar(&c.StartLease, "start-lease", envDuration(getenv, "GPULAB_START_LEASE", store.DefaultLeases.Starting), "a starting job its slave stops reporting this long fails (env GPULAB_START_LEASE)")
 	fs.DurationVar(&c.StartDeadline, "start-deadline", envDuration(getenv, "GPULAB_START_DEADLINE", store.DefaultLeases.StartDeadline), "the longest a job may take to start, image pull included (env GPULAB_START_DEADLINE)")
 	fs.DurationVar(&c.HaltLease, "halt-lease", envDuration(getenv, "GPULAB_HALT_LEASE", store.DefaultLeases.Halting), "a halt not begun, or not ended, this long fails the job (env GPULAB_HALT_LEASE)")
@@ -323,7 +325,7 @@ func envOr(getenv func(string) string, key, def string) string {
 
 // leases are the store's leases from the flags.
 func (c *config) leases() store.Leases {
-	return store.Leases{Assigned: c.AssignLease, Starting: c.StartLease, StartDeadline: c.StartDeadline, MustHalt: c.HaltLease, Halting: c.HaltLease}
+	return store.Leases{Assigned: c.AssignLease, HandOver: c.HandOverLease, Starting: c.StartLease, StartDeadline: c.StartDeadline, MustHalt: c.HaltLease, Halting: c.HaltLease}
 }
 
 func (c *config) openStore(ctx context.Context) (*store.Store, error) {

@@ -99,7 +99,8 @@ func (c *config) check() (checkedServe, error) {
 		v    time.Duration
 	}{{"user-cert-validity", c.UserCertValidity}, {"slave-cert-validity", c.SlaveCertValidity},
 		{"heartbeat-interval", c.HeartbeatInterval}, {"heartbeat-grace", c.HeartbeatGrace}, {"job-grace", c.JobGrace},
-		{"fence-margin", c.FenceMargin}, {"assign-lease", c.AssignLease}, {"start-lease", c.StartLease},
+		{"fence-margin", c.FenceMargin}, {"assign-lease", c.AssignLease}, {"handover-lease", c.HandOverLease},
+		{"start-lease", c.StartLease},
 		{"start-deadline", c.StartDeadline}, {"halt-lease", c.HaltLease}, {"scheduler-interval", c.SchedulerInterval},
 		{"tally-half-life", c.TallyHalfLife}, {"usage-flush", c.UsageFlush}} {
 		if d.v <= 0 {

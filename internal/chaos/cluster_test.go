@@ -37,6 +37,7 @@ const (
 	fenceMargin    = 20 * time.Second // > the longest stop: a 15 s halt and a kill
 	passInterval   = 500 * time.Millisecond
 	assignLease    = 5 * time.Second
+	handOverLease  = 15 * time.Second // an assignment no poll has returned
 	startLease     = 20 * time.Second
 	haltLease      = 40 * time.Second
 	// leaseSlack is how late past its lease an in-between state may still be seen: a pass
@@ -190,7 +191,7 @@ func (c *cluster) startMaster(name string) *masterProc {
 	m.Process = faults.StartProcess(c.t, faults.Command{Path: c.masterB, Env: c.env, Name: c.name + name, Args: []string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port),
 		"--hostnames", "127.0.0.1", "--heartbeat-interval", heartbeat.String(), "--heartbeat-grace", heartbeatGrace.String(),
 		"--job-grace", jobGrace.String(), "--fence-margin", fenceMargin.String(), "--scheduler-interval", passInterval.String(),
-		"--assign-lease", assignLease.String(), "--start-lease", startLease.String(), "--halt-lease", haltLease.String(),
+		"--assign-lease", assignLease.String(), "--handover-lease", handOverLease.String(), "--start-lease", startLease.String(), "--halt-lease", haltLease.String(),
 		"--max-running-per-user", "0", "--max-running-per-project", "0"}})
 	c.masters = append(c.masters, m)
 	c.waitReady(m)

@@ -287,13 +287,15 @@ func TestCancelledJobHoldsItsGPUUntilItsContainerIsGone(t *testing.T) {
 	}
 }
 
-// An assignment the slave does not take within its lease goes back to the queue (not FAILED),
-// with an event saying why, and runs on a slave that takes it.
+// An assignment the slave does not take goes back to the queue (not FAILED), with an event
+// saying why, and runs on a slave that takes it: one never asked for within the hand-over
+// lease, one handed over (a poll returned it) and not taken within the assigned lease, which
+// runs from the hand-over.
 func TestUntakenAssignmentIsQueuedAgain(t *testing.T) {
 	leases := store.DefaultLeases
-	leases.Assigned = 2 * time.Second
+	leases.Assigned, leases.HandOver = 2*time.Second, 4*time.Second
 	e := newEnvWith(t, testmaster.Options{Leases: &leases})
-	// A slave that registers and heartbeats but never asks for work.
+	// A slave that registers and heartbeats but does not ask for work (until told to, once).
 	cert := e.m.SlaveCert(slaveName("deaf"), 1)
 	caPEM := mustReadFile(t, e.m.CAFile)
 	deaf, err := protocol.NewClient(e.m.URL, caPEM, &cert)
@@ -314,7 +316,18 @@ func TestUntakenAssignmentIsQueuedAgain(t *testing.T) {
 		}
 	}()
 	id := e.submit(e.jobFile("untaken", `echo taken at last`, nil))
-	waitUntil(t, "the untaken assignment queued again", func() bool {
+	waitUntil(t, "the assignment never asked for queued again", func() bool {
+		return strings.Contains(e.events(id), "did not ask for the job within 4s: queued again")
+	})
+	if strings.Contains(e.events(id), "did not take the job") {
+		t.Fatalf("a job never handed over was said not taken: %s", e.events(id))
+	}
+	// Assigned to it again: this time the slave asks, is handed the job, and does not take it.
+	waitUntil(t, "the job handed to the deaf slave", func() bool {
+		work, err := deaf.Next(ctx, protocol.NextRequest{InstanceID: "deaf1", Wait: time.Second})
+		return err == nil && len(work.Assignments) == 1 && work.Assignments[0].Job.UUID == id
+	})
+	waitUntil(t, "the assignment handed over queued again", func() bool {
 		return strings.Contains(e.events(id), "did not take the job within 2s: queued again")
 	})
 	if st := e.job(id).State.Status; st.Ended() {
@@ -327,7 +340,7 @@ func TestUntakenAssignmentIsQueuedAgain(t *testing.T) {
 	if j.State.Scheduling.AssignedSlaveName != slaveName("taker") {
 		t.Errorf("ran on %q", j.State.Scheduling.AssignedSlaveName)
 	}
-	if n := e.statusEvents(id)[job.StatusQueued]; n < 2 {
+	if n := e.statusEvents(id)[job.StatusQueued]; n < 3 {
 		t.Errorf("queued %d times", n)
 	}
 	e.waitLog(id, "taken at last")
