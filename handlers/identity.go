@@ -255,7 +255,7 @@ func (h *Handlers) SetSlaveDisabled(w http.ResponseWriter, r *http.Request) erro
 		return err
 	}
 	h.log.InfoContext(r.Context(), "slave disabled changed", "slave", name, "disabled", disabled, "requeued", len(requeued), "by", c.User.Name)
-	h.wakeScheduler(r.Context())
+	h.wakeScheduler()
 	if requeued == nil {
 		requeued = []string{}
 	}

@@ -582,7 +582,7 @@ func (h *Handlers) SetJobStatus(w http.ResponseWriter, r *http.Request) error {
 	if to == job.StatusMustHalt {
 		h.cfg.Metrics.ObserveHalt("USER")
 	}
-	h.wakeScheduler(r.Context())
+	h.wakeScheduler()
 	updated, err := h.store.GetJob(r.Context(), rec.Job.UUID)
 	if err != nil {
 		return err
@@ -648,7 +648,7 @@ func (h *Handlers) DeleteJob(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		st = job.StatusCancelled
-		h.wakeScheduler(ctx)
+		h.wakeScheduler()
 		if slave := rec.Job.State.Scheduling.AssignedSlaveName; slave != "" {
 			h.wakeSlaves(ctx, slave)
 		}

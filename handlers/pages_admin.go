@@ -253,7 +253,7 @@ func (h *Handlers) AdminSetClusterPrivate(w http.ResponseWriter, r *http.Request
 	if err := h.store.SetClusterPrivate(r.Context(), int(id), private); err != nil {
 		return notFound(err, "no cluster %d", id)
 	}
-	h.wakeScheduler(r.Context())
+	h.wakeScheduler()
 	h.log.InfoContext(r.Context(), "cluster privacy changed", "cluster", id, "private", private, "by", c.User.Name)
 	return seeOther(w, r, "/admin#admin-clusters")
 }
@@ -281,7 +281,7 @@ func (h *Handlers) AdminAddClusterOwner(w http.ResponseWriter, r *http.Request) 
 	if err := h.store.AddClusterOwner(r.Context(), int(id), pid); err != nil {
 		return err
 	}
-	h.wakeScheduler(r.Context())
+	h.wakeScheduler()
 	h.log.InfoContext(r.Context(), "cluster owner added", "cluster", id, "project_id", pid, "by", c.User.Name)
 	return seeOther(w, r, "/admin#admin-clusters")
 }
@@ -303,7 +303,7 @@ func (h *Handlers) AdminRemoveClusterOwner(w http.ResponseWriter, r *http.Reques
 	if err := h.store.RemoveClusterOwner(r.Context(), int(id), pid); err != nil {
 		return notFound(err, "project %d does not own cluster %d", pid, id)
 	}
-	h.wakeScheduler(r.Context())
+	h.wakeScheduler()
 	h.log.InfoContext(r.Context(), "cluster owner removed", "cluster", id, "project_id", pid, "by", c.User.Name)
 	return seeOther(w, r, "/admin#admin-clusters")
 }
@@ -323,7 +323,7 @@ func (h *Handlers) AdminSetSlaveAccepting(w http.ResponseWriter, r *http.Request
 	if err := h.store.SetSlaveAccepting(r.Context(), name, accepting); err != nil {
 		return notFound(err, "no slave %s", name)
 	}
-	h.wakeScheduler(r.Context())
+	h.wakeScheduler()
 	h.log.InfoContext(r.Context(), "slave accepting changed", "slave", name, "accepting", accepting, "by", c.User.Name)
 	return seeOther(w, r, "/admin#admin-slaves")
 }
@@ -366,7 +366,7 @@ func (h *Handlers) AdminSetSlaveDisabled(w http.ResponseWriter, r *http.Request)
 	if err != nil {
 		return notFound(err, "no slave %s", name)
 	}
-	h.wakeScheduler(r.Context())
+	h.wakeScheduler()
 	h.log.InfoContext(r.Context(), "slave disabled changed", "slave", name, "disabled", disabled, "requeued", len(requeued), "by", c.User.Name)
 	return seeOther(w, r, "/admin#admin-slaves")
 }

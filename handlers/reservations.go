@@ -228,7 +228,7 @@ func (h *Handlers) createReservation(r *http.Request, c *Caller, req reservation
 		return res, err
 	}
 	h.log.InfoContext(ctx, "reservation created", "reservation", created.ID, "name", created.Name, "by", c.User.Name)
-	h.wakeScheduler(r.Context())
+	h.wakeScheduler()
 	return created, nil
 }
 
@@ -264,7 +264,7 @@ func (h *Handlers) deleteReservation(r *http.Request, c *Caller, id string) erro
 		return err
 	}
 	h.log.InfoContext(r.Context(), "reservation deleted", "reservation", id, "by", c.User.Name)
-	h.wakeScheduler(r.Context())
+	h.wakeScheduler()
 	return nil
 }
 

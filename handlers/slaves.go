@@ -181,7 +181,7 @@ func (h *Handlers) SlaveRegister(w http.ResponseWriter, r *http.Request) error {
 	}
 	h.log.InfoContext(ctx, "slave registered", "slave", c.SlaveName, "instance", inv.InstanceID, "gpus", len(inv.GPUs), "gpu_status", inv.GPUStatus,
 		"containers", len(inv.Containers), "jobs", len(view))
-	h.wakeScheduler(ctx)
+	h.wakeScheduler()
 	writeJSON(w, http.StatusOK, protocol.Registration{HeartbeatInterval: h.cfg.HeartbeatInterval, Jobs: view, FenceAfter: h.cfg.FenceAfter})
 	return nil
 }
@@ -226,7 +226,7 @@ func (h *Handlers) SlaveHeartbeat(w http.ResponseWriter, r *http.Request) error 
 		// reconcile freed something (it wakes the scheduler then), and waking the scheduler at
 		// every one kept it busy on a large cluster (500 slaves every 5 s: passes back to back,
 		// bench/ B8); the loop's timer covers the rest.
-		h.wakeScheduler(ctx)
+		h.wakeScheduler()
 	}
 	writeJSON(w, http.StatusOK, protocol.HeartbeatReply{Interval: h.cfg.HeartbeatInterval, Stops: stops, Jobs: view, FenceAfter: h.cfg.FenceAfter})
 	return nil
@@ -265,7 +265,8 @@ func CertificateRefused(serial, state string) error {
 //     attempt) is requeued if it never ran, ended if it did: at once when gone is set (a
 //     registration lists every container), else once the slave's heartbeats have not listed it
 //     for the missing grace (a heartbeat taken just before a task began may miss it);
-//   - a STARTING job the slave still lists has its lease renewed (a pull in progress).
+//   - an ASSIGNED or STARTING job the slave lists has its lease renewed (its STARTING update
+//     on the way; a pull in progress).
 //
 // It returns the master's view of the jobs on the slave and the stop orders for what the slave
 // holds and must not.
@@ -301,7 +302,7 @@ func (h *Handlers) reconcileWith(ctx context.Context, slave string, held []proto
 	}
 	changed := len(freed) > 0
 	view := make([]protocol.JobState, 0, len(live))
-	var missing, listed, starting []string
+	var missing, listed, taking []string
 	for _, j := range live {
 		hj, ok := holds[j.UUID]
 		switch {
@@ -309,8 +310,8 @@ func (h *Handlers) reconcileWith(ctx context.Context, slave string, held []proto
 			if j.MissingSince.Valid {
 				listed = append(listed, j.UUID) // listed again: no longer missing
 			}
-			if j.Status == job.StatusStarting && hj.Status != "" {
-				starting = append(starting, j.UUID)
+			if j.Renew && hj.Status != "" {
+				taking = append(taking, j.UUID)
 			}
 		case j.Status == job.StatusAssigned:
 			// Not taken yet: the assignment's lease covers it.
@@ -332,11 +333,11 @@ func (h *Handlers) reconcileWith(ctx context.Context, slave string, held []proto
 	if err := h.store.MarkMissing(ctx, slave, missing, listed); err != nil {
 		return nil, nil, err
 	}
-	if err := h.store.RenewStartLeases(ctx, slave, starting); err != nil {
+	if err := h.store.RenewLeases(ctx, slave, taking); err != nil {
 		return nil, nil, err
 	}
 	if changed {
-		h.wakeScheduler(ctx)
+		h.wakeScheduler()
 	}
 	return view, stops, nil
 }
@@ -604,7 +605,7 @@ func (h *Handlers) slaveChange(w http.ResponseWriter, r *http.Request, c *Caller
 			if _, err := h.store.ConfirmReleases(ctx, c.SlaveName, []string{id}, "slave "+c.SlaveName+" reported the container exited: its resources are free"); err != nil {
 				return err
 			}
-			h.wakeScheduler(ctx)
+			h.wakeScheduler()
 		}
 		writeConflict(w, protocol.Conflict{JobUUID: id, Status: sc.Current, Attempt: sc.Attempt, Message: sc.Error()})
 		return nil
@@ -756,11 +757,9 @@ func (h *Handlers) SlaveDone(w http.ResponseWriter, r *http.Request) error {
 // wakeScheduler wakes this master's scheduler loop and, through the database, the leader's
 // wherever it runs: something it plans with changed (a job ended, resources freed, a slave
 // came back).
-func (h *Handlers) wakeScheduler(ctx context.Context) {
+func (h *Handlers) wakeScheduler() {
 	h.sched.Wake()
-	if err := h.store.NotifyScheduler(ctx); err != nil {
-		h.log.WarnContext(ctx, "could not notify the scheduler", "err", err)
-	}
+	h.store.WakeScheduler()
 }
 
 // wakeSlaves wakes the long polls of slaves, here and on the other masters: they have work

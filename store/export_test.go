@@ -18,7 +18,7 @@ func (s *Store) HeartbeatCommitMode(ctx context.Context, b Beat) (string, error)
 	var online bool
 	var jobs, releases []byte
 	var refused string
-	if err := tx.QueryRowContext(ctx, heartbeats, heartbeatArgs([]Beat{b})...).Scan(&i, &online, &jobs, &releases, &refused); err != nil && err != sql.ErrNoRows {
+	if err := tx.QueryRowContext(ctx, heartbeats, heartbeatArgs([]Beat{b}, s.leases)...).Scan(&i, &online, &jobs, &releases, &refused); err != nil && err != sql.ErrNoRows {
 		return "", err
 	}
 	var mode string
@@ -71,3 +71,13 @@ func (s *Store) IdentityStats() (hits, misses int64) {
 
 // JobsReadAlone counts the jobs GetUserAndJob read without their owner's and project's rows.
 func (s *Store) JobsReadAlone() int64 { return s.names.fast.Load() }
+
+// WaitWakes waits until every scheduler wake asked for so far was sent (wakeSender).
+func (s *Store) WaitWakes() {
+	for s.wakes.covered.Load() < s.wakes.requested.Load() {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// WakesAsked is how many scheduler wakes were asked for so far.
+func (s *Store) WakesAsked() int64 { return s.wakes.requested.Load() }

@@ -78,7 +78,7 @@ var heartbeats = `WITH b AS (
     UPDATE slaves s SET last_heartbeat = now(), online = TRUE, offline_since = NULL, usage = old.usage::jsonb
     FROM old WHERE s.id = old.id RETURNING old.i, s.name, old.online
 )
-SELECT hb.i, hb.online, ` + slaveJobsJSON("hb.name", "b.grace") + ` AS jobs,
+SELECT hb.i, hb.online, ` + slaveJobsJSON("hb.name", "b.grace", "$6", "$7") + ` AS jobs,
     COALESCE((SELECT json_agg(json_build_object('jobUuid', r.job_uuid::text, 'attempt', r.attempt, 'slaveName', r.slave_name,
             'resources', r.resources, 'reason', r.reason, 'since', r.since) ORDER BY r.since, r.job_uuid)
         FROM job_releases r WHERE r.slave_name = hb.name), '[]') AS releases, '' AS refused
@@ -88,10 +88,13 @@ SELECT i, TRUE, '[]'::json, '[]'::json, state FROM refused`
 
 // slaveJobsJSON is an expression for the live jobs on slave (an SQL expression), oldest first,
 // as a JSON array that decodeSlaveJobs reads: ListSlaveJobs's rows, for statements that read
-// them beside other things in one round trip. grace is the missing grace in seconds.
-func slaveJobsJSON(slave, grace string) string {
+// them beside other things in one round trip. grace is the missing grace in seconds; renewA
+// and renewS are the times left (seconds) below which an ASSIGNED or a STARTING job's lease is
+// due for renewal (SlaveJob.Renew).
+func slaveJobsJSON(slave, grace, renewA, renewS string) string {
 	return `COALESCE((SELECT json_agg(json_build_object('uuid', j.uuid::text, 'status', j.status, 'attempt', j.attempt,
-            'missingSince', j.missing_since, 'missing', COALESCE(j.missing_since < now() - make_interval(secs => ` + grace + `), FALSE))
+            'missingSince', j.missing_since, 'missing', COALESCE(j.missing_since < now() - make_interval(secs => ` + grace + `), FALSE),
+            'renew', ` + renewDue("j", renewA, renewS) + `)
         ORDER BY j.created_at, j.uuid)
         FROM jobs j WHERE j.assigned_slave_name = ` + slave + ` AND j.status IN ` + liveStatuses + `), '[]')`
 }
@@ -106,13 +109,14 @@ func decodeSlaveJobs(slave string, b []byte) ([]SlaveJob, error) {
 		Attempt      int        `json:"attempt"`
 		MissingSince *time.Time `json:"missingSince"`
 		Missing      bool       `json:"missing"`
+		Renew        bool       `json:"renew"`
 	}
 	if err := gojson.Unmarshal(b, &jobs); err != nil {
 		return nil, fmt.Errorf("decode the jobs of slave %s: %w", slave, err)
 	}
 	out := make([]SlaveJob, 0, len(jobs))
 	for _, j := range jobs {
-		sj := SlaveJob{UUID: j.UUID, Status: j.Status, Attempt: j.Attempt, Missing: j.Missing}
+		sj := SlaveJob{UUID: j.UUID, Status: j.Status, Attempt: j.Attempt, Missing: j.Missing, Renew: j.Renew}
 		if j.MissingSince != nil {
 			sj.MissingSince = sql.NullTime{Time: *j.MissingSince, Valid: true}
 		}
@@ -121,8 +125,8 @@ func decodeSlaveJobs(slave string, b []byte) ([]SlaveJob, error) {
 	return out, nil
 }
 
-// heartbeatArgs are the heartbeats statement's arguments for beats.
-func heartbeatArgs(beats []Beat) []any {
+// heartbeatArgs are the heartbeats statement's arguments for beats, under leases l.
+func heartbeatArgs(beats []Beat, l Leases) []any {
 	names, instances, usage, serials := make([]string, len(beats)), make([]string, len(beats)), make([]string, len(beats)), make([]string, len(beats))
 	grace := make([]float64, len(beats))
 	for i, b := range beats {
@@ -132,7 +136,8 @@ func heartbeatArgs(beats []Beat) []any {
 			usage[i] = "null"
 		}
 	}
-	return []any{pq.Array(names), pq.Array(instances), pq.Array(usage), pq.Array(grace), pq.Array(serials)}
+	return []any{pq.Array(names), pq.Array(instances), pq.Array(usage), pq.Array(grace), pq.Array(serials),
+		l.Assigned.Seconds() / 2, l.Starting.Seconds() / 2}
 }
 
 // beatRow is a row of the heartbeats statement.
@@ -156,7 +161,7 @@ func (e *CertificateRefusedError) Error() string {
 // a beat of an unknown slave or of another instance gets ErrNotFound.
 func (s *Store) recordBeats(ctx context.Context, beats []Beat) ([]BeatView, []error, error) {
 	var rows []beatRow
-	args := heartbeatArgs(beats)
+	args := heartbeatArgs(beats, s.leases)
 	err := s.q.SelectContext(ctx, &rows, heartbeats, args...)
 	var pe *pq.Error
 	if errors.As(err, &pe) && pe.Code == "40P01" && s.tx == nil {
@@ -255,7 +260,7 @@ func decodeBeat(slave string, row beatRow) (BeatView, error) {
 
 // slaveWorkQuery is SlaveWork's statement, made once: a long poll runs it at every look.
 var slaveWorkQuery = `SELECT COALESCE((SELECT disabled FROM slaves WHERE name = $1), FALSE) AS disabled, ` +
-	slaveJobsJSON("$1", "$2") + ` AS jobs, ` + certStateOf("$3") + ` AS cert_state`
+	slaveJobsJSON("$1", "$2", "0", "0") + ` AS jobs, ` + certStateOf("$3") + ` AS cert_state`
 
 // SlaveWork reads, in one round trip, what a slave's long poll looks at each time it wakes:
 // whether the slave is disabled (an unknown slave is not) and the jobs the master has on it
@@ -276,4 +281,13 @@ func (s *Store) SlaveWork(ctx context.Context, slave string, missingGrace time.D
 	}
 	jobs, err = decodeSlaveJobs(slave, row.Jobs)
 	return row.Disabled, jobs, err
+}
+
+// renewDue is an expression for whether job j's lease (ASSIGNED or STARTING) has less than
+// renewA or renewS seconds left (SQL expressions): a heartbeat that lists such a job renews it
+// (RenewLeases), and only then, so that a slave pulling an image for minutes does not cost a
+// statement at every heartbeat.
+func renewDue(j, renewA, renewS string) string {
+	return `COALESCE(CASE ` + j + `.status WHEN 'ASSIGNED' THEN ` + j + `.lease_expires_at < now() + make_interval(secs => ` + renewA + `)
+        WHEN 'STARTING' THEN ` + j + `.lease_expires_at < now() + make_interval(secs => ` + renewS + `) END, FALSE)`
 }

@@ -286,9 +286,9 @@ func (c *decodeCache) decode(r *jobRow) (*job.Job, error) {
 	return j, nil
 }
 
-// insertJob stores a job and its first event in one statement, and wakes the scheduler leader
-// on whichever master it runs: a submission is one round trip and one commit, not four (BEGIN,
-// the job, the event, COMMIT).
+// insertJob stores a job and its first event in one statement: a submission is one round trip
+// and one commit, not four (BEGIN, the job, the event, COMMIT). The scheduler leader is woken
+// apart (Store.WakeScheduler).
 const insertJob = `WITH j AS (
     INSERT INTO jobs (uuid, name, description, deployment_environment, request, user_id, user_email,
         project_id, status, event_times, interactive, restartable, cluster_id, gpus, cpus, cpu_memory_gb,
@@ -301,7 +301,7 @@ const insertJob = `WITH j AS (
     INSERT INTO job_events (job_uuid, kind, to_status, actor, message)
     SELECT uuid, '` + EventStatus + `', status, 'owner', $21 FROM j
 )
-SELECT created_at FROM j, (SELECT pg_notify('` + ChannelScheduler + `', '')) n`
+SELECT created_at FROM j`
 
 // CreateJob stores a new job (already validated by job.Parse) in state j.State.Status, with its
 // first event, atomically. It fills j.State.Created and the event time.
@@ -347,6 +347,7 @@ func (s *Store) SubmitJob(ctx context.Context, j *job.Job, userID, projectID int
 	if err != nil {
 		return "", mapErr(err, "create job "+j.UUID)
 	}
+	s.WakeScheduler() // on whichever master leads: a new job to plan
 	j.State.Created, j.State.Updated = created, created
 	j.State.EventTimes = map[job.Status]time.Time{j.State.Status: created}
 	return "", nil

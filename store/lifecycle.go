@@ -22,7 +22,9 @@ type Leases struct {
 	// (its long poll returned the job, HandedOver); else it is queued again. HandOver bounds the
 	// time before the hand-over: a slave that heartbeats but does not ask for work. Only a
 	// hand-over shortens the lease: a master too loaded to answer the polls must not queue
-	// again, and assign again, jobs no slave was given (B8x's fill).
+	// again, and assign again, jobs no slave was given (B8x's fill). A heartbeat that lists the
+	// job renews it (RenewLeases), up to HandOver after the assignment: the slave has the job
+	// and its STARTING update may wait long for an overloaded master.
 	Assigned time.Duration
 	HandOver time.Duration
 	// Starting is renewed by every heartbeat that lists the job as starting (an image pull
@@ -45,7 +47,12 @@ func (l Leases) BeforeHandOver() time.Duration { return max(l.HandOver, l.Assign
 
 // SetLeases sets the leases of state changes made through this store (DefaultLeases unless
 // set). Call it before the store is shared.
-func (s *Store) SetLeases(l Leases) { s.leases = l }
+func (s *Store) SetLeases(l Leases) {
+	s.leases = l
+	if s.beats != nil {
+		s.beats.s.leases = l // the heartbeats' statement reads which leases are due for renewal
+	}
+}
 
 // Leases are the leases of this store's state changes.
 func (s *Store) Leases() Leases { return s.leases }
@@ -74,10 +81,9 @@ type Change struct {
 	Usage    json.RawMessage
 	// Restart asks for the restart job of a restartable job that ends (SPEC 4).
 	Restart bool
-	// WakeScheduler sends the scheduler's notification (ChannelScheduler, to the leader on
-	// whichever master) with the change, when it is made: a job's end frees what a pass can
-	// place. Sent in a statement of its own after the change, it was one of `done`'s three
-	// and, under load, waited for a connection like any other (B8x).
+	// WakeScheduler has the scheduler leader woken (Store.WakeScheduler) once the change is
+	// made: a job's end frees what a pass can place. Not sent by the change's own statement,
+	// nor by one the request waits for: see wakeSender.
 	WakeScheduler bool
 }
 
@@ -121,8 +127,7 @@ const changeJob = `WITH old AS (
     INSERT INTO job_events (job_uuid, kind, from_status, to_status, actor, message)
     SELECT $1, '` + EventStatus + `', status, $2, $11, $10 FROM upd
 )
-SELECT status, attempt FROM upd
-    LEFT JOIN LATERAL (SELECT pg_notify('` + ChannelScheduler + `', '') WHERE $15::bool AND upd.status IS NOT NULL) woke ON TRUE`
+SELECT status, attempt FROM upd`
 
 // ChangeJob makes a conditional state change: the job moves only if it is in one of c.From (and
 // in c.Attempt, when given); the change, its event, the exit code and usage, what the job keeps
@@ -157,7 +162,7 @@ func (s *Store) ChangeJob(ctx context.Context, id string, c Change) (old job.Sta
 		l := tx.leases
 		err := tx.q.GetContext(ctx, &row, changeJob, id, string(c.To), pq.Array(statusStrings(c.From)), attempt,
 			l.Assigned.Seconds(), l.Starting.Seconds(), l.MustHalt.Seconds(), l.Halting.Seconds(), c.Released, c.Event.Message,
-			c.Event.Actor, resources, exitCode, usage, c.WakeScheduler)
+			c.Event.Actor, resources, exitCode, usage)
 		if errors.Is(err, sql.ErrNoRows) {
 			return tx.conflict(ctx, id, c.To)
 		}
@@ -165,6 +170,9 @@ func (s *Store) ChangeJob(ctx context.Context, id string, c Change) (old job.Sta
 			return mapErr(err, "change job "+id)
 		}
 		old = job.Status(row.Status)
+		if c.WakeScheduler {
+			tx.WakeScheduler()
+		}
 		return nil
 	}
 	if !c.Restart || !c.To.Ended() {

@@ -409,8 +409,10 @@ func TestMarkSlavesOfflineWaitsForTheLeader(t *testing.T) {
 }
 
 // TestChangeWakesTheScheduler: a change asked to wake the scheduler notifies every master's
-// listener once, when it is made; a refused change and one not asked to do not. Notifications
-// arrive in commit order, so a marker sent after each step tells how many came before it.
+// listener once, when it is made; a refused change and one not asked to do not; a submit
+// does; inside a transaction, once it commits, and not when it is rolled back. Notifications arrive in commit
+// order, so a marker sent after each step (and after the wakes asked for were sent) tells how
+// many came before it.
 func TestChangeWakesTheScheduler(t *testing.T) {
 	st := newStore(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -427,6 +429,7 @@ func TestChangeWakesTheScheduler(t *testing.T) {
 	<-ready
 	wakesBefore := func(marker string) int {
 		t.Helper()
+		st.WaitWakes() // sent apart from the change, soon after it
 		if err := st.NotifySlaves(ctx, marker); err != nil {
 			t.Fatal(err)
 		}
@@ -468,6 +471,34 @@ func TestChangeWakesTheScheduler(t *testing.T) {
 	}
 	if n := wakesBefore("not asked"); n != 0 {
 		t.Errorf("a change not asked to wake the scheduler woke it %d times", n)
+	}
+	// A submit wakes it too: a new job to plan.
+	createJob(t, st, u, p, job.StatusQueued)
+	if n := wakesBefore("submitted"); n != 1 {
+		t.Errorf("a submit woke the scheduler %d times, want 1", n)
+	}
+	// Inside a transaction, the wake waits for the commit; a transaction rolled back wakes no one.
+	asked := st.WakesAsked()
+	if err := st.WithTx(ctx, func(tx *store.Store) error {
+		tx.WakeScheduler()
+		if n := st.WakesAsked(); n != asked {
+			t.Errorf("a wake asked for inside a transaction before its commit (%d → %d)", asked, n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := wakesBefore("committed"); n != 1 {
+		t.Errorf("a transaction that asked for a wake woke the scheduler %d times at its commit, want 1", n)
+	}
+	if err := st.WithTx(ctx, func(tx *store.Store) error {
+		tx.WakeScheduler()
+		return errors.New("rolled back")
+	}); err == nil {
+		t.Fatal("the transaction was not rolled back")
+	}
+	if n := wakesBefore("rolled back"); n != 0 {
+		t.Errorf("a transaction rolled back woke the scheduler %d times", n)
 	}
 }
 
@@ -560,5 +591,111 @@ func TestAssignedLeaseRunsFromHandOver(t *testing.T) {
 	placeOn(t, st, handed.UUID, 2, job.StatusAssigned)
 	if left, over := lease(handed.UUID); over || left < 59*time.Minute {
 		t.Fatalf("assigned again: lease %s left, handed over %v", left, over)
+	}
+}
+
+// A slave that lists a job it is taking or starting renews its lease, only when less than half
+// is left and never past its bound: an ASSIGNED job up to the hand-over lease after the
+// assignment, a STARTING one up to the start deadline after STARTING; another slave's listing
+// renews nothing. The master's reads of a slave's jobs say which leases are due, so that a
+// heartbeat renews only those.
+func TestRenewLeases(t *testing.T) {
+	st := newStore(t)
+	st.SetLeases(store.Leases{Assigned: time.Minute, HandOver: 10 * time.Minute, Starting: time.Minute, StartDeadline: 5 * time.Minute,
+		MustHalt: time.Minute, Halting: time.Minute})
+	ctx := context.Background()
+	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"node1", "node2"} {
+		if err := st.JoinSlave(ctx, n, 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: n, InstanceID: "i1", ClusterID: 1, Inventory: []byte(`{"gpus": []}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, p := fixture(t, st, "alice", "vision")
+	assigned, starting := createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusQueued)
+	placeOn(t, st, assigned.UUID, 0, job.StatusAssigned)
+	placeOn(t, st, starting.UUID, 1, job.StatusStarting)
+	ids := []string{assigned.UUID, starting.UUID}
+	left := func(id string) time.Duration {
+		t.Helper()
+		var secs float64
+		if err := st.DB().QueryRowContext(ctx, `SELECT extract(epoch FROM lease_expires_at - now()) FROM jobs WHERE uuid = $1`, id).Scan(&secs); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(secs * float64(time.Second))
+	}
+	// age sets a job's lease to expire in `in` and the time it entered its state to `since` ago.
+	age := func(id string, state job.Status, in, since time.Duration) {
+		t.Helper()
+		if _, err := st.DB().ExecContext(ctx, `UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $2),
+    event_times = jsonb_set(event_times, ARRAY[$3::text], to_jsonb(now() - make_interval(secs => $4))) WHERE uuid = $1`,
+			id, in.Seconds(), string(state), since.Seconds()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// due says which jobs on node1 the master's reads mark as due for renewal: ListSlaveJobs's
+	// (a registration's) and a heartbeat's view.
+	due := func() (listed, beat map[string]bool) {
+		t.Helper()
+		listed, beat = map[string]bool{}, map[string]bool{}
+		jobs, err := st.ListSlaveJobs(ctx, "node1", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs {
+			listed[j.UUID] = j.Renew
+		}
+		view, err := st.Heartbeat(ctx, store.Beat{Slave: "node1", InstanceID: "i1", MissingGrace: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range view.Jobs {
+			beat[j.UUID] = j.Renew
+		}
+		return listed, beat
+	}
+	if l, b := due(); l[assigned.UUID] || l[starting.UUID] || b[assigned.UUID] || b[starting.UUID] {
+		t.Fatalf("fresh leases due for renewal: listed %v, heartbeat %v", l, b)
+	}
+	age(assigned.UUID, job.StatusAssigned, 10*time.Second, time.Minute)
+	age(starting.UUID, job.StatusStarting, 10*time.Second, time.Minute)
+	if l, b := due(); !l[assigned.UUID] || !l[starting.UUID] || !b[assigned.UUID] || !b[starting.UUID] {
+		t.Fatalf("leases with 10 s left not due for renewal: listed %v, heartbeat %v", l, b)
+	}
+	if err := st.RenewLeases(ctx, "node2", ids); err != nil {
+		t.Fatal(err)
+	}
+	if a, s := left(assigned.UUID), left(starting.UUID); a > 10*time.Second || s > 10*time.Second {
+		t.Fatalf("another slave's listing renewed the leases: %s, %s left", a, s)
+	}
+	if err := st.RenewLeases(ctx, "node1", ids); err != nil {
+		t.Fatal(err)
+	}
+	if a, s := left(assigned.UUID), left(starting.UUID); a < 50*time.Second || a > time.Minute || s < 50*time.Second || s > time.Minute {
+		t.Fatalf("renewed: %s and %s left, want a minute each", a, s)
+	}
+	if l, b := due(); l[assigned.UUID] || l[starting.UUID] || b[assigned.UUID] || b[starting.UUID] {
+		t.Fatalf("renewed leases still due: listed %v, heartbeat %v", l, b)
+	}
+	// More than half left: not written again.
+	age(assigned.UUID, job.StatusAssigned, 40*time.Second, time.Minute)
+	if err := st.RenewLeases(ctx, "node1", ids[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if a := left(assigned.UUID); a > 40*time.Second {
+		t.Fatalf("a lease with more than half left was renewed to %s", a)
+	}
+	// Near their bounds: no further than them.
+	age(assigned.UUID, job.StatusAssigned, 10*time.Second, 9*time.Minute+40*time.Second)
+	age(starting.UUID, job.StatusStarting, 10*time.Second, 4*time.Minute+40*time.Second)
+	if err := st.RenewLeases(ctx, "node1", ids); err != nil {
+		t.Fatal(err)
+	}
+	if a, s := left(assigned.UUID), left(starting.UUID); a > 21*time.Second || a < 10*time.Second || s > 21*time.Second || s < 10*time.Second {
+		t.Fatalf("near their bounds: %s and %s left, want about 20 s each", a, s)
 	}
 }

@@ -21,8 +21,9 @@ const (
 	ChannelSlaves = "gpulab_slaves"
 )
 
-// NotifyScheduler wakes the scheduler leader, whichever master runs it.
-func (s *Store) NotifyScheduler(ctx context.Context) error {
+// notifyScheduler sends the scheduler's notification in a statement of its own, which writes
+// nothing (WakeScheduler's sender).
+func (s *Store) notifyScheduler(ctx context.Context) error {
 	_, err := s.q.ExecContext(ctx, `SELECT pg_notify($1, '')`, ChannelScheduler)
 	return mapErr(err, "notify the scheduler")
 }

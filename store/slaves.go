@@ -200,6 +200,9 @@ type SlaveJob struct {
 	// grace given to ListSlaveJobs; MissingSince when they stopped listing it.
 	MissingSince sql.NullTime `db:"missing_since"`
 	Missing      bool         `db:"missing"`
+	// Renew: the job is ASSIGNED or STARTING and its lease is due for renewal (less than half
+	// left) if the slave lists it (RenewLeases).
+	Renew bool `db:"renew"`
 }
 
 // ListSlaveJobs lists the jobs on a slave (ASSIGNED … HALTING), oldest first, through the
@@ -207,8 +210,9 @@ type SlaveJob struct {
 func (s *Store) ListSlaveJobs(ctx context.Context, slaveName string, missingGrace time.Duration) ([]SlaveJob, error) {
 	var out []SlaveJob
 	err := s.q.SelectContext(ctx, &out, `SELECT uuid::text AS uuid, status, attempt, missing_since,
-    COALESCE(missing_since < now() - make_interval(secs => $2), FALSE) AS missing
-FROM jobs WHERE assigned_slave_name = $1 AND status IN `+liveStatuses+` ORDER BY created_at, uuid`, slaveName, missingGrace.Seconds())
+    COALESCE(missing_since < now() - make_interval(secs => $2), FALSE) AS missing, `+renewDue("jobs", "$3", "$4")+` AS renew
+FROM jobs WHERE assigned_slave_name = $1 AND status IN `+liveStatuses+` ORDER BY created_at, uuid`, slaveName, missingGrace.Seconds(),
+		s.leases.Assigned.Seconds()/2, s.leases.Starting.Seconds()/2)
 	return out, mapErr(err, "list jobs of slave "+slaveName)
 }
 
@@ -248,19 +252,25 @@ AND status IN `+liveStatuses+` AND missing_since IS NULL`, pq.Array(missing), sl
 	return nil
 }
 
-// RenewStartLeases extends the STARTING lease of jobs a slave reports as still starting (an
-// image pull in progress), never past the start deadline. Leases with more than half their
-// time left are not written again. The rows are found by their ids alone (see handedOver).
-func (s *Store) RenewStartLeases(ctx context.Context, slave string, uuids []string) error {
+// RenewLeases extends the leases of jobs the slave reports holding while it takes or starts
+// them: an ASSIGNED one (the slave has it, and its STARTING update is on its way: on an
+// overloaded master it may wait minutes for a connection) up to the hand-over lease after the
+// assignment, a STARTING one (an image pull in progress) up to the start deadline after
+// STARTING. Leases with more than half their time left are not written again. The rows are
+// found by their ids alone (see handedOver).
+func (s *Store) RenewLeases(ctx context.Context, slave string, uuids []string) error {
 	if len(uuids) == 0 {
 		return nil
 	}
 	l := s.leases
-	_, err := s.q.ExecContext(ctx, `UPDATE jobs SET lease_expires_at = LEAST(now() + make_interval(secs => $3),
-    (event_times->>'STARTING')::timestamptz + make_interval(secs => $4))
-WHERE uuid = ANY($1::uuid[]) AND (assigned_slave_name = $2 AND status = 'STARTING'
-  AND lease_expires_at < now() + make_interval(secs => $3 / 2)) IS TRUE`, pq.Array(uuids), slave, l.Starting.Seconds(), l.StartDeadline.Seconds())
-	return mapErr(err, "renew start leases on slave "+slave)
+	_, err := s.q.ExecContext(ctx, `UPDATE jobs SET lease_expires_at = CASE status
+    WHEN 'ASSIGNED' THEN LEAST(now() + make_interval(secs => $3), (event_times->>'ASSIGNED')::timestamptz + make_interval(secs => $4))
+    ELSE LEAST(now() + make_interval(secs => $5), (event_times->>'STARTING')::timestamptz + make_interval(secs => $6)) END
+WHERE uuid = ANY($1::uuid[]) AND (assigned_slave_name = $2 AND (
+    status = 'ASSIGNED' AND lease_expires_at < now() + make_interval(secs => $3 / 2) OR
+    status = 'STARTING' AND lease_expires_at < now() + make_interval(secs => $5 / 2))) IS TRUE`,
+		pq.Array(uuids), slave, l.Assigned.Seconds(), l.BeforeHandOver().Seconds(), l.Starting.Seconds(), l.StartDeadline.Seconds())
+	return mapErr(err, "renew the leases of jobs on slave "+slave)
 }
 
 // Placement is where the scheduler put a job.
@@ -332,7 +342,7 @@ func (s *Store) AssignJobs(ctx context.Context, as []Assignment) ([]string, erro
 // the ids are the only way to the rows (jobs_pkey): left bare, a generic plan may look the
 // rows up by their state instead (jobs_status_idx, costed when few jobs were in that state)
 // and read every job in it at each call: in B8x's fill, 33,000 assigned jobs for each poll
-// that handed a slave its jobs, most of Postgres's time. RenewStartLeases does the same.
+// that handed a slave its jobs, most of Postgres's time. RenewLeases does the same.
 const handedOver = `WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
 UPDATE jobs SET handed_over_at = now(), lease_expires_at = LEAST(lease_expires_at, now() + make_interval(secs => $3))
 FROM async WHERE uuid = ANY($1::uuid[]) AND (assigned_slave_name = $2 AND status = 'ASSIGNED' AND handed_over_at IS NULL) IS TRUE`

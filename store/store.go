@@ -68,7 +68,11 @@ type Store struct {
 	url      string     // for LISTEN connections
 	beats    *beatQueue // heartbeats waiting to be recorded together; nil inside WithTx
 	usage    *usageBuffer
-	conns    *connQueue // the pool's places (connQueue: in turn, newest first when overloaded); nil inside WithTx
+	conns    *connQueue  // the pool's places (connQueue: in turn, newest first when overloaded); nil inside WithTx
+	wakes    *wakeSender // the scheduler's notifications (WakeScheduler); nil in the heartbeats' store
+	// commitWake, inside WithTx, is set by WakeScheduler: the notification is asked for once
+	// the transaction has committed.
+	commitWake *bool
 }
 
 // DefaultConns bounds the requests' pool (serve's --db-max-conns). Idle connections are kept
@@ -109,6 +113,7 @@ func OpenPool(ctx context.Context, url string, conns int) (*Store, error) {
 	beatDB := newPool(pc, beatsInFlight)
 	s.beats = newBeatQueue(&Store{db: beatDB, q: &prepared{querier: beatDB, cache: newStmtCache(beatDB)}, decoded: s.decoded, listed: s.listed, identities: s.identities, names: s.names, clusters: s.clusters, projects: s.projects, leases: s.leases, url: url})
 	s.usage = newUsageBuffer(s.appendUsage)
+	s.wakes = newWakeSender(s.notifyScheduler, wakeEvery)
 	return s, nil
 }
 
@@ -130,6 +135,9 @@ func (s *Store) Close() error {
 	}
 	if s.beats != nil {
 		_ = s.beats.s.db.Close()
+	}
+	if s.wakes != nil {
+		s.wakes.close()
 	}
 	return s.db.Close()
 }
@@ -171,13 +179,18 @@ func (s *Store) withTx(ctx context.Context, opts *sql.TxOptions, fn func(tx *Sto
 	if err != nil {
 		return mapErr(err, "begin transaction")
 	}
-	if err := fn(&Store{db: s.db, tx: tx, q: &prepared{querier: tx, tx: tx, cache: s.q.(*prepared).cache}, decoded: s.decoded, listed: s.listed, identities: s.identities, names: s.names, clusters: s.clusters, projects: s.projects, leases: s.leases, url: s.url, usage: s.usage}); err != nil {
+	wake := false
+	if err := fn(&Store{db: s.db, tx: tx, q: &prepared{querier: tx, tx: tx, cache: s.q.(*prepared).cache}, decoded: s.decoded, listed: s.listed, identities: s.identities, names: s.names, clusters: s.clusters, projects: s.projects, leases: s.leases, url: s.url, usage: s.usage,
+		wakes: s.wakes, commitWake: &wake}); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
 	_ = countStatement(ctx) // COMMIT: its time is the transaction's
 	if err := tx.Commit(); err != nil {
 		return mapErr(err, "commit transaction")
+	}
+	if wake {
+		s.WakeScheduler()
 	}
 	return nil
 }

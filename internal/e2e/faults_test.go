@@ -346,6 +346,60 @@ func TestUntakenAssignmentIsQueuedAgain(t *testing.T) {
 	e.waitLog(id, "taken at last")
 }
 
+// A slave whose heartbeats list a job it was handed (its STARTING update on the way to an
+// overloaded master) keeps it past the assigned lease: each heartbeat renews the lease, up to
+// the hand-over lease after the assignment, after which it is queued again all the same.
+func TestAssignmentBeingTakenIsKept(t *testing.T) {
+	leases := store.DefaultLeases
+	leases.Assigned, leases.HandOver = 2*time.Second, 8*time.Second
+	e := newEnvWith(t, testmaster.Options{Leases: &leases})
+	cert := e.m.SlaveCert(slaveName("slow"), 1)
+	slow, err := protocol.NewClient(e.m.URL, mustReadFile(t, e.m.CAFile), &cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	if _, err := slow.Register(ctx, protocol.Inventory{InstanceID: "slow1", CPUs: 4, MemoryMiB: 8192}); err != nil {
+		t.Fatal(err)
+	}
+	id := e.submit(e.jobFile("slowly-taken", `echo taken`, nil))
+	var attempt int
+	waitUntil(t, "the job handed to the slave", func() bool {
+		work, err := slow.Next(ctx, protocol.NextRequest{InstanceID: "slow1", Wait: time.Second})
+		if err == nil && len(work.Assignments) == 1 && work.Assignments[0].Job.UUID == id {
+			attempt = work.Assignments[0].Attempt
+			return true
+		}
+		return false
+	})
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		for ctx.Err() == nil {
+			_, _ = slow.Heartbeat(ctx, protocol.Heartbeat{InstanceID: "slow1", Accepting: true,
+				Jobs: []protocol.RunningJob{{JobUUID: id, Attempt: attempt, Status: job.StatusAssigned}}})
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	// Renewed: the lease runs past the assigned lease after the hand-over, the job still ASSIGNED.
+	waitUntil(t, "the lease renewed by the heartbeats", func() bool {
+		var renewed bool
+		err := e.m.Store.DB().QueryRowContext(ctx, `SELECT status = 'ASSIGNED' AND lease_expires_at > handed_over_at + interval '2.5 seconds'
+FROM jobs WHERE uuid = $1`, id).Scan(&renewed)
+		return err == nil && renewed
+	})
+	if strings.Contains(e.events(id), "queued again") {
+		t.Fatalf("a job its slave lists as being taken was queued again: %s", e.events(id))
+	}
+	// Bounded: listed for ever, it is queued again once the hand-over lease has passed.
+	waitUntil(t, "the job queued again at the bound", func() bool {
+		return strings.Contains(e.events(id), "did not take the job within 2s: queued again")
+	})
+	stop()
+	<-beating
+}
+
 func mustReadFile(t *testing.T, name string) []byte {
 	t.Helper()
 	data, err := os.ReadFile(name)
