@@ -507,21 +507,9 @@ func TestChangeWakesTheScheduler(t *testing.T) {
 // new assignment waits for its own hand-over. Expired leases are listed up to a limit, the
 // longest expired first.
 func TestAssignedLeaseRunsFromHandOver(t *testing.T) {
-	st := newStore(t)
-	st.SetLeases(store.Leases{Assigned: time.Minute, HandOver: time.Hour, Starting: time.Minute, StartDeadline: time.Hour,
+	st := twoSlaves(t, store.Leases{Assigned: time.Minute, HandOver: time.Hour, Starting: time.Minute, StartDeadline: time.Hour,
 		MustHalt: time.Minute, Halting: time.Minute})
 	ctx := context.Background()
-	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "one"}); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []string{"node1", "node2"} {
-		if err := st.JoinSlave(ctx, n, 1); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: n, InstanceID: "i1", ClusterID: 1, Inventory: []byte(`{"gpus": []}`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	u, p := fixture(t, st, "alice", "vision")
 	handed, kept := createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusQueued)
 	placeOn(t, st, handed.UUID, 0, job.StatusAssigned)
@@ -600,21 +588,9 @@ func TestAssignedLeaseRunsFromHandOver(t *testing.T) {
 // renews nothing. The master's reads of a slave's jobs say which leases are due, so that a
 // heartbeat renews only those.
 func TestRenewLeases(t *testing.T) {
-	st := newStore(t)
-	st.SetLeases(store.Leases{Assigned: time.Minute, HandOver: 10 * time.Minute, Starting: time.Minute, StartDeadline: 5 * time.Minute,
+	st := twoSlaves(t, store.Leases{Assigned: time.Minute, HandOver: 10 * time.Minute, Starting: time.Minute, StartDeadline: 5 * time.Minute,
 		MustHalt: time.Minute, Halting: time.Minute})
 	ctx := context.Background()
-	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "one"}); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []string{"node1", "node2"} {
-		if err := st.JoinSlave(ctx, n, 1); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: n, InstanceID: "i1", ClusterID: 1, Inventory: []byte(`{"gpus": []}`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	u, p := fixture(t, st, "alice", "vision")
 	assigned, starting := createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusQueued)
 	placeOn(t, st, assigned.UUID, 0, job.StatusAssigned)
@@ -698,4 +674,25 @@ func TestRenewLeases(t *testing.T) {
 	if a, s := left(assigned.UUID), left(starting.UUID); a > 21*time.Second || a < 10*time.Second || s > 21*time.Second || s < 10*time.Second {
 		t.Fatalf("near their bounds: %s and %s left, want about 20 s each", a, s)
 	}
+}
+
+// twoSlaves is a store with leases l, cluster 1 and two slaves of it registered, node1 and node2
+// (instance i1 each).
+func twoSlaves(t *testing.T, l store.Leases) *store.Store {
+	t.Helper()
+	st := newStore(t)
+	st.SetLeases(l)
+	ctx := context.Background()
+	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"node1", "node2"} {
+		if err := st.JoinSlave(ctx, n, 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: n, InstanceID: "i1", ClusterID: 1, Inventory: []byte(`{"gpus": []}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
 }
