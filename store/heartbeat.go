@@ -258,7 +258,8 @@ func decodeBeat(slave string, row beatRow) (BeatView, error) {
 	return view, nil
 }
 
-// slaveWorkQuery is SlaveWork's statement, made once: a long poll runs it at every look.
+// slaveWorkQuery is SlaveWork's statement, made once: a long poll runs it at every look. It
+// asks for no lease's renewal (a poll renews nothing; its jobs' Renew are left unread).
 var slaveWorkQuery = `SELECT COALESCE((SELECT disabled FROM slaves WHERE name = $1), FALSE) AS disabled, ` +
 	slaveJobsJSON("$1", "$2", "0", "0") + ` AS jobs, ` + certStateOf("$3") + ` AS cert_state`
 

@@ -21,10 +21,13 @@ const (
 	ChannelSlaves = "gpulab_slaves"
 )
 
-// notifyScheduler sends the scheduler's notification in a statement of its own, which writes
-// nothing (WakeScheduler's sender).
+// notifyScheduler sends the scheduler's notification in a statement of its own, whose commit
+// does not wait for the WAL's flush (WakeScheduler's sender): a notifying transaction gets a
+// transaction id and a commit record, and holds Postgres's lock on the notification queue
+// until that record is flushed. A notification lost in a crash of Postgres costs the leader
+// the time to its next pass.
 func (s *Store) notifyScheduler(ctx context.Context) error {
-	_, err := s.q.ExecContext(ctx, `SELECT pg_notify($1, '')`, ChannelScheduler)
+	_, err := s.q.ExecContext(ctx, `SELECT pg_notify($1, ''), set_config('synchronous_commit', 'off', true)`, ChannelScheduler)
 	return mapErr(err, "notify the scheduler")
 }
 

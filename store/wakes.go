@@ -16,10 +16,10 @@ import (
 // one disk flush after the other, while the other commits were grouped: in B8x (50 submits and
 // 50 ends a second) about one backend at every moment waited for that lock ("Lock: object" in
 // pg_stat_activity), holding a connection of the master's pool. Sent alone, a notification's
-// transaction writes nothing and commits without waiting for the disk. A wake lost with a
-// crash of this master between a commit and its notification costs the leader the time to its
-// next pass (at most the scheduler interval), as a notification lost with the listening
-// connection does.
+// transaction writes nothing else and its commit does not wait for the disk (notifyScheduler),
+// and one master sends one at a time. A wake lost with a crash of this master between a commit
+// and its notification costs the leader the time to its next pass (at most the scheduler
+// interval), as a notification lost with the listening connection does.
 type wakeSender struct {
 	send  func(ctx context.Context) error
 	every time.Duration
