@@ -265,8 +265,8 @@ func CertificateRefused(serial, state string) error {
 //     attempt) is requeued if it never ran, ended if it did: at once when gone is set (a
 //     registration lists every container), else once the slave's heartbeats have not listed it
 //     for the missing grace (a heartbeat taken just before a task began may miss it);
-//   - an ASSIGNED or STARTING job the slave lists has its lease renewed (its STARTING update
-//     on the way; a pull in progress).
+//   - an ASSIGNED or STARTING job the slave lists has its lease renewed when it is due
+//     (store.SlaveJob.Renew: its STARTING update on the way; a pull in progress).
 //
 // It returns the master's view of the jobs on the slave and the stop orders for what the slave
 // holds and must not.
