@@ -1,11 +1,17 @@
 package leader_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/leader"
+	"github.com/opengpulab/gpulab/scheduler"
+	"github.com/opengpulab/gpulab/store"
 )
 
 // A pass that comes between two housekeepings (passes back to back, HousekeepEvery) plans but
@@ -33,5 +39,70 @@ func TestPassBetweenHousekeepingsLeavesTimeoutsAlone(t *testing.T) {
 	w.pass(loop)
 	if online() {
 		t.Error("the housekeeping did not mark the slave, silent past its grace, offline")
+	}
+}
+
+// The housekeeping takes back the assignments whose lease ran out and those of a lost slave
+// (one statement for all, store.RequeueAssigned): each gets its event, the slave's long poll
+// is woken to drop it, and a pass places the job again where it can.
+func TestHousekeepingTakesBackAssignments(t *testing.T) {
+	w := newEstimateWorld(t)
+	w.oneGPUSlave()
+	ctx := context.Background()
+	work := scheduler.NewSignal()
+	var logs bytes.Buffer
+	loop := leader.NewLoop(w.st, leader.Config{HeartbeatGrace: time.Hour, JobGrace: time.Minute},
+		slog.New(slog.NewTextHandler(&logs, nil)), scheduler.NewSignal(), work)
+	id := w.submit(time.Hour)
+	status := func() (job.Status, int, []store.Event) {
+		t.Helper()
+		rec, err := w.st.GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := w.st.ListJobEvents(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Job.State.Status, rec.Attempt, evs
+	}
+	requeued := func(evs []store.Event, message string) bool {
+		for _, e := range evs {
+			if e.FromStatus == "ASSIGNED" && e.ToStatus == "QUEUED" && e.Actor == string(job.ActorScheduler) && strings.Contains(e.Message, message) {
+				return true
+			}
+		}
+		return false
+	}
+	w.pass(loop)
+	if s, _, _ := status(); s != job.StatusAssigned {
+		t.Fatalf("the job is %s after the first pass", s)
+	}
+	// Its lease ran out before the slave asked for it: queued again, and placed again.
+	if _, err := w.st.DB().ExecContext(ctx, `UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE uuid = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	_, first, _ := status()
+	w.pass(loop)
+	s, second, evs := status()
+	if !requeued(evs, "did not ask for the job within") || s != job.StatusAssigned || second <= first {
+		t.Fatalf("after its lease ran out: %s, attempt %d (was %d), events %+v", s, second, first, evs)
+	}
+	if !strings.Contains(logs.String(), "lease expired") {
+		t.Errorf("the requeue was not logged:\n%s", logs.String())
+	}
+	// Its slave is lost: queued again, and the slave's poll is told to drop it.
+	if _, err := w.st.DB().ExecContext(ctx, `UPDATE slaves SET online = FALSE, offline_since = now() - interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	woken := work.For("node1")
+	w.pass(loop)
+	if s, _, evs := status(); s != job.StatusQueued || !requeued(evs, "slave node1 was lost before it took the job") {
+		t.Fatalf("after its slave was lost: %s, events %+v", s, evs)
+	}
+	select {
+	case <-woken:
+	default:
+		t.Error("the lost slave's long poll was not woken to drop the job")
 	}
 }

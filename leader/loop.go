@@ -687,18 +687,20 @@ func (l *Loop) pass(ctx context.Context, lead store.Leadership, housekeep bool) 
 	if housekeep || accrue {
 		err := l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
 			stops = nil
-			if housekeep {
-				var err error
-				if stops, err = l.housekeeping(ctx, tx, lead); err != nil {
-					return err
-				}
-			}
+			// The accrual first: the housekeeping's changes hold their jobs' rows, which the
+			// slaves' updates may wait for, until the commit; the accrual writes only tallies.
 			if accrue {
 				t := time.Now()
 				if err := tx.AccrueTallies(ctx, *l.cfg.TallyWeights, l.cfg.TallyHalfLife); err != nil {
 					return err
 				}
 				l.timed("accrue", t)
+			}
+			if housekeep {
+				var err error
+				if stops, err = l.housekeeping(ctx, tx, lead); err != nil {
+					return err
+				}
 			}
 			// Delivered at commit: the long polls of these slaves, on every master, learn of
 			// the jobs to stop.
@@ -847,13 +849,26 @@ func (l *Loop) housekeeping(ctx context.Context, tx *store.Store, lead store.Lea
 		return nil, err
 	}
 	l.timed("lost", t)
+	// Assignments taken back are queued again in one statement (store.RequeueAssigned), the
+	// other outcomes one change each; taken keeps each requeue's job for the log and the stops.
+	var requeues []store.Requeue
+	type takenBack struct{ slave, what string }
+	taken := map[string]takenBack{}
+	requeue := func(j store.LiveJob, expired bool, message string) {
+		requeues = append(requeues, store.Requeue{UUID: j.UUID, Attempt: j.Attempt, Expired: expired, Message: message})
+		what := "job given up: its slave is lost"
+		if expired {
+			what = "lease expired"
+		}
+		taken[j.UUID] = takenBack{j.SlaveName, what}
+	}
 	for _, j := range lost {
 		var ch store.Change
 		switch j.Status {
 		case job.StatusAssigned:
 			// The slave never took it, and an attempt never taken can never start.
-			ch = store.Change{To: job.StatusQueued, Released: true,
-				Event: store.Event{Message: "slave " + j.SlaveName + " was lost before it took the job: queued again"}}
+			requeue(j, false, "slave "+j.SlaveName+" was lost before it took the job: queued again")
+			continue
 		case job.StatusStarting:
 			ch = store.Change{To: job.StatusQueued,
 				Event: store.Event{Message: "worker lost: slave " + j.SlaveName + " stopped answering before the job ran: queued again"}}
@@ -876,11 +891,11 @@ func (l *Loop) housekeeping(ctx context.Context, tx *store.Store, lead store.Lea
 		var ch store.Change
 		switch {
 		case j.Status == job.StatusAssigned && j.HandedOver:
-			ch = store.Change{To: job.StatusQueued, Released: true,
-				Event: store.Event{Message: fmt.Sprintf("slave %s did not take the job within %s: queued again", j.SlaveName, leases.Assigned)}}
+			requeue(j, true, fmt.Sprintf("slave %s did not take the job within %s: queued again", j.SlaveName, leases.Assigned))
+			continue
 		case j.Status == job.StatusAssigned:
-			ch = store.Change{To: job.StatusQueued, Released: true,
-				Event: store.Event{Message: fmt.Sprintf("slave %s did not ask for the job within %s: queued again", j.SlaveName, leases.BeforeHandOver())}}
+			requeue(j, true, fmt.Sprintf("slave %s did not ask for the job within %s: queued again", j.SlaveName, leases.BeforeHandOver()))
+			continue
 		case j.Status == job.StatusStarting:
 			ch = store.Change{To: job.StatusFailed,
 				Event: store.Event{Message: fmt.Sprintf("slave %s did not start the job in time (no progress for %s, or longer than %s)",
@@ -894,6 +909,18 @@ func (l *Loop) housekeeping(ctx context.Context, tx *store.Store, lead store.Lea
 		}
 		if err := act(j, ch, "lease expired"); err != nil {
 			return nil, err
+		}
+	}
+	if len(requeues) > 0 {
+		t = time.Now()
+		queued, err := tx.RequeueAssigned(ctx, string(job.ActorScheduler), requeues)
+		if err != nil {
+			return nil, err
+		}
+		l.timed("requeue", t)
+		for _, id := range queued {
+			stops = append(stops, taken[id].slave)
+			l.log.Warn(taken[id].what, "job", id, "slave", taken[id].slave, "was", job.StatusAssigned, "now", job.StatusQueued)
 		}
 	}
 	// The jobs past their maxDuration: the memory names the candidates (due by the database's

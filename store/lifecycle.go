@@ -284,3 +284,54 @@ func (s *Store) ConfirmReleases(ctx context.Context, slave string, jobUUIDs []st
 SELECT DISTINCT job_uuid::text FROM gone`, slave, pq.Array(jobUUIDs), why)
 	return freed, mapErr(err, "confirm releases on slave "+slave)
 }
+
+// Requeue is an assignment the housekeeping takes back (RequeueAssigned).
+type Requeue struct {
+	UUID    string
+	Attempt int
+	// Expired: taken back because its lease ran out, which it must still have when the
+	// statement runs (a heartbeat may have renewed it since it was listed); otherwise because
+	// its slave was lost.
+	Expired bool
+	// Message is the event's text.
+	Message string
+}
+
+// requeueAssigned is RequeueAssigned's statement: the same row and event as changeJob's
+// ASSIGNED → QUEUED with Released (an assignment never taken holds nothing on its slave), for
+// many jobs at once. Only the join with the ids leads to the rows: the other conditions are
+// wrapped so that no plan reads every ASSIGNED job through jobs_status_idx (see handedOver).
+const requeueAssigned = `WITH x AS (
+    SELECT * FROM unnest($1::uuid[], $2::int[], $3::bool[], $4::text[]) AS x(uuid, attempt, expired, message)
+), upd AS (
+    UPDATE jobs j SET status = 'QUEUED', event_times = j.event_times || jsonb_build_object('QUEUED', now()), updated_at = now(),
+        lease_expires_at = NULL, missing_since = NULL, assigned_slave_name = NULL, assigned_instance_id = NULL,
+        assigned_cluster_id = NULL, resources = NULL
+    FROM x WHERE j.uuid = x.uuid
+      AND (j.status = 'ASSIGNED' AND j.attempt = x.attempt AND (NOT x.expired OR j.lease_expires_at < now())) IS TRUE
+    RETURNING j.uuid, x.message
+), ev AS (
+    INSERT INTO job_events (job_uuid, kind, from_status, to_status, actor, message)
+    SELECT uuid, '` + EventStatus + `', 'ASSIGNED', 'QUEUED', $5, message FROM upd
+)
+SELECT uuid::text FROM upd`
+
+// RequeueAssigned queues again, in one statement, the assignments the housekeeping takes back
+// (their slave was lost, or did not ask for or take the job in time) that are still ASSIGNED in
+// the attempt named (and, when Expired, still past their lease); it returns the jobs queued
+// again. One ChangeJob per job, in the leader's transaction, held each row from its statement
+// to the commit through up to 500 round trips, while the slaves' updates of those jobs waited
+// for them (B8x's fill, 29 Nov); a job not in that state any more is left as it is, as a
+// conflict of ChangeJob was.
+func (s *Store) RequeueAssigned(ctx context.Context, actor string, rs []Requeue) ([]string, error) {
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	ids, attempts, expired, messages := make([]string, len(rs)), make([]int64, len(rs)), make([]bool, len(rs)), make([]string, len(rs))
+	for i, r := range rs {
+		ids[i], attempts[i], expired[i], messages[i] = r.UUID, int64(r.Attempt), r.Expired, r.Message
+	}
+	var out []string
+	err := s.q.SelectContext(ctx, &out, requeueAssigned, pq.Array(ids), pq.Array(attempts), pq.Array(expired), pq.Array(messages), actor)
+	return out, mapErr(err, "queue again assignments not taken")
+}

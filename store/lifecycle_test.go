@@ -696,3 +696,77 @@ func twoSlaves(t *testing.T, l store.Leases) *store.Store {
 	}
 	return st
 }
+
+// The housekeeping's requeue of assignments takes back, in one statement, exactly the jobs
+// still ASSIGNED in the attempt named (and, for an expired lease, still expired: a heartbeat
+// may have renewed it since the listing): each leaves its placement and lease, with its
+// status event; the others are left as they are.
+func TestRequeueAssigned(t *testing.T) {
+	st := twoSlaves(t, store.DefaultLeases)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	if got, err := st.RequeueAssigned(ctx, "scheduler", nil); err != nil || got != nil {
+		t.Fatalf("nothing to requeue: %v %v", got, err)
+	}
+	expired, renewed, lost, other, running := createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusQueued),
+		createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusQueued)
+	attempts := map[string]int{}
+	for i, j := range []*job.Job{expired, renewed, lost, other} {
+		attempts[j.UUID] = placeOn(t, st, j.UUID, i, job.StatusAssigned)
+	}
+	attempts[running.UUID] = placeOn(t, st, running.UUID, 4, job.StatusRunning)
+	if _, err := st.DB().ExecContext(ctx, `UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE uuid IN ($1, $2)`,
+		expired.UUID, running.UUID); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.RequeueAssigned(ctx, "scheduler", []store.Requeue{
+		{UUID: expired.UUID, Attempt: attempts[expired.UUID], Expired: true, Message: "ran out"},
+		{UUID: renewed.UUID, Attempt: attempts[renewed.UUID], Expired: true, Message: "renewed since"},
+		{UUID: lost.UUID, Attempt: attempts[lost.UUID], Message: "slave lost"},
+		{UUID: other.UUID, Attempt: attempts[other.UUID] - 1, Message: "an older attempt"},
+		{UUID: running.UUID, Attempt: attempts[running.UUID], Expired: true, Message: "taken since"},
+	})
+	slices.Sort(got)
+	want := []string{expired.UUID, lost.UUID}
+	slices.Sort(want)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("requeued %v (%v), want %v", got, err, want)
+	}
+	for id, message := range map[string]string{expired.UUID: "ran out", lost.UUID: "slave lost"} {
+		var status string
+		var slave, resources sql.NullString
+		var lease sql.NullTime
+		var queued bool
+		if err := st.DB().QueryRowContext(ctx, `SELECT status, assigned_slave_name, lease_expires_at, resources::text,
+    (event_times->>'QUEUED')::timestamptz >= (event_times->>'ASSIGNED')::timestamptz FROM jobs WHERE uuid = $1`, id).Scan(&status, &slave, &lease, &resources, &queued); err != nil {
+			t.Fatal(err)
+		}
+		if status != "QUEUED" || slave.Valid || lease.Valid || resources.Valid || !queued {
+			t.Errorf("job %s requeued: %s, slave %v, lease %v, resources %v, QUEUED after ASSIGNED %v", id, status, slave, lease, resources, queued)
+		}
+		evs, err := st.ListJobEvents(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := evs[len(evs)-1]
+		if last.Kind != store.EventStatus || last.FromStatus != "ASSIGNED" || last.ToStatus != "QUEUED" || last.Actor != "scheduler" || last.Message != message {
+			t.Errorf("job %s's event: %+v", id, last)
+		}
+	}
+	for id, status := range map[string]job.Status{renewed.UUID: job.StatusAssigned, other.UUID: job.StatusAssigned, running.UUID: job.StatusRunning} {
+		rec, err := st.GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Job.State.Status != status || rec.Job.State.Scheduling.AssignedSlaveName != "node1" {
+			t.Errorf("job %s not to be requeued is %s on %q", id, rec.Job.State.Status, rec.Job.State.Scheduling.AssignedSlaveName)
+		}
+	}
+	if held, err := st.ListReleases(ctx, ""); err != nil || len(held) != 0 {
+		t.Fatalf("an assignment never taken holds something on its slave: %+v %v", held, err)
+	}
+	// A second run finds nothing left to do.
+	if again, err := st.RequeueAssigned(ctx, "scheduler", []store.Requeue{{UUID: expired.UUID, Attempt: attempts[expired.UUID], Expired: true}}); err != nil || len(again) != 0 {
+		t.Fatalf("requeued again: %v %v", again, err)
+	}
+}
