@@ -91,8 +91,12 @@ func TestHousekeepingTakesBackAssignments(t *testing.T) {
 	if !strings.Contains(logs.String(), "lease expired") {
 		t.Errorf("the requeue was not logged:\n%s", logs.String())
 	}
-	// Its slave is lost: queued again, and the slave's poll is told to drop it.
+	// Its slave is lost (and its lease ran out too): queued again once, as lost, and the
+	// slave's poll is told to drop it.
 	if _, err := w.st.DB().ExecContext(ctx, `UPDATE slaves SET online = FALSE, offline_since = now() - interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.st.DB().ExecContext(ctx, `UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE uuid = $1`, id); err != nil {
 		t.Fatal(err)
 	}
 	woken := work.For("node1")
@@ -104,5 +108,8 @@ func TestHousekeepingTakesBackAssignments(t *testing.T) {
 	case <-woken:
 	default:
 		t.Error("the lost slave's long poll was not woken to drop the job")
+	}
+	if n, m := strings.Count(logs.String(), "lease expired"), strings.Count(logs.String(), "job given up: its slave is lost"); n != 1 || m != 1 {
+		t.Errorf("logged %d expired leases (want 1) and %d lost slaves' jobs (want 1):\n%s", n, m, logs.String())
 	}
 }

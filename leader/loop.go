@@ -855,6 +855,9 @@ func (l *Loop) housekeeping(ctx context.Context, tx *store.Store, lead store.Lea
 	type takenBack struct{ slave, what string }
 	taken := map[string]takenBack{}
 	requeue := func(j store.LiveJob, expired bool, message string) {
+		if _, dup := taken[j.UUID]; dup {
+			return // an assignment on a lost slave whose lease ran out too: once, as lost
+		}
 		requeues = append(requeues, store.Requeue{UUID: j.UUID, Attempt: j.Attempt, Expired: expired, Message: message})
 		what := "job given up: its slave is lost"
 		if expired {
