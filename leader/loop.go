@@ -1010,47 +1010,30 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	hosts := map[string]string{}
 	t := time.Now()
 	// The mark is taken before the reads of the slaves and the jobs: whatever commits after
-	// them is stamped at or after it.
-	now, mark, err := l.st.ClockAndMark(ctx)
+	// them is stamped at or after it. The clock, the tallies, the reservations and the clusters
+	// come in one round trip (store.ReadPassBasics).
+	basics, err := l.st.ReadPassBasics(ctx, l.cfg.TallyHalfLife)
 	if err != nil {
 		return scheduler.Snapshot{}, hosts, err
 	}
+	now, mark := basics.Now, basics.Mark
 	snap := scheduler.Snapshot{Now: now, Clusters: map[int]scheduler.Cluster{}, Policy: scheduler.PolicyFair, Limits: scheduler.DefaultLimits,
-		HaltFactor: l.cfg.HaltFactor, HaltNonRestartable: l.cfg.HaltNonRestartable}
+		HaltFactor: l.cfg.HaltFactor, HaltNonRestartable: l.cfg.HaltNonRestartable, Tallies: basics.Tallies}
 	if l.cfg.Limits != nil {
 		snap.Limits = *l.cfg.Limits
 	}
 	l.dbNow, l.dbNowAt = now, time.Now()
-	l.timed("clock", t)
-	t = time.Now()
-	tallies, err := l.st.Tallies(ctx, l.cfg.TallyHalfLife)
-	if err != nil {
-		return snap, hosts, err
-	}
-	snap.Tallies = tallies
-	l.timed("tallies", t)
-	t = time.Now()
-	snap.Ratios, snap.Arrivals = l.forPass(ctx, now)
-	l.timed("run ratios", t)
-	t = time.Now()
-	reservations, err := l.st.ListReservations(ctx, now)
-	if err != nil {
-		return snap, hosts, err
-	}
-	for _, r := range reservations {
+	for _, r := range basics.Reservations {
 		snap.Reservations = append(snap.Reservations, scheduler.Reservation{ID: r.ID, Name: r.Name, ClusterID: int(r.ClusterID.Int64),
 			SlaveNames: r.SlaveNames, GPUs: r.GPUs, Start: r.Start, End: r.End, Users: r.UserIDs, Projects: r.ProjectIDs})
 	}
-	l.timed("reservations", t)
+	for _, c := range basics.Clusters {
+		snap.Clusters[c.ID] = scheduler.Cluster{ID: c.ID, Private: c.Private, Projects: basics.Owners[c.ID], GuestLimit: time.Duration(c.GuestLimitS) * time.Second}
+	}
+	l.timed("basics", t)
 	t = time.Now()
-	clusters, owners, err := l.st.ClustersWithOwners(ctx)
-	if err != nil {
-		return snap, hosts, err
-	}
-	for _, c := range clusters {
-		snap.Clusters[c.ID] = scheduler.Cluster{ID: c.ID, Private: c.Private, Projects: owners[c.ID], GuestLimit: time.Duration(c.GuestLimitS) * time.Second}
-	}
-	l.timed("clusters", t)
+	snap.Ratios, snap.Arrivals = l.forPass(ctx, now)
+	l.timed("run ratios", t)
 	t = time.Now()
 	slaves, err := l.fleet.read(ctx, l.st, mark)
 	if err != nil {
@@ -1090,84 +1073,103 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 	var haltReasons, conflicts []string
 	wake := wakeSlaves(snap, plan)
 	defer func() { l.queue.readAgain(conflicts...) }()
-	err := l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
-		conflicts = conflicts[:0]
-		batch := make([]store.Assignment, 0, len(plan.Assignments))
-		for _, a := range plan.Assignments {
-			gpuIDs := make([]int, len(a.GPUs))
-			for i, g := range a.GPUs {
-				gpuIDs[i] = g.Index
-			}
-			details, err := json.Marshal(a.GPUs)
-			if err != nil {
-				return fmt.Errorf("encode GPUs: %w", err)
-			}
-			res := job.StateResources{ClusterID: a.ClusterID, GPUIDs: gpuIDs, CPUIDs: a.CPUIDs, CPUMemoryGb: a.MemoryGb,
-				SlaveName: a.SlaveName, SlaveHost: hosts[a.SlaveName], SlaveInstanceID: a.SlaveInstanceID,
-				PortMappings: []job.PortMapping{}, GPUDetails: details}
-			inc := l.cfg.TallyWeights.Weight(len(a.GPUs), len(a.CPUIDs), a.MemoryGb) * TallyInterval.Hours()
-			batch = append(batch, store.Assignment{JobUUID: a.JobUUID,
-				Placement: store.Placement{SlaveName: a.SlaveName, SlaveInstanceID: a.SlaveInstanceID, ClusterID: a.ClusterID, Resources: res, TallyIncrement: inc},
-				Message:   fmt.Sprintf("assigned to slave %s (GPUs %v, CPUs %v, %d GB)", a.SlaveName, gpuIDs, a.CPUIDs, a.MemoryGb)})
+	batch := make([]store.Assignment, 0, len(plan.Assignments))
+	for _, a := range plan.Assignments {
+		gpuIDs := make([]int, len(a.GPUs))
+		for i, g := range a.GPUs {
+			gpuIDs[i] = g.Index
 		}
-		// One statement for the whole pass; jobs cancelled since the snapshot are skipped.
-		t := time.Now()
-		done, err := tx.AssignJobs(ctx, batch)
+		details, err := json.Marshal(a.GPUs)
 		if err != nil {
-			return err
+			return 0, fmt.Errorf("encode GPUs: %w", err)
 		}
-		l.timed("assign", t)
+		res := job.StateResources{ClusterID: a.ClusterID, GPUIDs: gpuIDs, CPUIDs: a.CPUIDs, CPUMemoryGb: a.MemoryGb,
+			SlaveName: a.SlaveName, SlaveHost: hosts[a.SlaveName], SlaveInstanceID: a.SlaveInstanceID,
+			PortMappings: []job.PortMapping{}, GPUDetails: details}
+		inc := l.cfg.TallyWeights.Weight(len(a.GPUs), len(a.CPUIDs), a.MemoryGb) * TallyInterval.Hours()
+		batch = append(batch, store.Assignment{JobUUID: a.JobUUID,
+			Placement: store.Placement{SlaveName: a.SlaveName, SlaveInstanceID: a.SlaveInstanceID, ClusterID: a.ClusterID, Resources: res, TallyIncrement: inc},
+			Message:   fmt.Sprintf("assigned to slave %s (GPUs %v, CPUs %v, %d GB)", a.SlaveName, gpuIDs, a.CPUIDs, a.MemoryGb)})
+	}
+	// took notes the jobs the assignment moved; those it skipped changed since the snapshot
+	// (cancelled, say): read again at the next pass, in case the change is one the feed does
+	// not show (the row deleted since).
+	took := func(done []string) {
 		assigned = len(done)
-		if len(done) < len(batch) {
-			// Changed since the snapshot (cancelled, say): read again at the next pass, in
-			// case the change is one the feed does not show (the row deleted since).
-			took := make(map[string]bool, len(done))
-			for _, id := range done {
-				took[id] = true
+		if len(done) == len(batch) {
+			return
+		}
+		moved := make(map[string]bool, len(done))
+		for _, id := range done {
+			moved[id] = true
+		}
+		for _, a := range batch {
+			if !moved[a.JobUUID] {
+				conflicts = append(conflicts, a.JobUUID)
 			}
-			for _, a := range batch {
-				if !took[a.JobUUID] {
-					conflicts = append(conflicts, a.JobUUID)
+		}
+	}
+	var err error
+	if len(plan.Failures) == 0 && len(plan.Halts) == 0 {
+		// Assignments alone (most passes): one statement proves the lease, assigns and wakes
+		// the slaves (store.AssignJobsAsLeader); nothing to write, nothing sent.
+		if len(batch) > 0 {
+			t := time.Now()
+			var done []string
+			if done, err = l.st.AssignJobsAsLeader(ctx, lead, batch, wake); err == nil {
+				took(done)
+				l.timed("assign", t)
+			}
+		}
+	} else {
+		err = l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
+			conflicts, halted, haltReasons = conflicts[:0], 0, nil
+			// One statement for the whole pass; jobs cancelled since the snapshot are skipped.
+			t := time.Now()
+			done, err := tx.AssignJobs(ctx, batch)
+			if err != nil {
+				return err
+			}
+			l.timed("assign", t)
+			took(done)
+			for _, f := range plan.Failures {
+				_, err := tx.TransitionJob(ctx, f.JobUUID, []job.Status{job.StatusQueued}, job.StatusFailed,
+					store.Event{Actor: string(job.ActorScheduler), Message: f.Reason})
+				if errors.Is(err, store.ErrStateConflict) {
+					conflicts = append(conflicts, f.JobUUID)
+					continue
 				}
-			}
-		}
-		for _, f := range plan.Failures {
-			_, err := tx.TransitionJob(ctx, f.JobUUID, []job.Status{job.StatusQueued}, job.StatusFailed,
-				store.Event{Actor: string(job.ActorScheduler), Message: f.Reason})
-			if errors.Is(err, store.ErrStateConflict) {
-				conflicts = append(conflicts, f.JobUUID)
-				continue
-			}
-			if err != nil {
-				return err
-			}
-		}
-		for _, h := range plan.Halts {
-			_, err := tx.TransitionJob(ctx, h.JobUUID, []job.Status{job.StatusRunning}, job.StatusMustHalt, store.Event{Actor: string(job.ActorScheduler),
-				Message: fmt.Sprintf("halt (%s) to make room for job %s (owner usage %.2f vs %.2f)", h.Reason, h.ForJobUUID, h.StarterScore, h.VictimScore)})
-			if errors.Is(err, store.ErrStateConflict) {
-				conflicts = append(conflicts, h.JobUUID)
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			ev := job.HaltEvent{Time: snap.Now, Reason: h.Reason, HaltedJobs: []string{h.JobUUID}, StartedJobs: []string{h.ForJobUUID},
-				VictimScore: h.VictimScore, StarterScore: h.StarterScore}
-			for _, id := range []string{h.JobUUID, h.ForJobUUID} {
-				if err := tx.AddHaltEvent(ctx, id, ev); err != nil {
+				if err != nil {
 					return err
 				}
 			}
-			halted++
-			haltReasons = append(haltReasons, h.Reason)
-		}
-		if assigned > 0 || halted > 0 {
-			// Delivered at commit, to the long polls of these slaves on every master.
-			return tx.NotifySlaves(ctx, wake...)
-		}
-		return nil
-	})
+			for _, h := range plan.Halts {
+				_, err := tx.TransitionJob(ctx, h.JobUUID, []job.Status{job.StatusRunning}, job.StatusMustHalt, store.Event{Actor: string(job.ActorScheduler),
+					Message: fmt.Sprintf("halt (%s) to make room for job %s (owner usage %.2f vs %.2f)", h.Reason, h.ForJobUUID, h.StarterScore, h.VictimScore)})
+				if errors.Is(err, store.ErrStateConflict) {
+					conflicts = append(conflicts, h.JobUUID)
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				ev := job.HaltEvent{Time: snap.Now, Reason: h.Reason, HaltedJobs: []string{h.JobUUID}, StartedJobs: []string{h.ForJobUUID},
+					VictimScore: h.VictimScore, StarterScore: h.StarterScore}
+				for _, id := range []string{h.JobUUID, h.ForJobUUID} {
+					if err := tx.AddHaltEvent(ctx, id, ev); err != nil {
+						return err
+					}
+				}
+				halted++
+				haltReasons = append(haltReasons, h.Reason)
+			}
+			if assigned > 0 || halted > 0 {
+				// Delivered at commit, to the long polls of these slaves on every master.
+				return tx.NotifySlaves(ctx, wake...)
+			}
+			return nil
+		})
+	}
 	if err != nil {
 		return 0, err
 	}

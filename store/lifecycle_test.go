@@ -770,3 +770,95 @@ func TestRequeueAssigned(t *testing.T) {
 		t.Fatalf("requeued again: %v %v", again, err)
 	}
 }
+
+// The pass's assignment as one statement: as the holder of the lease it moves the jobs still
+// QUEUED, with their events, and wakes the named slaves' long polls at its commit, only when a
+// job moved; with a lease it does not hold it writes nothing and sends nothing.
+func TestAssignJobsAsLeader(t *testing.T) {
+	st := newStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	u, p := fixture(t, st, "alice", "vision")
+	node1(t, st)
+	heard, ready := make(chan string, 64), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- st.Listen(ctx, slog.New(slog.DiscardHandler), func() {}, func(names []string) { heard <- strings.Join(names, ",") }, func() { close(ready) })
+	}()
+	defer func() { cancel(); <-done }()
+	<-ready
+	// wokenBefore lists the slave notifications that came before a marker sent now.
+	wokenBefore := func(marker string) []string {
+		t.Helper()
+		if err := st.NotifySlaves(ctx, marker); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for h := range heard {
+			if h == marker {
+				break
+			}
+			out = append(out, h)
+		}
+		return out
+	}
+	lead, ok, err := st.AcquireLeadership(ctx, "me", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("leadership: %v %v", ok, err)
+	}
+	queued, cancelled := createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusQueued)
+	if _, err := st.TransitionJob(ctx, cancelled.UUID, []job.Status{job.StatusQueued}, job.StatusCancelled, store.Event{}); err != nil {
+		t.Fatal(err)
+	}
+	on := func(id string, gpu int) store.Assignment {
+		return store.Assignment{JobUUID: id, Message: "assigned here", Placement: store.Placement{SlaveName: "node1", SlaveInstanceID: "i1", ClusterID: 1,
+			Resources: job.StateResources{SlaveName: "node1", GPUIDs: []int{gpu}, CPUIDs: []int{gpu}, CPUMemoryGb: 1}}}
+	}
+	status := func(id string) (job.Status, int) {
+		t.Helper()
+		rec, err := st.GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Job.State.Status, rec.Attempt
+	}
+	// Another epoch's: refused, nothing written, nothing sent.
+	stale := lead
+	stale.Epoch++
+	if got, err := st.AssignJobsAsLeader(ctx, stale, []store.Assignment{on(queued.UUID, 0)}, []string{"node1"}); !errors.Is(err, store.ErrNotLeader) || got != nil {
+		t.Fatalf("another epoch's assignment: %v %v", got, err)
+	}
+	if s, _ := status(queued.UUID); s != job.StatusQueued {
+		t.Fatalf("a refused assignment moved the job to %s", s)
+	}
+	if w := wokenBefore("m1"); len(w) != 0 {
+		t.Fatalf("a refused assignment woke %v", w)
+	}
+	// The lease's: the queued job moves, the cancelled one is skipped, node1 is woken.
+	got, err := st.AssignJobsAsLeader(ctx, lead, []store.Assignment{on(queued.UUID, 0), on(cancelled.UUID, 1)}, []string{"node1"})
+	if err != nil || len(got) != 1 || got[0] != queued.UUID {
+		t.Fatalf("assigned %v (%v), want only %s", got, err, queued.UUID)
+	}
+	if s, attempt := status(queued.UUID); s != job.StatusAssigned || attempt != 1 {
+		t.Fatalf("the assigned job is %s in attempt %d", s, attempt)
+	}
+	if s, _ := status(cancelled.UUID); s != job.StatusCancelled {
+		t.Fatalf("the cancelled job is %s", s)
+	}
+	evs, err := st.ListJobEvents(ctx, queued.UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := evs[len(evs)-1]; last.FromStatus != "QUEUED" || last.ToStatus != "ASSIGNED" || last.Message != "assigned here" {
+		t.Fatalf("the assignment's event: %+v", last)
+	}
+	if w := wokenBefore("m2"); !slices.Equal(w, []string{"node1"}) {
+		t.Fatalf("woken by the assignment: %v, want node1", w)
+	}
+	// Nothing moved (the job no longer queued): nothing sent.
+	if got, err := st.AssignJobsAsLeader(ctx, lead, []store.Assignment{on(cancelled.UUID, 1)}, []string{"node1"}); err != nil || len(got) != 0 {
+		t.Fatalf("assigned %v (%v), want none", got, err)
+	}
+	if w := wokenBefore("m3"); len(w) != 0 {
+		t.Fatalf("an assignment that moved nothing woke %v", w)
+	}
+}

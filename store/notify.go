@@ -34,10 +34,18 @@ func (s *Store) notifyScheduler(ctx context.Context) error {
 // NotifySlaves wakes the long polls of the named slaves on every master. Inside a transaction
 // the notification leaves at commit.
 func (s *Store) NotifySlaves(ctx context.Context, names ...string) error {
-	if len(names) == 0 {
-		return nil
+	for _, payload := range slavePayloads(names) {
+		if _, err := s.q.ExecContext(ctx, `SELECT pg_notify($1, $2)`, ChannelSlaves, payload); err != nil {
+			return mapErr(err, "notify slaves")
+		}
 	}
-	// A payload is at most 8000 bytes: long lists go in pieces.
+	return nil
+}
+
+// slavePayloads are the payloads of ChannelSlaves's notifications naming these slaves: a
+// payload is at most 8000 bytes, so long lists go in pieces.
+func slavePayloads(names []string) []string {
+	var out []string
 	for len(names) > 0 {
 		n, size := 0, 0
 		for n < len(names) && size+len(names[n])+1 < 7900 {
@@ -45,12 +53,10 @@ func (s *Store) NotifySlaves(ctx context.Context, names ...string) error {
 			n++
 		}
 		n = max(n, 1)
-		if _, err := s.q.ExecContext(ctx, `SELECT pg_notify($1, $2)`, ChannelSlaves, strings.Join(names[:n], ",")); err != nil {
-			return mapErr(err, "notify slaves")
-		}
+		out = append(out, strings.Join(names[:n], ","))
 		names = names[n:]
 	}
-	return nil
+	return out
 }
 
 // Listen calls onScheduler and onSlaves for the notifications of every master until ctx ends.

@@ -294,28 +294,74 @@ type Assignment struct {
 // records a status event for each, in one statement: a pass that places thousands of jobs
 // (a burst after an outage, a new slave) commits in one round trip instead of three per job.
 // A job no longer QUEUED (cancelled since the snapshot) is left alone, as TransitionJob would.
-const assignJobs = `WITH input AS (
-	SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::jsonb[], $6::float8[], $7::text[])
-		AS t(uuid, slave, instance, cluster, resources, tally, message)
-), assigned AS (
-	UPDATE jobs j SET status = 'ASSIGNED', event_times = j.event_times || jsonb_build_object('ASSIGNED', now()), updated_at = now(),
-		attempt = j.attempt + 1, lease_expires_at = now() + make_interval(secs => $8), handed_over_at = NULL, missing_since = NULL,
-		assigned_slave_name = i.slave, assigned_instance_id = i.instance, assigned_cluster_id = i.cluster, resources = i.resources,
-		scheduling = (j.scheduling - 'queuedExplanations' - 'estimatedStart' - 'estimatedStartEarliest' - 'estimatedStartLatest') || jsonb_build_object('tallyIncrement', i.tally)
-	FROM input i WHERE j.uuid = i.uuid AND j.status = 'QUEUED'
-		AND NOT EXISTS (SELECT 1 FROM slaves s WHERE s.name = i.slave AND s.disabled)
-	RETURNING j.uuid, i.message
+const assignJobs = `WITH ` + assignInput + `, assigned AS (
+	` + assignUpdate + assignWhere + `
 )
 INSERT INTO job_events (job_uuid, kind, from_status, to_status, actor, message)
 SELECT uuid, 'status', 'QUEUED', 'ASSIGNED', 'scheduler', message FROM assigned
 RETURNING job_uuid::text`
 
-// AssignJobs moves QUEUED jobs to ASSIGNED on their slaves, conditionally, each with its status
-// event, and returns the uuids it moved (those no longer QUEUED are skipped).
-func (s *Store) AssignJobs(ctx context.Context, as []Assignment) ([]string, error) {
+// assignInput, assignUpdate and assignWhere are the parts assignJobs and assignJobsAsLeader
+// share: the assignments as rows, and the update of the jobs still QUEUED.
+const (
+	assignInput = `input AS (
+	SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[], $5::jsonb[], $6::float8[], $7::text[])
+		AS t(uuid, slave, instance, cluster, resources, tally, message)
+)`
+	assignUpdate = `UPDATE jobs j SET status = 'ASSIGNED', event_times = j.event_times || jsonb_build_object('ASSIGNED', now()), updated_at = now(),
+		attempt = j.attempt + 1, lease_expires_at = now() + make_interval(secs => $8), handed_over_at = NULL, missing_since = NULL,
+		assigned_slave_name = i.slave, assigned_instance_id = i.instance, assigned_cluster_id = i.cluster, resources = i.resources,
+		scheduling = (j.scheduling - 'queuedExplanations' - 'estimatedStart' - 'estimatedStartEarliest' - 'estimatedStartLatest') || jsonb_build_object('tallyIncrement', i.tally)
+	FROM input i WHERE `
+	assignWhere = `j.uuid = i.uuid AND j.status = 'QUEUED'
+		AND NOT EXISTS (SELECT 1 FROM slaves s WHERE s.name = i.slave AND s.disabled)
+	RETURNING j.uuid, i.message`
+)
+
+// assignJobsAsLeader is assignJobs as one transaction of its own that proves the scheduler
+// lease ($9, as AsLeader does, the lease's row held until the commit) before it moves a job,
+// and wakes the long polls of the slaves named ($10, slavePayloads) when it moved any.
+const assignJobsAsLeader = `WITH lead AS (
+	SELECT TRUE FROM scheduler_leader WHERE id = 1 AND epoch = $9 AND expires_at > now() FOR KEY SHARE
+), ` + assignInput + `, assigned AS (
+	` + assignUpdate + `EXISTS (SELECT 1 FROM lead) AND ` + assignWhere + `
+), events AS (
+	INSERT INTO job_events (job_uuid, kind, from_status, to_status, actor, message)
+	SELECT uuid, 'status', 'QUEUED', 'ASSIGNED', 'scheduler', message FROM assigned
+	RETURNING job_uuid
+), woken AS (
+	SELECT pg_notify('` + ChannelSlaves + `', payload) FROM unnest($10::text[]) AS payload WHERE EXISTS (SELECT 1 FROM assigned)
+)
+SELECT EXISTS (SELECT 1 FROM lead), ARRAY(SELECT job_uuid::text FROM events), (SELECT count(*) FROM woken)`
+
+// AssignJobsAsLeader is AssignJobs as the holder of lead, in one statement that is its own
+// transaction: the lease proved first, as AsLeader does, and the long polls of the slaves named
+// in wake (on every master) woken at its commit when a job moved. A pass that only assigns made
+// five round trips for it (begin, proof, assignment, notification, commit), each one on a loaded
+// machine a wait for both processes to be scheduled again (B2x, 29 Nov). ErrNotLeader when the
+// lease is not held: nothing is written.
+func (s *Store) AssignJobsAsLeader(ctx context.Context, lead Leadership, as []Assignment, wake []string) ([]string, error) {
 	if len(as) == 0 {
 		return nil, nil
 	}
+	args, err := assignArgs(as, s.leases)
+	if err != nil {
+		return nil, err
+	}
+	var leading bool
+	var done pq.StringArray
+	var notified int
+	if err := s.q.(*prepared).scanRow(ctx, assignJobsAsLeader, append(args, lead.Epoch, pq.Array(slavePayloads(wake))), &leading, &done, &notified); err != nil {
+		return nil, mapErr(err, fmt.Sprintf("assign %d jobs", len(as)))
+	}
+	if !leading {
+		return nil, fmt.Errorf("act as scheduler (epoch %d): %w", lead.Epoch, ErrNotLeader)
+	}
+	return done, nil
+}
+
+// assignArgs are assignJobs's parameters ($1–$8) for these assignments.
+func assignArgs(as []Assignment, leases Leases) ([]any, error) {
 	n := len(as)
 	uuids, slaves, instances, resources, messages := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	clusters, tallies := make([]int64, n), make([]float64, n)
@@ -327,10 +373,23 @@ func (s *Store) AssignJobs(ctx context.Context, as []Assignment) ([]string, erro
 		uuids[i], slaves[i], instances[i], resources[i], messages[i] = a.JobUUID, a.SlaveName, a.SlaveInstanceID, string(res), a.Message
 		clusters[i], tallies[i] = int64(a.ClusterID), a.TallyIncrement
 	}
+	return []any{pq.Array(uuids), pq.Array(slaves), pq.Array(instances), pq.Array(clusters),
+		pq.Array(resources), pq.Array(tallies), pq.Array(messages), leases.BeforeHandOver().Seconds()}, nil
+}
+
+// AssignJobs moves QUEUED jobs to ASSIGNED on their slaves, conditionally, each with its status
+// event, and returns the uuids it moved (those no longer QUEUED are skipped).
+func (s *Store) AssignJobs(ctx context.Context, as []Assignment) ([]string, error) {
+	if len(as) == 0 {
+		return nil, nil
+	}
+	args, err := assignArgs(as, s.leases)
+	if err != nil {
+		return nil, err
+	}
 	var done []string
-	err := s.q.SelectContext(ctx, &done, assignJobs, pq.Array(uuids), pq.Array(slaves), pq.Array(instances), pq.Array(clusters),
-		pq.Array(resources), pq.Array(tallies), pq.Array(messages), s.leases.BeforeHandOver().Seconds())
-	return done, mapErr(err, fmt.Sprintf("assign %d jobs", n))
+	err = s.q.SelectContext(ctx, &done, assignJobs, args...)
+	return done, mapErr(err, fmt.Sprintf("assign %d jobs", len(as)))
 }
 
 // handedOver stamps the first hand-over of assigned jobs to their slave and starts their
