@@ -1209,21 +1209,27 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 	if len(news) == 0 && len(refreshed) == 0 && !estimate {
 		return assigned, nil
 	}
-	err = l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
+	if !estimate {
+		// The explanations alone: one statement that proves the lease itself (four round
+		// trips as a transaction).
 		t := time.Now()
-		if err := tx.SetQueuedExplanations(ctx, news, refreshed); err != nil {
+		if err = l.st.SetQueuedExplanationsAsLeader(ctx, lead, news, refreshed); err == nil {
+			l.timed("explanations", t)
+		}
+	} else {
+		err = l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
+			t := time.Now()
+			if err := tx.SetQueuedExplanations(ctx, news, refreshed); err != nil {
+				return err
+			}
+			l.timed("explanations", t)
+			t = time.Now()
+			var err error
+			estimates, wrote, err = l.writeEstimates(ctx, tx, plan, snap.Queued, narrowed)
+			l.timed("estimates", t)
 			return err
-		}
-		l.timed("explanations", t)
-		if !estimate {
-			return nil
-		}
-		t = time.Now()
-		var err error
-		estimates, wrote, err = l.writeEstimates(ctx, tx, plan, snap.Queued, narrowed)
-		l.timed("estimates", t)
-		return err
-	})
+		})
+	}
 	if err != nil {
 		l.explained = explained{} // what the database holds is unknown again
 		l.forgetWritten()

@@ -415,18 +415,10 @@ func TestMarkSlavesOfflineWaitsForTheLeader(t *testing.T) {
 // many came before it.
 func TestChangeWakesTheScheduler(t *testing.T) {
 	st := newStore(t)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := context.Background()
 	u, p := fixture(t, st, "alice", "vision")
 	node1(t, st)
-	// One channel, in the order the listener calls back (two would lose it in a select).
-	heard, ready := make(chan string, 64), make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- st.Listen(ctx, slog.New(slog.DiscardHandler), func() { heard <- "" },
-			func(names []string) { heard <- "marker " + strings.Join(names, ",") }, func() { close(ready) })
-	}()
-	defer func() { cancel(); <-done }()
-	<-ready
+	heard := listen(t, st)
 	wakesBefore := func(marker string) int {
 		t.Helper()
 		st.WaitWakes() // sent apart from the change, soon after it
@@ -438,7 +430,7 @@ func TestChangeWakesTheScheduler(t *testing.T) {
 			switch h {
 			case "":
 				n++
-			case "marker " + marker:
+			case "slaves " + marker:
 				return n
 			}
 		}
@@ -776,16 +768,10 @@ func TestRequeueAssigned(t *testing.T) {
 // job moved; with a lease it does not hold it writes nothing and sends nothing.
 func TestAssignJobsAsLeader(t *testing.T) {
 	st := newStore(t)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := context.Background()
 	u, p := fixture(t, st, "alice", "vision")
 	node1(t, st)
-	heard, ready := make(chan string, 64), make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- st.Listen(ctx, slog.New(slog.DiscardHandler), func() {}, func(names []string) { heard <- strings.Join(names, ",") }, func() { close(ready) })
-	}()
-	defer func() { cancel(); <-done }()
-	<-ready
+	heard := listen(t, st)
 	// wokenBefore lists the slave notifications that came before a marker sent now.
 	wokenBefore := func(marker string) []string {
 		t.Helper()
@@ -794,10 +780,12 @@ func TestAssignJobsAsLeader(t *testing.T) {
 		}
 		var out []string
 		for h := range heard {
-			if h == marker {
+			if h == "slaves "+marker {
 				break
 			}
-			out = append(out, h)
+			if names, ok := strings.CutPrefix(h, "slaves "); ok {
+				out = append(out, names)
+			}
 		}
 		return out
 	}
@@ -861,4 +849,21 @@ func TestAssignJobsAsLeader(t *testing.T) {
 	if w := wokenBefore("m3"); len(w) != 0 {
 		t.Fatalf("an assignment that moved nothing woke %v", w)
 	}
+}
+
+// listen listens to the notifications of every master for the rest of the test, and passes
+// them on in the order the listener calls back (two channels would lose it in a select): a
+// wake of the scheduler as "", one of slaves as "slaves " and their names.
+func listen(t *testing.T, st *store.Store) <-chan string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	heard, ready := make(chan string, 64), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- st.Listen(ctx, slog.New(slog.DiscardHandler), func() { heard <- "" },
+			func(names []string) { heard <- "slaves " + strings.Join(names, ",") }, func() { close(ready) })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	<-ready
+	return heard
 }

@@ -318,11 +318,18 @@ const (
 	RETURNING j.uuid, i.message`
 )
 
+// leadProof begins a CTE "lead" that proves the scheduler lease as AsLeader does, in a
+// statement that acts as the leader on its own: the epoch's parameter follows it. Its rows are
+// the proof; the statement's writes must depend on it (an uncorrelated EXISTS on it is a
+// one-time filter, evaluated before any row is written), and it holds the lease's row FOR KEY
+// SHARE until the statement commits, so that no takeover (a new epoch, a key) comes between.
+const leadProof = `lead AS (
+	SELECT TRUE FROM scheduler_leader WHERE id = 1 AND expires_at > now() AND epoch = `
+
 // assignJobsAsLeader is assignJobs as one transaction of its own that proves the scheduler
 // lease ($9, as AsLeader does, the lease's row held until the commit) before it moves a job,
 // and wakes the long polls of the slaves named ($10, slavePayloads) when it moved any.
-const assignJobsAsLeader = `WITH lead AS (
-	SELECT TRUE FROM scheduler_leader WHERE id = 1 AND epoch = $9 AND expires_at > now() FOR KEY SHARE
+const assignJobsAsLeader = `WITH ` + leadProof + `$9 FOR KEY SHARE
 ), ` + assignInput + `, assigned AS (
 	` + assignUpdate + `EXISTS (SELECT 1 FROM lead) AND ` + assignWhere + `
 ), events AS (
@@ -425,6 +432,16 @@ func (s *Store) SetQueuedExplanations(ctx context.Context, news, refreshed map[s
 	if len(news)+len(refreshed) == 0 {
 		return nil
 	}
+	n, r, err := encodeExplanations(news, refreshed)
+	if err != nil {
+		return err
+	}
+	_, err = s.q.ExecContext(ctx, setExplanations, n, r)
+	return mapErr(err, "set queued explanations")
+}
+
+// encodeExplanations encodes SetQueuedExplanations's parameters.
+func encodeExplanations(news, refreshed map[string][]string) (n, r []byte, err error) {
 	// A nil map encodes as null, which jsonb_each refuses.
 	encode := func(m map[string][]string) ([]byte, error) {
 		if m == nil {
@@ -432,25 +449,66 @@ func (s *Store) SetQueuedExplanations(ctx context.Context, news, refreshed map[s
 		}
 		return json.Marshal(m)
 	}
-	n, err := encode(news)
-	if err != nil {
-		return fmt.Errorf("encode explanations: %w", err)
+	if n, err = encode(news); err == nil {
+		r, err = encode(refreshed)
 	}
-	r, err := encode(refreshed)
 	if err != nil {
-		return fmt.Errorf("encode explanations: %w", err)
+		return nil, nil, fmt.Errorf("encode explanations: %w", err)
 	}
-	_, err = s.q.ExecContext(ctx, `WITH e AS (
+	return n, r, nil
+}
+
+// explanationsInput, explanationsUpdate, explanationsWhere and explanationsEvents are SetQueuedExplanations's
+// statement in parts, which SetQueuedExplanationsAsLeader shares.
+const (
+	explanationsInput = `e AS (
     SELECT key, value, TRUE AS event FROM jsonb_each($1::jsonb)
-    UNION ALL SELECT key, value, FALSE FROM jsonb_each($2::jsonb)),
-changed AS (
+    UNION ALL SELECT key, value, FALSE FROM jsonb_each($2::jsonb))`
+	explanationsUpdate = `
     UPDATE jobs j SET scheduling = jsonb_set(j.scheduling, '{queuedExplanations}', e.value)
     FROM e
-    WHERE j.uuid = e.key::uuid AND j.status = 'QUEUED' AND j.scheduling->'queuedExplanations' IS DISTINCT FROM e.value
-    RETURNING j.uuid, e.value, e.event)
-INSERT INTO job_events (job_uuid, kind, actor, message)
-SELECT uuid, 'scheduler', 'scheduler', (SELECT string_agg(x, '; ') FROM jsonb_array_elements_text(value) x) FROM changed WHERE event`, n, r)
-	return mapErr(err, "set queued explanations")
+    WHERE `
+	explanationsWhere = `j.uuid = e.key::uuid AND j.status = 'QUEUED' AND j.scheduling->'queuedExplanations' IS DISTINCT FROM e.value
+    RETURNING j.uuid, e.value, e.event`
+	explanationsEvents = `INSERT INTO job_events (job_uuid, kind, actor, message)
+SELECT uuid, 'scheduler', 'scheduler', (SELECT string_agg(x, '; ') FROM jsonb_array_elements_text(value) x) FROM changed WHERE event`
+)
+
+// setExplanations is SetQueuedExplanations's statement, setExplanationsAsLeader
+// SetQueuedExplanationsAsLeader's (its epoch $3).
+const (
+	setExplanations = `WITH ` + explanationsInput + `, changed AS (` + explanationsUpdate + explanationsWhere + `)
+` + explanationsEvents
+	setExplanationsAsLeader = `WITH ` + leadProof + `$3 FOR KEY SHARE
+), ` + explanationsInput + `, changed AS (
+    ` + explanationsUpdate + `EXISTS (SELECT 1 FROM lead) AND ` + explanationsWhere + `
+), events AS (
+` + explanationsEvents + `
+)
+SELECT EXISTS (SELECT 1 FROM lead)`
+)
+
+// SetQueuedExplanationsAsLeader is SetQueuedExplanations as the holder of lead, in one
+// statement that is its own transaction (see leadProof): a pass's transaction for it alone was
+// four round trips (begin, proof, explanations, commit). ErrNotLeader, nothing written, when
+// the lease is not held.
+func (s *Store) SetQueuedExplanationsAsLeader(ctx context.Context, lead Leadership, news, refreshed map[string][]string) error {
+	if len(news)+len(refreshed) == 0 {
+		return nil
+	}
+	n, r, err := encodeExplanations(news, refreshed)
+	if err != nil {
+		return err
+	}
+	var leading bool
+	err = s.q.(*prepared).scanRow(ctx, setExplanationsAsLeader, []any{n, r, lead.Epoch}, &leading)
+	if err != nil {
+		return mapErr(err, "set queued explanations")
+	}
+	if !leading {
+		return fmt.Errorf("act as scheduler (epoch %d): %w", lead.Epoch, ErrNotLeader)
+	}
+	return nil
 }
 
 // SetEstimatedStarts stores when each queued job is expected to start, without a range; see

@@ -582,15 +582,31 @@ func TestSlaveHeartbeatReportsComingBack(t *testing.T) {
 
 // An explanation stored as news gets a scheduler event when it changes; one stored as a refresh
 // (its details moved) changes the job without an event; an unchanged one writes nothing; a job
-// no longer queued keeps what it had.
+// no longer queued keeps what it had. The same as the holder of the scheduler lease in one
+// statement (SetQueuedExplanationsAsLeader), which writes nothing with a lease it does not hold.
 func TestQueuedExplanationsEvents(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { testQueuedExplanations(t, false) })
+	t.Run("as leader", func(t *testing.T) { testQueuedExplanations(t, true) })
+}
+
+func testQueuedExplanations(t *testing.T, asLeader bool) {
 	st := newStore(t)
 	ctx := context.Background()
 	u, p := fixture(t, st, "alice", "vision")
 	a, b := createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusRunning)
+	lead, ok, err := st.AcquireLeadership(ctx, "me", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("leadership: %v %v", ok, err)
+	}
 	set := func(news, refreshed map[string][]string) {
 		t.Helper()
-		if err := st.SetQueuedExplanations(ctx, news, refreshed); err != nil {
+		var err error
+		if asLeader {
+			err = st.SetQueuedExplanationsAsLeader(ctx, lead, news, refreshed)
+		} else {
+			err = st.SetQueuedExplanations(ctx, news, refreshed)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -630,6 +646,14 @@ func TestQueuedExplanationsEvents(t *testing.T) {
 	set(map[string][]string{a.UUID: other}, map[string][]string{b.UUID: other})
 	check(a.UUID, other, []string{strings.Join(first, "; "), other[0]})
 	check(b.UUID, nil, nil)
+	if asLeader {
+		stale := lead
+		stale.Epoch++
+		if err := st.SetQueuedExplanationsAsLeader(ctx, stale, map[string][]string{a.UUID: first}, nil); !errors.Is(err, store.ErrNotLeader) {
+			t.Fatalf("explanations with another epoch: %v, want ErrNotLeader", err)
+		}
+		check(a.UUID, other, []string{strings.Join(first, "; "), other[0]})
+	}
 }
 
 // SlavesShown reads a slave's SSH endpoint and, from its inventory, its process id (any the
