@@ -1063,7 +1063,9 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	return snap, hosts, nil
 }
 
-// apply writes a plan in one transaction that proves the lease first. Each change stays
+// apply writes a plan in one transaction that proves the lease first (a plan of assignments
+// alone: one statement that does the same, store.AssignJobsAsLeader; a plan with nothing to
+// write: nothing), then what the waiting jobs are told in another. Each change stays
 // conditional on the state the snapshot saw: a job cancelled since is skipped, not assigned.
 //
 // A narrowed plan (see narrow) sets the estimates of the jobs it planned only; without estimate,
