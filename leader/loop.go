@@ -121,8 +121,9 @@ const ExpiredPerPass = 500
 // Loop runs the scheduler on the master that holds the scheduler lease: each pass does the
 // housekeeping (offline slaves, lost jobs, expired leases, jobs past maxDuration; at most once
 // a second when passes come back to back, HousekeepEvery), takes a snapshot, plans and
-// applies the plan. Every write of a pass is in a transaction that first
-// proves the lease (store.AsLeader), and every timeout is measured on the database's clock.
+// applies the plan. Every write of a pass is in a transaction that first proves the lease
+// (store.AsLeader, or a single statement that does the same: store.AssignJobsAsLeader,
+// store.SetQueuedExplanationsAsLeader), and every timeout is measured on the database's clock.
 type Loop struct {
 	st   *store.Store
 	cfg  Config
