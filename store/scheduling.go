@@ -68,15 +68,24 @@ func (s *Store) ResignLeadership(ctx context.Context, l Leadership) error {
 func (s *Store) AsLeader(ctx context.Context, l Leadership, fn func(tx *Store) error) error {
 	return s.WithTx(ctx, func(tx *Store) error {
 		var ok bool
-		err := tx.q.GetContext(ctx, &ok, `SELECT TRUE FROM scheduler_leader WHERE id = 1 AND epoch = $1 AND expires_at > now() FOR KEY SHARE`, l.Epoch)
+		err := tx.q.GetContext(ctx, &ok, leaseHeld+`$1 FOR KEY SHARE`, l.Epoch)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("act as scheduler (epoch %d): %w", l.Epoch, ErrNotLeader)
+			return notLeader(l)
 		}
 		if err != nil {
 			return mapErr(err, "prove the scheduler lease")
 		}
 		return fn(tx)
 	})
+}
+
+// leaseHeld selects the scheduler lease's row while the epoch that follows it holds it:
+// AsLeader's proof, and leadProof's in the statements that prove it themselves.
+const leaseHeld = `SELECT TRUE FROM scheduler_leader WHERE id = 1 AND expires_at > now() AND epoch = `
+
+// notLeader is the error of a write refused because l no longer holds the lease.
+func notLeader(l Leadership) error {
+	return fmt.Errorf("act as scheduler (epoch %d): %w", l.Epoch, ErrNotLeader)
 }
 
 // Now is the database's clock, the one every timeout is measured on.

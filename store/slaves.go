@@ -324,7 +324,7 @@ const (
 // one-time filter, evaluated before any row is written), and it holds the lease's row FOR KEY
 // SHARE until the statement commits, so that no takeover (a new epoch, a key) comes between.
 const leadProof = `lead AS (
-	SELECT TRUE FROM scheduler_leader WHERE id = 1 AND expires_at > now() AND epoch = `
+	` + leaseHeld
 
 // assignJobsAsLeader is assignJobs as one transaction of its own that proves the scheduler
 // lease ($9, as AsLeader does, the lease's row held until the commit) before it moves a job,
@@ -357,12 +357,12 @@ func (s *Store) AssignJobsAsLeader(ctx context.Context, lead Leadership, as []As
 	}
 	var leading bool
 	var done pq.StringArray
-	var notified int
+	var notified int // read only so that the woken CTE, a SELECT, runs at all
 	if err := s.q.(*prepared).scanRow(ctx, assignJobsAsLeader, append(args, lead.Epoch, pq.Array(slavePayloads(wake))), &leading, &done, &notified); err != nil {
 		return nil, mapErr(err, fmt.Sprintf("assign %d jobs", len(as)))
 	}
 	if !leading {
-		return nil, fmt.Errorf("act as scheduler (epoch %d): %w", lead.Epoch, ErrNotLeader)
+		return nil, notLeader(lead)
 	}
 	return done, nil
 }
@@ -458,8 +458,8 @@ func encodeExplanations(news, refreshed map[string][]string) (n, r []byte, err e
 	return n, r, nil
 }
 
-// explanationsInput, explanationsUpdate, explanationsWhere and explanationsEvents are SetQueuedExplanations's
-// statement in parts, which SetQueuedExplanationsAsLeader shares.
+// explanationsInput, explanationsUpdate, explanationsWhere and explanationsEvents are
+// SetQueuedExplanations's statement in parts, which SetQueuedExplanationsAsLeader shares.
 const (
 	explanationsInput = `e AS (
     SELECT key, value, TRUE AS event FROM jsonb_each($1::jsonb)
@@ -506,7 +506,7 @@ func (s *Store) SetQueuedExplanationsAsLeader(ctx context.Context, lead Leadersh
 		return mapErr(err, "set queued explanations")
 	}
 	if !leading {
-		return fmt.Errorf("act as scheduler (epoch %d): %w", lead.Epoch, ErrNotLeader)
+		return notLeader(lead)
 	}
 	return nil
 }
