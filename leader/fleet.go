@@ -56,25 +56,54 @@ func (f *fleet) reset() {
 	f.check.reset()
 }
 
-// read returns the registered slaves (a slave that joined but never registered has nothing the
-// scheduler could use) by cluster and name; mark, taken before the read, is where the next
-// read of the feed starts. The slice is shared with later passes: not to be changed.
-func (f *fleet) read(ctx context.Context, st *store.Store, mark store.ChangeMark) ([]fleetSlave, error) {
+// fleetFeed is how a pass reads the slaves (next): whole (a term's first read), or the feed
+// from a mark, with the outcome of a check that ended to bring up to date with it.
+type fleetFeed struct {
+	full bool
+	from store.ChangeMark
+	done *checked[map[string]store.SchedSlave]
+}
+
+// next says how this pass reads the slaves; it takes the outcome of a check that ended and
+// starts one that is due. The pass reads the feed (with its basics: store.ReadPass) and hands
+// it to take.
+func (f *fleet) next(ctx context.Context, st *store.Store) fleetFeed {
 	if f.rows == nil {
-		rows, err := st.SchedulerSlaves(ctx)
+		return fleetFeed{full: true}
+	}
+	done, from := f.check.feed(ctx, st, f.log, "slaves", f.mark, readFleet(st))
+	return fleetFeed{from: from, done: done}
+}
+
+// read returns the registered slaves (a slave that joined but never registered has nothing the
+// scheduler could use) by cluster and name, reading the feed on its own (next, take); mark,
+// taken before the read, is where the next read of the feed starts. The slice is shared with
+// later passes: not to be changed.
+func (f *fleet) read(ctx context.Context, st *store.Store, mark store.ChangeMark) ([]fleetSlave, error) {
+	n := f.next(ctx, st)
+	var rows []store.SchedSlave
+	if !n.full {
+		var err error
+		if rows, err = st.SlavesChangedSince(ctx, n.from); err != nil {
+			return nil, err
+		}
+	}
+	return f.take(ctx, st, n, rows, mark)
+}
+
+// take returns the registered slaves as read does, given the feed's rows read as next said
+// (with a full read, none: take reads every slave itself).
+func (f *fleet) take(ctx context.Context, st *store.Store, n fleetFeed, rows []store.SchedSlave, mark store.ChangeMark) ([]fleetSlave, error) {
+	if n.full {
+		all, err := st.SchedulerSlaves(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if err := f.replace(byName(rows)); err != nil {
+		if err := f.replace(byName(all)); err != nil {
 			return nil, err
 		}
 		f.check.at = time.Now()
 	} else {
-		done, from := f.check.feed(ctx, st, f.log, "slaves", f.mark, readFleet(st))
-		rows, err := st.SlavesChangedSince(ctx, from)
-		if err != nil {
-			return nil, err
-		}
 		for _, r := range rows {
 			old, ok := f.rows[r.Name]
 			if ok && sameRow(old, r) {
@@ -82,13 +111,14 @@ func (f *fleet) read(ctx context.Context, st *store.Store, mark store.ChangeMark
 			}
 			d := f.docs[r.Name]
 			if !ok || d == nil || !sameDocs(old, r) {
+				var err error
 				if d, err = decodeSlaveDocs(r); err != nil {
 					return nil, err
 				}
 			}
 			f.rows[r.Name], f.docs[r.Name], f.sorted = r, d, nil
 		}
-		if done != nil {
+		if done := n.done; done != nil {
 			// Both as of this read now: what changed since the check's read is no drift.
 			for _, r := range rows {
 				done.read[r.Name] = r

@@ -1010,33 +1010,35 @@ func (l *Loop) makeView(slaves []fleetSlave, clusters map[int]scheduler.Cluster)
 func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]string, error) {
 	hosts := map[string]string{}
 	t := time.Now()
-	// The mark is taken before the reads of the slaves and the jobs: whatever commits after
-	// them is stamped at or after it. The clock, the tallies, the reservations and the clusters
-	// come in one round trip (store.ReadPassBasics).
-	basics, err := l.st.ReadPassBasics(ctx, l.cfg.TallyHalfLife)
+	// One round trip (store.ReadPass) reads the clock, the tallies, the reservations and the
+	// clusters, and the slaves' and the jobs' feeds with what ended jobs still hold. Its mark
+	// is taken before the feeds: whatever commits after them is stamped at or after it. A full
+	// read of the slaves or the jobs (a term's first) is made apart, after it.
+	fn, qn := l.fleet.next(ctx, l.st), l.queue.next(ctx, l.st)
+	read, err := l.st.ReadPass(ctx, l.cfg.TallyHalfLife, store.PassFeeds{Slaves: !fn.full, SlavesFrom: fn.from, Jobs: !qn.full, JobsFrom: qn.from, Also: qn.also})
 	if err != nil {
 		return scheduler.Snapshot{}, hosts, err
 	}
-	now, mark := basics.Now, basics.Mark
+	now, mark := read.Now, read.Mark
 	snap := scheduler.Snapshot{Now: now, Clusters: map[int]scheduler.Cluster{}, Policy: scheduler.PolicyFair, Limits: scheduler.DefaultLimits,
-		HaltFactor: l.cfg.HaltFactor, HaltNonRestartable: l.cfg.HaltNonRestartable, Tallies: basics.Tallies}
+		HaltFactor: l.cfg.HaltFactor, HaltNonRestartable: l.cfg.HaltNonRestartable, Tallies: read.Tallies}
 	if l.cfg.Limits != nil {
 		snap.Limits = *l.cfg.Limits
 	}
 	l.dbNow, l.dbNowAt = now, time.Now()
-	for _, r := range basics.Reservations {
+	for _, r := range read.Reservations {
 		snap.Reservations = append(snap.Reservations, scheduler.Reservation{ID: r.ID, Name: r.Name, ClusterID: int(r.ClusterID.Int64),
 			SlaveNames: r.SlaveNames, GPUs: r.GPUs, Start: r.Start, End: r.End, Users: r.UserIDs, Projects: r.ProjectIDs})
 	}
-	for _, c := range basics.Clusters {
-		snap.Clusters[c.ID] = scheduler.Cluster{ID: c.ID, Private: c.Private, Projects: basics.Owners[c.ID], GuestLimit: time.Duration(c.GuestLimitS) * time.Second}
+	for _, c := range read.Clusters {
+		snap.Clusters[c.ID] = scheduler.Cluster{ID: c.ID, Private: c.Private, Projects: read.Owners[c.ID], GuestLimit: time.Duration(c.GuestLimitS) * time.Second}
 	}
-	l.timed("basics", t)
+	l.timed("read", t)
 	t = time.Now()
 	snap.Ratios, snap.Arrivals = l.forPass(ctx, now)
 	l.timed("run ratios", t)
 	t = time.Now()
-	slaves, err := l.fleet.read(ctx, l.st, mark)
+	slaves, err := l.fleet.take(ctx, l.st, fn, read.Slaves, mark)
 	if err != nil {
 		return snap, hosts, err
 	}
@@ -1046,13 +1048,15 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	snap.Slaves, snap.Index, hosts = l.view.slaves, l.view.index, l.view.hosts
 	l.timed("slaves", t)
 	t = time.Now()
-	queued, held, err := l.queue.read(ctx, l.st, mark)
+	queued, held, err := l.queue.take(ctx, l.st, qn, read.Jobs, read.Releasing, mark)
 	if err != nil {
 		return snap, hosts, err
 	}
 	snap.Queued = queued
 	r := l.queue.lastRead
-	l.phases.Steps = append(l.phases.Steps, Timed{Step: "feed", Took: r.feed}, Timed{Step: "releasing", Took: r.releasing})
+	if r.full {
+		l.phases.Steps = append(l.phases.Steps, Timed{Step: "full read", Took: r.feed}, Timed{Step: "releasing", Took: r.releasing})
+	}
 	l.phases.FeedRows, l.phases.FullRead, l.phases.Checked = r.rows, r.full, r.checked
 	l.followQueue()
 	snap.Running = make([]scheduler.Placed, 0, held.len())

@@ -127,44 +127,91 @@ func (q *queue) rechecked() []string {
 	return also
 }
 
+// queueFeed is how a pass reads the jobs (next): whole (a term's first read), or the feed from
+// a mark with the jobs to read again whatever their stamp, and the outcome of a check that
+// ended to bring up to date with it.
+type queueFeed struct {
+	full bool
+	from store.ChangeMark
+	also []string
+	done *checked[memory]
+}
+
+// next says how this pass reads the jobs; it takes the outcome of a check that ended and starts
+// one that is due. The pass reads the feed and what ended jobs still hold (with its basics:
+// store.ReadPass) and hands them to take.
+func (q *queue) next(ctx context.Context, st *store.Store) queueFeed {
+	if q.jobs == nil {
+		return queueFeed{full: true}
+	}
+	done, from := q.check.feed(ctx, st, q.log, "jobs", q.mark, readMemory(st))
+	return queueFeed{from: from, also: q.rechecked(), done: done}
+}
+
 // read returns the queued jobs in queue order (oldest first) and what is held on the slaves
-// (oldest first, as store.ListHeld orders it); mark, taken before the read, is where the next
-// read of the feed starts. Both are the memory's own: valid until the next read, and not to be
-// changed.
+// (oldest first, as store.ListHeld orders it), reading the feed on its own (next, take); mark,
+// taken before the read, is where the next read of the feed starts. Both are the memory's own:
+// valid until the next read, and not to be changed.
 //
 // A term's first read reads everything. Later reads read the feed; when a check is due they
 // start one (checker) and go on with the feed; the read after it ended reads the feed from the
 // check's mark (or its own, the older), brings both the memory and the check's full read up to
 // date with it, and compares them.
 func (q *queue) read(ctx context.Context, st *store.Store, mark store.ChangeMark) ([]scheduler.Job, heldList, error) {
-	q.lastRead = readStats{full: q.jobs == nil}
+	n := q.next(ctx, st)
+	if n.full {
+		return q.take(ctx, st, n, nil, nil, mark)
+	}
 	t := time.Now()
-	if q.jobs == nil {
-		rows, err := st.SchedulerJobs(ctx)
+	rows, err := st.JobsChangedSince(ctx, n.from, n.also)
+	if err != nil {
+		return nil, heldList{}, err
+	}
+	feed := time.Since(t)
+	t = time.Now()
+	releasing, err := st.Releasing(ctx)
+	if err != nil {
+		return nil, heldList{}, err
+	}
+	took := time.Since(t)
+	order, held, err := q.take(ctx, st, n, rows, releasing, mark)
+	q.lastRead.feed, q.lastRead.releasing = feed, took
+	return order, held, err
+}
+
+// take returns what read does, given the feed's rows and what ended jobs hold, read in that
+// order as next said (with a full read, neither: take reads every job, then what ended jobs
+// hold, itself).
+func (q *queue) take(ctx context.Context, st *store.Store, n queueFeed, rows, releasing []store.SchedJob, mark store.ChangeMark) ([]scheduler.Job, heldList, error) {
+	q.lastRead = readStats{full: n.full}
+	if n.full {
+		t := time.Now()
+		all, err := st.SchedulerJobs(ctx)
 		if err != nil {
 			return nil, heldList{}, err
 		}
-		q.lastRead.feed, q.lastRead.rows = time.Since(t), len(rows)
-		mem, err := fullMemory(rows)
+		q.lastRead.feed, q.lastRead.rows = time.Since(t), len(all)
+		mem, err := fullMemory(all)
 		if err != nil {
 			return nil, heldList{}, err
 		}
 		q.replace(mem)
 		q.check.at = time.Now()
+		// What ended jobs hold is read after the jobs: a job that ends between the two reads
+		// is then counted twice (safe), never not at all.
+		t = time.Now()
+		if releasing, err = st.Releasing(ctx); err != nil {
+			return nil, heldList{}, err
+		}
+		q.lastRead.releasing = time.Since(t)
 	} else {
-		done, from := q.check.feed(ctx, st, q.log, "jobs", q.mark, readMemory(st))
-		also := q.rechecked()
-		rows, err := st.JobsChangedSince(ctx, from, also)
-		if err != nil {
+		q.lastRead.rows, q.lastRead.checked = len(rows), n.done != nil
+		if err := q.apply(rows, n.also); err != nil {
 			return nil, heldList{}, err
 		}
-		q.lastRead.feed, q.lastRead.rows, q.lastRead.checked = time.Since(t), len(rows), done != nil
-		if err := q.apply(rows, also); err != nil {
-			return nil, heldList{}, err
-		}
-		if done != nil {
+		if done := n.done; done != nil {
 			// Both as of this read now: what changed since the check's read is no drift.
-			if _, _, err := done.read.apply(rows, also); err != nil {
+			if _, _, err := done.read.apply(rows, n.also); err != nil {
 				return nil, heldList{}, err
 			}
 			if q.compare(done.read) > 0 {
@@ -174,12 +221,6 @@ func (q *queue) read(ctx context.Context, st *store.Store, mark store.ChangeMark
 		}
 	}
 	q.mark, q.recheck = mark, nil
-	t = time.Now()
-	releasing, err := st.Releasing(ctx)
-	if err != nil {
-		return nil, heldList{}, err
-	}
-	q.lastRead.releasing = time.Since(t)
 	slices.SortFunc(releasing, compareHeld)
 	return q.order, heldList{live: q.holders, releasing: releasing}, nil
 }

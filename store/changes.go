@@ -94,9 +94,11 @@ func (s *Store) JobsChangedSince(ctx context.Context, mark ChangeMark, also []st
 // containers gone (job_releases), with when that began. A short list, read whole.
 func (s *Store) Releasing(ctx context.Context) ([]SchedJob, error) {
 	var out []SchedJob
-	err := s.q.SelectContext(ctx, &out, `SELECT `+releasingColumns+`, TRUE AS holds, NULL AS request `+releasingFrom)
+	err := s.q.SelectContext(ctx, &out, releasingQuery)
 	return out, mapErr(err, "list resources being released")
 }
+
+const releasingQuery = `SELECT ` + releasingColumns + `, TRUE AS holds, NULL AS request ` + releasingFrom
 
 // SchedSlave is what the scheduler reads of a slave. Every column of it stamps the slave's row
 // when it changes (migration 0016), so that a pass reads only the slaves changed since its last

@@ -3,8 +3,12 @@ package store_test
 import (
 	"context"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/store"
 )
 
@@ -241,5 +245,102 @@ func TestClustersWithOwners(t *testing.T) {
 	}
 	if !reflect.DeepEqual(clusters, wantClusters) || !reflect.DeepEqual(owners, wantOwners) || len(owners[2]) != 2 {
 		t.Errorf("ClustersWithOwners: %+v, %v; want %+v, %v", clusters, owners, wantClusters, wantOwners)
+	}
+}
+
+// A pass's feeds read with its basics (ReadPass) are what the reads they replace return: the
+// slaves changed since one mark, the jobs changed since another or named, and what ended jobs
+// still hold; a feed not asked for is not read, and a named job is a value, never SQL.
+func TestReadPassFeeds(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	node1(t, st)
+	if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node2", InstanceID: "i2", ClusterID: 1, Inventory: []byte(`{"cpus": 4}`)}); err != nil {
+		t.Fatal(err)
+	}
+	u, p := fixture(t, st, "alice", "vision")
+	old, cancelled := createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusQueued)
+	placeOn(t, st, cancelled.UUID, 0, job.StatusRunning)
+	running := createJob(t, st, u, p, job.StatusQueued)
+	placeOn(t, st, running.UUID, 1, job.StatusRunning)
+	slavesFrom, err := st.TakeChangeMark(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetSlaveAccepting(ctx, "node2", false); err != nil {
+		t.Fatal(err)
+	}
+	jobsFrom, err := st.TakeChangeMark(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.TransitionJob(ctx, cancelled.UUID, job.SourcesOf(job.StatusCancelled, job.ActorOwner), job.StatusCancelled, store.Event{Message: "cancelled"}); err != nil {
+		t.Fatal(err)
+	}
+	fresh := createJob(t, st, u, p, job.StatusQueued)
+	also := []string{old.UUID}
+
+	r, err := st.ReadPass(ctx, time.Hour, store.PassFeeds{Slaves: true, SlavesFrom: slavesFrom, Jobs: true, JobsFrom: jobsFrom, Also: also})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slaves, err := st.SlavesChangedSince(ctx, slavesFrom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := st.JobsChangedSince(ctx, jobsFrom, also)
+	if err != nil {
+		t.Fatal(err)
+	}
+	releasing, err := st.Releasing(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := func(a, b store.SchedSlave) int { return strings.Compare(a.Name, b.Name) }
+	byID := func(a, b store.SchedJob) int { return strings.Compare(a.UUID, b.UUID) }
+	slices.SortFunc(r.Slaves, byName)
+	slices.SortFunc(slaves, byName)
+	slices.SortFunc(r.Jobs, byID)
+	slices.SortFunc(jobs, byID)
+	if !reflect.DeepEqual(r.Slaves, slaves) || !slices.ContainsFunc(r.Slaves, func(s store.SchedSlave) bool { return s.Name == "node2" && !s.AcceptingJobs }) {
+		t.Errorf("slaves %+v, want %+v (node2 drained after the mark)", r.Slaves, slaves)
+	}
+	has := func(js []store.SchedJob, id string) bool {
+		return slices.ContainsFunc(js, func(j store.SchedJob) bool { return j.UUID == id })
+	}
+	ids := func(js []store.SchedJob) (out []string) {
+		for _, j := range js {
+			out = append(out, j.UUID+" "+string(j.Status))
+		}
+		return out
+	}
+	if !reflect.DeepEqual(r.Jobs, jobs) || !has(r.Jobs, fresh.UUID) || !has(r.Jobs, old.UUID) || !has(r.Jobs, cancelled.UUID) {
+		t.Errorf("jobs %v, want %v (the new one %s, the named one %s, the cancelled one %s)", ids(r.Jobs), ids(jobs), fresh.UUID, old.UUID, cancelled.UUID)
+	}
+	if !reflect.DeepEqual(r.Releasing, releasing) || len(releasing) != 1 || releasing[0].UUID != cancelled.UUID || !releasing[0].Releasing {
+		t.Errorf("releasing %+v, want %+v (the cancelled job's GPU)", r.Releasing, releasing)
+	}
+	if r.Mark < jobsFrom {
+		t.Errorf("mark %d before one taken earlier (%d)", r.Mark, jobsFrom)
+	}
+
+	only, err := st.ReadPass(ctx, time.Hour, store.PassFeeds{Slaves: true, SlavesFrom: slavesFrom})
+	if err != nil || len(only.Slaves) == 0 || only.Jobs != nil || only.Releasing != nil {
+		t.Errorf("the slaves' feed alone: %+v %+v %+v %v", only.Slaves, only.Jobs, only.Releasing, err)
+	}
+	if none, err := st.ReadPass(ctx, time.Hour, store.PassFeeds{Jobs: true, JobsFrom: jobsFrom}); err != nil || has(none.Jobs, old.UUID) || !has(none.Jobs, fresh.UUID) {
+		t.Errorf("no job named: %+v %v", none.Jobs, err)
+	}
+	before, err := st.SchedulerJobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{`x'); DELETE FROM jobs; --`, `a"b\c`} {
+		if _, err := st.ReadPass(ctx, time.Hour, store.PassFeeds{Jobs: true, JobsFrom: jobsFrom, Also: []string{old.UUID, bad}}); err == nil {
+			t.Errorf("a job named %q read without an error", bad)
+		}
+	}
+	if after, err := st.SchedulerJobs(ctx); err != nil || len(after) != len(before) || len(after) != 3 {
+		t.Errorf("jobs after the bad names: %v (%v), before them %v", ids(after), err, ids(before))
 	}
 }

@@ -26,77 +26,146 @@ type PassBasics struct {
 	Owners   map[int][]int64
 }
 
-// ReadPassBasics reads a pass's basics in one round trip: the four statements (ClockAndMark,
-// Tallies, ListReservations, ClustersWithOwners) sent together as one query, each with its own
-// snapshot as before, in one implicit transaction whose now() they share. Sent one after the
-// other they were four of a pass's dozen round trips, and on a loaded machine each waits for
-// both processes to be scheduled again: in B2x's slowest passes these four took 40–65 ms of
-// 110–170 (29 Nov). Several statements in one query go by Postgres's simple protocol, which
-// takes no parameters: the half-life, a duration of ours, is written into the text.
-func (s *Store) ReadPassBasics(ctx context.Context, halfLife time.Duration) (PassBasics, error) {
+// PassFeeds says which change feeds a pass reads together with its basics (ReadPass): the
+// slaves changed since SlavesFrom (SlavesChangedSince), the jobs changed since JobsFrom or named
+// in Also (JobsChangedSince), each only when asked. With the jobs' feed comes what ended jobs
+// still hold (Releasing), read after it as a pass must: a job that ends between the two reads is
+// then counted twice, never not at all. A full read of either (the start of a term) is made apart.
+type PassFeeds struct {
+	Slaves, Jobs         bool
+	SlavesFrom, JobsFrom ChangeMark
+	Also                 []string
+}
+
+// PassRead is what ReadPass read: the basics, and the feeds asked for.
+type PassRead struct {
+	PassBasics
+	Slaves    []SchedSlave
+	Jobs      []SchedJob
+	Releasing []SchedJob
+}
+
+// ReadPass reads a pass's basics (the clock and a change mark, every user's tally decayed to
+// now, the reservations not ended and the clusters with their owners) and the feeds asked for, in
+// one round trip: the statements (ClockAndMark, Tallies, ListReservations, ClustersWithOwners,
+// then SlavesChangedSince, JobsChangedSince and Releasing) sent together as one query, each with
+// its own snapshot as before, in one implicit transaction whose now() they share; the mark is
+// taken first, before the feeds are read. Sent one after the other they were seven of a pass's
+// round trips, and on a loaded machine each waits for both processes to be scheduled again: in
+// B2x's slowest passes the first four took 40–65 ms of 110–170 (29 Nov). Several statements in
+// one query go by Postgres's simple protocol, which takes no parameters: the half-life (a
+// duration of ours), the marks (numbers) and the named jobs (quoted) are written into the text,
+// so each is planned with its values, as lib/pq's unnamed statements were.
+func (s *Store) ReadPass(ctx context.Context, halfLife time.Duration, feeds PassFeeds) (PassRead, error) {
 	query := `SELECT now(), pg_snapshot_xmin(pg_current_snapshot())::text;
 SELECT user_id, tally * power(0.5, EXTRACT(EPOCH FROM (now() - updated_at)) / ` + strconv.FormatFloat(halfLife.Seconds(), 'g', -1, 64) + `::float8) FROM user_tallies;
 SELECT ` + reservationColumns + ` FROM reservations WHERE ends_at > now() ORDER BY starts_at, id;
 SELECT ` + clusterColumns + `,
     ARRAY(SELECT project_id FROM cluster_projects cp WHERE cp.cluster_id = clusters.id ORDER BY project_id) AS owners
 FROM clusters ORDER BY id`
-	var b PassBasics
-	err := s.q.(*prepared).scanRows(ctx, query, nil, func(rows *sql.Rows) error {
-		var mark string
-		if !rows.Next() {
-			return errors.New("no clock")
+	if feeds.Slaves {
+		query += ";\n" + schedSlaves + `WHERE sched_xid >= ` + markLiteral(feeds.SlavesFrom)
+	}
+	if feeds.Jobs {
+		also, err := append(pq.StringArray{}, feeds.Also...).Value() // never nil: "{}" when empty
+		if err != nil {
+			return PassRead{}, fmt.Errorf("read a pass: the jobs named: %w", err)
 		}
-		if err := rows.Scan(&b.Now, &mark); err != nil {
+		query += ";\n" + schedJobs + `sched_xid >= ` + markLiteral(feeds.JobsFrom) + ` OR uuid = ANY(` + pq.QuoteLiteral(also.(string)) + `::uuid[])` +
+			";\n" + releasingQuery
+	}
+	var b PassRead
+	err := s.q.(*prepared).scanRows(ctx, query, nil, func(rows *sql.Rows) error {
+		if err := scanBasics(rows, &b.PassBasics); err != nil {
 			return err
 		}
-		m, err := strconv.ParseUint(mark, 10, 64)
-		if err != nil {
-			return fmt.Errorf("parse change mark %q: %w", mark, err)
-		}
-		b.Mark = ChangeMark(m)
-		if rows.Next() { // one row: this Next ends the result set, before the next one is read
-			return errors.New("more than one clock")
-		}
-		if !rows.NextResultSet() {
-			return errors.New("no tallies")
-		}
-		b.Tallies = map[int64]float64{}
-		for rows.Next() {
-			var user int64
-			var tally float64
-			if err := rows.Scan(&user, &tally); err != nil {
+		if feeds.Slaves {
+			if !rows.NextResultSet() {
+				return errors.New("no slaves")
+			}
+			if err := sqlx.StructScan(rows, &b.Slaves); err != nil {
 				return err
 			}
-			b.Tallies[user] = tally
 		}
-		if !rows.NextResultSet() {
-			return errors.New("no reservations")
-		}
-		var reservations []reservationRow
-		if err := sqlx.StructScan(rows, &reservations); err != nil {
-			return err
-		}
-		for _, r := range reservations {
-			b.Reservations = append(b.Reservations, r.value())
-		}
-		if !rows.NextResultSet() {
-			return errors.New("no clusters")
-		}
-		var clusters []struct {
-			Cluster
-			Owners pq.Int64Array `db:"owners"`
-		}
-		if err := sqlx.StructScan(rows, &clusters); err != nil {
-			return err
-		}
-		b.Owners = map[int][]int64{}
-		for _, c := range clusters {
-			b.Clusters = append(b.Clusters, c.Cluster)
-			if len(c.Owners) > 0 {
-				b.Owners[c.ID] = c.Owners
+		if feeds.Jobs {
+			if !rows.NextResultSet() {
+				return errors.New("no jobs")
+			}
+			if err := sqlx.StructScan(rows, &b.Jobs); err != nil {
+				return err
+			}
+			if !rows.NextResultSet() {
+				return errors.New("no releases")
+			}
+			if err := sqlx.StructScan(rows, &b.Releasing); err != nil {
+				return err
 			}
 		}
 		return rows.Err()
 	})
-	return b, mapErr(err, "read the clock, the tallies, the reservations and the clusters")
+	return b, mapErr(err, "read the clock, the tallies, the reservations, the clusters and the changes")
+}
+
+// markLiteral writes a change mark as a literal of its type (ReadPass).
+func markLiteral(m ChangeMark) string {
+	return "'" + strconv.FormatUint(uint64(m), 10) + "'::xid8"
+}
+
+// scanBasics reads ReadPass's first four result sets.
+func scanBasics(rows *sql.Rows, b *PassBasics) error {
+	var mark string
+	if !rows.Next() {
+		return errors.New("no clock")
+	}
+	if err := rows.Scan(&b.Now, &mark); err != nil {
+		return err
+	}
+	m, err := strconv.ParseUint(mark, 10, 64)
+	if err != nil {
+		return fmt.Errorf("parse change mark %q: %w", mark, err)
+	}
+	b.Mark = ChangeMark(m)
+	if rows.Next() { // one row: this Next ends the result set, before the next one is read
+		return errors.New("more than one clock")
+	}
+	if !rows.NextResultSet() {
+		return errors.New("no tallies")
+	}
+	b.Tallies = map[int64]float64{}
+	for rows.Next() {
+		var user int64
+		var tally float64
+		if err := rows.Scan(&user, &tally); err != nil {
+			return err
+		}
+		b.Tallies[user] = tally
+	}
+	if !rows.NextResultSet() {
+		return errors.New("no reservations")
+	}
+	var reservations []reservationRow
+	if err := sqlx.StructScan(rows, &reservations); err != nil {
+		return err
+	}
+	for _, r := range reservations {
+		b.Reservations = append(b.Reservations, r.value())
+	}
+	if !rows.NextResultSet() {
+		return errors.New("no clusters")
+	}
+	var clusters []struct {
+		Cluster
+		Owners pq.Int64Array `db:"owners"`
+	}
+	if err := sqlx.StructScan(rows, &clusters); err != nil {
+		return err
+	}
+	b.Owners = map[int][]int64{}
+	for _, c := range clusters {
+		b.Clusters = append(b.Clusters, c.Cluster)
+		if len(c.Owners) > 0 {
+			b.Owners[c.ID] = c.Owners
+		}
+	}
+	return nil
 }

@@ -88,9 +88,12 @@ func TestReadPassBasics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := st.ReadPassBasics(ctx, week)
+	b, err := st.ReadPass(ctx, week, store.PassFeeds{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if b.Slaves != nil || b.Jobs != nil || b.Releasing != nil {
+		t.Errorf("feeds read without being asked: %+v %+v %+v", b.Slaves, b.Jobs, b.Releasing)
 	}
 	if d := time.Since(b.Now); d < -time.Minute || d > time.Minute || b.Mark < before {
 		t.Errorf("clock %s (%s from here), mark %d (one taken before: %d)", b.Now, d, b.Mark, before)
