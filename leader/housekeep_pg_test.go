@@ -3,11 +3,13 @@ package leader_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/leader"
 	"github.com/opengpulab/gpulab/scheduler"
@@ -39,6 +41,29 @@ func TestPassBetweenHousekeepingsLeavesTimeoutsAlone(t *testing.T) {
 	w.pass(loop)
 	if online() {
 		t.Error("the housekeeping did not mark the slave, silent past its grace, offline")
+	}
+}
+
+// A leader deposed since its last pass housekeeps nothing: its housekeeping's transaction
+// proves the lease first (store.AsLeader) and is refused, so a slave silent past its grace is
+// not marked offline by it.
+func TestDeposedLeaderHousekeepsNothing(t *testing.T) {
+	w := newEstimateWorld(t)
+	w.oneGPUSlave()
+	ctx := context.Background()
+	loop := w.loop(leader.Config{HeartbeatGrace: time.Nanosecond}, nil)
+	if _, err := w.st.DB().ExecContext(ctx, `UPDATE scheduler_leader SET expires_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := w.st.AcquireLeadership(ctx, "other-"+testenv.Suffix(), time.Hour); err != nil || !ok {
+		t.Fatalf("another master's leadership: %v %v", ok, err)
+	}
+	if err := loop.Pass(ctx, w.lead); !errors.Is(err, store.ErrNotLeader) {
+		t.Fatalf("a deposed leader's pass: %v (want ErrNotLeader)", err)
+	}
+	var on bool
+	if err := w.st.DB().QueryRowContext(ctx, `SELECT online FROM slaves WHERE name = 'node1'`).Scan(&on); err != nil || !on {
+		t.Errorf("a deposed leader marked the silent slave offline (online %v, %v)", on, err)
 	}
 }
 
