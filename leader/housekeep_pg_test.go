@@ -138,3 +138,36 @@ func TestHousekeepingTakesBackAssignments(t *testing.T) {
 		t.Errorf("logged %d expired leases (want 1) and %d lost slaves' jobs (want 1):\n%s", n, m, logs.String())
 	}
 }
+
+// A leading term accrues the tallies beside its passes (Loop.accrue), from its start: a user's
+// tally last accrued an hour ago is brought to now though the loop's passes come an hour apart.
+func TestTermAccruesTalliesBesideThePasses(t *testing.T) {
+	w := newEstimateWorld(t)
+	ctx := context.Background()
+	if _, err := w.st.DB().ExecContext(ctx, `INSERT INTO user_tallies (user_id, tally, updated_at) VALUES ($1, 10, now() - interval '1 hour')`, w.u.ID); err != nil {
+		t.Fatal(err)
+	}
+	l := w.loop(leader.Config{Interval: time.Hour}, nil)
+	leadCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- l.Lead(leadCtx, w.lead) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var tally float64
+		var fresh bool
+		if err := w.st.DB().QueryRowContext(ctx, `SELECT tally, updated_at > now() - interval '1 minute' FROM user_tallies WHERE user_id = $1`, w.u.ID).Scan(&tally, &fresh); err != nil {
+			t.Fatal(err)
+		}
+		if fresh {
+			if tally >= 10 || tally < 9 {
+				t.Errorf("tally %.3f after an hour without running jobs (want 10 decayed a little)", tally)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tally was not accrued within a minute of the term's start (tally %.3f)", tally)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

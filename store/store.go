@@ -84,12 +84,13 @@ const DefaultConns = 20
 // Open connects to Postgres at url and checks the connection.
 func Open(ctx context.Context, url string) (*Store, error) { return OpenPool(ctx, url, DefaultConns) }
 
-// LeaderConns is the pool of the scheduler's own store (OpenPool): a pass, the lease's renewal
-// and the housekeeping need a few connections, and must not queue behind the API's requests.
-// With one pool for all, 5,000 slaves' heartbeats (B8x, 1,000 a second) held every connection
-// and the leader lost its lease for want of one ("renew the scheduler lease: database
-// unavailable: context deadline exceeded").
-const LeaderConns = 4
+// LeaderConns is the pool of the scheduler's own store (OpenPool): a pass, the lease's renewal,
+// the tallies' accrual, the forecaster, the reads of the forecast's inputs and the periodic
+// checks of the leader's memory each need a connection at times, and must not queue behind
+// the API's requests. With one pool for all, 5,000 slaves' heartbeats (B8x, 1,000 a second)
+// held every connection and the leader lost its lease for want of one ("renew the scheduler
+// lease: database unavailable: context deadline exceeded").
+const LeaderConns = 6
 
 // OpenPool is Open with a pool of at most conns connections.
 func OpenPool(ctx context.Context, url string, conns int) (*Store, error) {
