@@ -348,3 +348,34 @@ func TestForecastOffThePasses(t *testing.T) {
 		t.Error("no pass logged its phases")
 	}
 }
+
+// The forecaster writes a forecast's estimates in parts of at most EstimatesPerWrite jobs, each
+// in a transaction of its own (a pass assigning one of those jobs waits for the part's commit,
+// not for the whole forecast's): after a full plan of 1,201 queued jobs, the 1,200 estimates
+// written come from three transactions, and every waiting job has its estimate.
+func TestForecastWrittenInParts(t *testing.T) {
+	w := newEstimateWorld(t)
+	ctx := context.Background()
+	w.oneGPUSlave()
+	first := w.submit(time.Hour)
+	if _, err := w.st.DB().ExecContext(ctx, `INSERT INTO jobs SELECT (x.j).* FROM (SELECT jsonb_populate_record(NULL::jobs, to_jsonb(jobs)
+    || jsonb_build_object('uuid', gen_random_uuid(), 'created_at', created_at + g * interval '1 ms')) AS j
+  FROM jobs, generate_series(1, 1200) g WHERE uuid = $1) x`, first); err != nil {
+		t.Fatal(err)
+	}
+	l := w.loop(leader.Config{}, nil)
+	wrote, err := l.WriteForecast(ctx, w.lead)
+	if err != nil || wrote != 1201 {
+		t.Fatalf("forecast: %d jobs written, %v (want every one of the 1,201 queued)", wrote, err)
+	}
+	var estimated, parts int
+	if err := w.st.DB().QueryRowContext(ctx, `SELECT count(*), count(DISTINCT xmin::text) FROM jobs
+WHERE status = 'QUEUED' AND scheduling ? 'estimatedStart'`).Scan(&estimated, &parts); err != nil {
+		t.Fatal(err)
+	}
+	want := (1200 + leader.EstimatesPerWrite - 1) / leader.EstimatesPerWrite
+	if estimated != 1200 || parts != want {
+		t.Errorf("%d jobs estimated (want 1,200: all but the one the plan places) by %d transactions (want %d of at most %d)",
+			estimated, parts, want, leader.EstimatesPerWrite)
+	}
+}

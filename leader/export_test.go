@@ -105,3 +105,13 @@ func (l *Loop) Learned() (ratiosAt time.Time, passReads int, global scheduler.Ru
 func (l *Loop) PassBetweenHousekeepings(ctx context.Context, lead store.Leadership) error {
 	return l.pass(ctx, lead, false)
 }
+
+// WriteForecast reads a snapshot as a pass does, plans it with ranges and writes the estimates
+// as the forecaster does (writeForecast), returning how many jobs it wrote.
+func (l *Loop) WriteForecast(ctx context.Context, lead store.Leadership) (int, error) {
+	snap, _, err := l.snapshot(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return l.writeForecast(ctx, lead, snap.Plan(), forecastJob{snap: snap, at: time.Now()})
+}

@@ -1273,38 +1273,51 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 // at the term's first full plan, when nothing is known of what the database holds. It returns
 // the estimates and the jobs written, for recordWritten once the transaction commits.
 func (l *Loop) writeEstimates(ctx context.Context, tx *store.Store, plan scheduler.Plan, queued []scheduler.Job, narrowed bool) (map[string]job.StartEstimate, []string, error) {
-	est := startEstimates(plan)
-	var write []string // nil: every queued job
-	l.writtenMu.Lock()
-	if narrowed || len(l.written) > 0 {
-		ids := make([]string, len(queued))
-		for i, j := range queued {
-			ids[i] = j.UUID
-		}
-		write = l.written.changed(est, ids)
-	}
-	l.writtenMu.Unlock()
+	est, write := l.estimatesToWrite(plan, queued, narrowed)
 	if write == nil || len(write) > 0 {
-		sub := est
-		if write != nil {
-			sub = make(map[string]job.StartEstimate, len(write))
-			for _, id := range write {
-				if e, ok := est[id]; ok {
-					sub[id] = e
-				}
-			}
-		}
-		if err := tx.SetStartEstimatesAmong(ctx, sub, write); err != nil {
+		if err := tx.SetStartEstimatesAmong(ctx, subEstimates(est, write), write); err != nil {
 			return nil, nil, err
 		}
 	}
 	if write == nil {
-		write = make([]string, len(queued))
-		for i, j := range queued {
-			write[i] = j.UUID
-		}
+		write = queuedIDs(queued)
 	}
 	return est, write, nil
+}
+
+// estimatesToWrite is a plan's estimates and the jobs whose estimate is to be written
+// (writeEstimates): nil, every queued job, when this term knows nothing of what the database
+// holds.
+func (l *Loop) estimatesToWrite(plan scheduler.Plan, queued []scheduler.Job, narrowed bool) (map[string]job.StartEstimate, []string) {
+	est := startEstimates(plan)
+	l.writtenMu.Lock()
+	defer l.writtenMu.Unlock()
+	if narrowed || len(l.written) > 0 {
+		return est, l.written.changed(est, queuedIDs(queued))
+	}
+	return est, nil
+}
+
+// subEstimates is est for the jobs named (all of it for nil).
+func subEstimates(est map[string]job.StartEstimate, ids []string) map[string]job.StartEstimate {
+	if ids == nil {
+		return est
+	}
+	sub := make(map[string]job.StartEstimate, len(ids))
+	for _, id := range ids {
+		if e, ok := est[id]; ok {
+			sub[id] = e
+		}
+	}
+	return sub
+}
+
+func queuedIDs(queued []scheduler.Job) []string {
+	ids := make([]string, len(queued))
+	for i, j := range queued {
+		ids[i] = j.UUID
+	}
+	return ids
 }
 
 // recordWritten notes estimates committed; forgetWritten forgets them all (what the database
