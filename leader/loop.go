@@ -728,20 +728,24 @@ func (l *Loop) pass(ctx context.Context, lead store.Leadership, housekeep bool) 
 				among = ids
 			}
 		}
+		t := time.Now()
+		var ended time.Time
 		err := l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
+			l.timed("begin and proof", t)
 			var err error
 			if stops, err = l.housekeeping(ctx, tx, lead, among); err != nil {
 				return err
 			}
 			// Delivered at commit: the long polls of these slaves, on every master, learn of
 			// the jobs to stop.
-			return tx.NotifySlaves(ctx, stops...)
+			err = tx.NotifySlaves(ctx, stops...)
+			ended = time.Now()
+			return err
 		})
-		// The steps above are the statements; the rest of the phase is the transaction's
-		// begin, its proof of leadership and its commit.
 		if err != nil {
 			return err
 		}
+		l.timed("commit", ended)
 		l.housekeptAt = start
 	}
 	ph.Housekeeping = time.Since(start)
