@@ -75,24 +75,10 @@ func (f *fleet) next(ctx context.Context, st *store.Store) fleetFeed {
 	return fleetFeed{from: from, done: done}
 }
 
-// read returns the registered slaves (a slave that joined but never registered has nothing the
-// scheduler could use) by cluster and name, reading the feed on its own (next, take); mark,
-// taken before the read, is where the next read of the feed starts. The slice is shared with
-// later passes: not to be changed.
-func (f *fleet) read(ctx context.Context, st *store.Store, mark store.ChangeMark) ([]fleetSlave, error) {
-	n := f.next(ctx, st)
-	var rows []store.SchedSlave
-	if !n.full {
-		var err error
-		if rows, err = st.SlavesChangedSince(ctx, n.from); err != nil {
-			return nil, err
-		}
-	}
-	return f.take(ctx, st, n, rows, mark)
-}
-
-// take returns the registered slaves as read does, given the feed's rows read as next said
-// (with a full read, none: take reads every slave itself).
+// take returns the registered slaves (a slave that joined but never registered has nothing the
+// scheduler could use) by cluster and name, given the feed's rows read as next said (with a
+// full read, none: take reads every slave itself); mark, taken before the feed's read, is where
+// the next read of the feed starts. The slice is shared with later passes: not to be changed.
 func (f *fleet) take(ctx context.Context, st *store.Store, n fleetFeed, rows []store.SchedSlave, mark store.ChangeMark) ([]fleetSlave, error) {
 	if n.full {
 		all, err := st.SchedulerSlaves(ctx)

@@ -1000,7 +1000,7 @@ type slaveView struct {
 	hosts    map[string]string
 }
 
-// of says whether the view was made of these very slaves (fleet.read's shared slice) and of
+// of says whether the view was made of these very slaves (fleet.take's shared slice) and of
 // clusters equal to these (the index keeps a copy of each slave's cluster).
 func (v *slaveView) of(slaves []fleetSlave, clusters map[int]scheduler.Cluster) bool {
 	if v.index == nil || len(slaves) != len(v.from) || len(slaves) > 0 && &slaves[0] != &v.from[0] {
