@@ -164,6 +164,8 @@ type Loop struct {
 	dbNow, dbNowAt time.Time
 	// housekeptAt is when the housekeeping last ran (HousekeepEvery).
 	housekeptAt time.Time
+	// running is the last snapshot's running jobs, whose slice the next snapshot fills again.
+	running []scheduler.Placed
 }
 
 // followQueue brings what the loop keeps per queued job up to date with the jobs that came
@@ -1083,11 +1085,19 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	}
 	l.phases.FeedRows, l.phases.FullRead, l.phases.Checked = r.rows, r.full, r.checked
 	l.followQueue()
-	snap.Running = make([]scheduler.Placed, 0, held.len())
+	// The last pass's slice, filled again: a pass is done with its snapshot when it ends, and
+	// the forecaster gets a copy (handOff). Made anew at every pass, it was the master's
+	// largest allocation in B8x's soak (a Placed per running job: 7 MB a pass at 35,000).
+	running := l.running[:0]
+	if cap(running) < held.len() {
+		running = make([]scheduler.Placed, 0, held.len()+held.len()/4)
+	}
 	var ids idSlab
 	for h := range held.all() {
-		snap.Running = append(snap.Running, placedOf(h, now, &ids))
+		running = append(running, placedOf(h, now, &ids))
 	}
+	clear(running[len(running):cap(running)]) // what fewer jobs left behind: not kept alive
+	snap.Running, l.running = running, running
 	l.timed("jobs", t)
 	return snap, hosts, nil
 }
