@@ -15,14 +15,15 @@ func (l *Loop) ReadQueue(ctx context.Context) ([]scheduler.Job, error) {
 	return jobs, err
 }
 
-// ReadJobs is one pass's read of the queued jobs and of what is held, for the tests of the
-// leader's memory.
+// ReadJobs is one pass's read of the queued jobs and of what is held (next, store.ReadPass,
+// take), for the tests of the leader's memory.
 func (l *Loop) ReadJobs(ctx context.Context) ([]scheduler.Job, []store.Held, error) {
-	mark, err := l.st.TakeChangeMark(ctx)
+	n := l.queue.next(ctx, l.st)
+	r, err := l.st.ReadPass(ctx, l.cfg.TallyHalfLife, store.PassFeeds{Jobs: !n.full, JobsFrom: n.from, Also: n.also})
 	if err != nil {
 		return nil, nil, err
 	}
-	jobs, held, err := l.queue.read(ctx, l.st, mark)
+	jobs, held, err := l.queue.take(ctx, l.st, n, r.Jobs, r.Releasing, r.Mark)
 	return slices.Clone(jobs), slices.AppendSeq(make([]store.Held, 0, held.len()), held.all()), err
 }
 

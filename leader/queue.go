@@ -70,7 +70,8 @@ type memory struct {
 }
 
 // readStats is what one read of the queue did: a full read, the feed's (after a check when
-// checked), how many rows the feed (or the full read) returned, and the time of its statements.
+// checked), how many rows the feed (or the full read) returned, and, for a full read, the time
+// of its statements (the feed's are the pass's read, store.ReadPass).
 type readStats struct {
 	full, checked   bool
 	rows            int
@@ -148,40 +149,16 @@ func (q *queue) next(ctx context.Context, st *store.Store) queueFeed {
 	return queueFeed{from: from, also: q.rechecked(), done: done}
 }
 
-// read returns the queued jobs in queue order (oldest first) and what is held on the slaves
-// (oldest first, as store.ListHeld orders it), reading the feed on its own (next, take); mark,
-// taken before the read, is where the next read of the feed starts. Both are the memory's own:
-// valid until the next read, and not to be changed.
+// take returns the queued jobs in queue order (oldest first) and what is held on the slaves
+// (oldest first, as store.ListHeld orders it), given the feed's rows and what ended jobs hold,
+// read in that order as next said (with a full read, neither: take reads every job, then what
+// ended jobs hold, itself); mark, taken before those reads, is where the next read of the feed
+// starts. Both are the memory's own: valid until the next read, and not to be changed.
 //
-// A term's first read reads everything. Later reads read the feed; when a check is due they
-// start one (checker) and go on with the feed; the read after it ended reads the feed from the
-// check's mark (or its own, the older), brings both the memory and the check's full read up to
-// date with it, and compares them.
-func (q *queue) read(ctx context.Context, st *store.Store, mark store.ChangeMark) ([]scheduler.Job, heldList, error) {
-	n := q.next(ctx, st)
-	if n.full {
-		return q.take(ctx, st, n, nil, nil, mark)
-	}
-	t := time.Now()
-	rows, err := st.JobsChangedSince(ctx, n.from, n.also)
-	if err != nil {
-		return nil, heldList{}, err
-	}
-	feed := time.Since(t)
-	t = time.Now()
-	releasing, err := st.Releasing(ctx)
-	if err != nil {
-		return nil, heldList{}, err
-	}
-	took := time.Since(t)
-	order, held, err := q.take(ctx, st, n, rows, releasing, mark)
-	q.lastRead.feed, q.lastRead.releasing = feed, took
-	return order, held, err
-}
-
-// take returns what read does, given the feed's rows and what ended jobs hold, read in that
-// order as next said (with a full read, neither: take reads every job, then what ended jobs
-// hold, itself).
+// A term's first read reads everything. Later reads read the feed; when a check is due, next
+// starts one (checker) and the passes go on with the feed; the read after it ended reads the
+// feed from the check's mark (or its own, the older), and take brings both the memory and the
+// check's full read up to date with it and compares them.
 func (q *queue) take(ctx context.Context, st *store.Store, n queueFeed, rows, releasing []store.SchedJob, mark store.ChangeMark) ([]scheduler.Job, heldList, error) {
 	q.lastRead = readStats{full: n.full}
 	if n.full {
