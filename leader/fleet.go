@@ -23,8 +23,8 @@ import (
 //
 // The memory starts empty (a new term reads everything) and is checked against a full read
 // every checkEvery: any difference is a bug (a change the feed missed), logged and counted,
-// and the full read replaces the memory. The check's read runs beside the passes, as the
-// queue's does (queue.take): 5,000 slaves' inventories are some megabytes, read in 0.3–0.7 s
+// and the full read replaces the memory. The check's read runs beside the passes (checker), as
+// the queue's does: 5,000 slaves' inventories are some megabytes, read in 0.3–0.7 s
 // in B8x.
 type fleet struct {
 	rows map[string]store.SchedSlave
