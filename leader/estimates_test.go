@@ -133,22 +133,68 @@ func TestExplainedDetailsWaitTheirTurn(t *testing.T) {
 	}
 }
 
-// After a slow pass the loop rests so that slow passes take at most MaxBusy of the time.
-func TestRestAfter(t *testing.T) {
-	for _, c := range []struct {
-		took    time.Duration
-		maxBusy float64
-		want    time.Duration
-	}{
-		{100 * time.Millisecond, 0.5, 100 * time.Millisecond},
-		{300 * time.Millisecond, 0.2, 1200 * time.Millisecond},
-		{300 * time.Millisecond, 0, 0},
-		{300 * time.Millisecond, 1, 0},
-		{QuickPass - time.Millisecond, 0.2, 0}, // a quick pass never rests
-		{0, 0.5, 0},
-	} {
-		if got := restAfter(c.took, c.maxBusy); got != c.want {
-			t.Errorf("restAfter(%s, %g) = %s, want %s", c.took, c.maxBusy, got, c.want)
+// The loop's passes that may rest take at most MaxBusy of the time, over time rather than pass
+// by pass: a quick pass after a quiet spell goes without a rest, quick passes back to back rest
+// like slow ones, a rest is never longer than the interval and leaves nothing owed beyond it, and
+// a pass that may not rest neither rests nor spends.
+func TestPacer(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	// passes runs back-to-back passes of took, each after the last one's rest, and returns the
+	// share of the time they took.
+	passes := func(p *pacer, at time.Time, took time.Duration, n int) (float64, time.Time) {
+		var busy, all time.Duration
+		for range n {
+			rest := p.after(at, at.Add(took), true)
+			busy, all = busy+took, all+took+rest
+			at = at.Add(took + rest)
+		}
+		return busy.Seconds() / all.Seconds(), at
+	}
+	for _, took := range []time.Duration{ms(5), ms(60), ms(99), ms(300)} {
+		p := pacer{maxBusy: 0.2, most: 5 * time.Second}
+		share, _ := passes(&p, t0, took, int(20*time.Second/took)) // what the bank lends fades
+		if share > 0.21 || share < 0.19 {
+			t.Errorf("passes of %s back to back: busy %.3f, want 0.2", took, share)
+		}
+	}
+
+	p := pacer{maxBusy: 0.2, most: 5 * time.Second}
+	if rest := p.after(t0, t0.Add(ms(60)), true); rest != 0 {
+		t.Errorf("a quick first pass rests %s", rest)
+	}
+	// A quiet minute banks QuickPass, no more.
+	at := t0.Add(time.Minute)
+	if rest := p.after(at, at.Add(ms(300)), true); rest != ms(1000) {
+		t.Errorf("a 300-ms pass after a quiet minute rests %s, want 1s", rest)
+	}
+	// A pass of seconds rests the interval, and the pass after that rest is not held for
+	// what it left owed.
+	p = pacer{maxBusy: 0.2, most: 5 * time.Second}
+	if rest := p.after(t0, t0.Add(3*time.Second), true); rest != 5*time.Second {
+		t.Errorf("a 3-s pass rests %s, want the interval", rest)
+	}
+	at = t0.Add(8 * time.Second)
+	if rest := p.after(at, at.Add(ms(10)), true); rest > ms(50) {
+		t.Errorf("a 10-ms pass after a full rest rests %s, want at most 4 × 10 ms", rest)
+	}
+	// A pass that may not rest spends nothing.
+	p = pacer{maxBusy: 0.2, most: 5 * time.Second}
+	for i := range 50 {
+		at := t0.Add(time.Duration(i) * ms(30))
+		if rest := p.after(at, at.Add(ms(30)), false); rest != 0 {
+			t.Fatalf("a pass that may not rest rests %s", rest)
+		}
+	}
+	at = t0.Add(50 * ms(30))
+	if rest := p.after(at, at.Add(ms(30)), true); rest != 0 {
+		t.Errorf("after passes that may not rest, a quick one rests %s", rest)
+	}
+	// No bound.
+	for _, b := range []float64{0, 1} {
+		p := pacer{maxBusy: b, most: 5 * time.Second}
+		if share, _ := passes(&p, t0, ms(300), 10); share != 1 {
+			t.Errorf("max busy %g: busy %.2f, want 1", b, share)
 		}
 	}
 }

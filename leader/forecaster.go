@@ -19,16 +19,15 @@ type forecastJob struct {
 }
 
 // handOff gives the forecaster the snapshot a pass just planned, when it is not busy with the
-// last one (the next pass tries again then). A full pass's queue is the leader's memory, which
-// the next pass changes in place, and the running jobs' slice is filled again by the next
-// snapshot: the forecaster gets copies.
+// last one (the next pass tries again then). A pass's queue is the leader's memory (a full
+// pass), which the next pass changes in place, or the narrowed plan's jobs, which the next
+// narrowed plan fills again (narrowScratch), and the running jobs' slice is filled again by the
+// next snapshot: the forecaster gets copies.
 func (l *Loop) handOff(snap scheduler.Snapshot, narrowed bool) bool {
 	if len(l.forecasts) == cap(l.forecasts) {
 		return false // the last one still waits; passes are the only senders
 	}
-	if !narrowed {
-		snap.Queued = slices.Clone(snap.Queued)
-	}
+	snap.Queued = slices.Clone(snap.Queued)
 	snap.Running = slices.Clone(snap.Running)
 	snap.NoRanges, snap.Sweep, snap.Decide = false, 0, nil
 	l.forecasts <- forecastJob{snap: snap, narrowed: narrowed, at: time.Now()}

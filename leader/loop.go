@@ -79,18 +79,23 @@ type Config struct {
 	// estimate at the next. Zero: after every pass (the forecaster takes a pass's snapshot only
 	// when it is done with the last one).
 	ForecastEvery time.Duration
-	// MaxBusy bounds the share of the time the loop spends in slow passes woken by work
-	// (submits, ends): after a pass that took d ≥ QuickPass it rests d×(1/MaxBusy−1) before the
-	// next one (a pass of 300 ms rests 1.2 s at a fifth). On a large, full cluster the passes
-	// otherwise ran back to back, a core taken whole from the heartbeats and requests on the
-	// same machine (B8x: 92 % busy at 5,000 slaves, heartbeat p50 31 ms; 16–19 % and 8 ms
-	// resting so), for placements under a second sooner on a queue where jobs wait minutes.
-	// Quick passes never rest, nor do passes that placed jobs and left none waiting for room
-	// (rests): they are what places a stream of submissions at once while the cluster has room
-	// for them (B2x: resting after its 30-ms passes put submit → RUNNING p99 at 361 ms, 97 ms
-	// without; on a machine where its passes took 155 ms, resting after them put it at 2.3 s).
-	// Zero or ≥ 1: no bound. A rest is never longer than Interval. (Slurm's backfill yields in
-	// the same way: bf_yield_interval, bf_yield_sleep.)
+	// MaxBusy bounds the share of the time the loop spends in passes woken by work (submits,
+	// ends) on a cluster where jobs wait for room: the loop earns MaxBusy of every second as
+	// pass time, banks at most QuickPass of it, and after a pass that spent more than it had
+	// rests until the debt is paid (pacer): a pass of 300 ms after a quiet spell rests 1 s at a
+	// fifth, and passes that come back to back rest four times their length. On a large, full
+	// cluster the passes otherwise ran back to back, a core taken whole from the heartbeats and
+	// requests on the same machine (B8x: 92 % busy at 5,000 slaves, heartbeat p50 31 ms; 16–19
+	// % and 8 ms resting so), for placements under a second sooner on a queue where jobs wait
+	// minutes. The bank lets a quick pass after a quiet spell go without a rest; the share is
+	// kept over time, not pass by pass, since passes just under a threshold that never rested
+	// (QuickPass, until 30 Nov) put B8x's loop at 24–25 % once its passes got cheaper.
+	// Passes that placed jobs and left none waiting for room neither rest nor count (rests):
+	// they are what places a stream of submissions at once while the cluster has room for them
+	// (B2x: resting after its 30-ms passes put submit → RUNNING p99 at 361 ms, 97 ms without;
+	// on a machine where its passes took 155 ms, resting after them put it at 2.3 s). Zero or
+	// ≥ 1: no bound. A rest is never longer than Interval. (Slurm's backfill yields in the same
+	// way: bf_yield_interval, bf_yield_sleep.)
 	MaxBusy float64
 	// UsageCompactEvery is how often the leader downsamples the usage series (default 1 min).
 	UsageCompactEvery time.Duration
@@ -166,6 +171,9 @@ type Loop struct {
 	housekeptAt time.Time
 	// running is the last snapshot's running jobs, whose slice the next snapshot fills again.
 	running []scheduler.Placed
+	// narrowed is what the last narrowed plan filled (the jobs it decided), filled again by
+	// the next.
+	narrowed narrowScratch
 }
 
 // followQueue brings what the loop keeps per queued job up to date with the jobs that came
@@ -512,6 +520,7 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 	woken := l.wake.C()
 	var rest time.Duration // after the last pass (MaxBusy)
 	var ended time.Time
+	pace := pacer{maxBusy: l.cfg.MaxBusy, most: l.cfg.Interval}
 	for {
 		select {
 		case <-ctx.Done():
@@ -534,12 +543,9 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 		start := time.Now()
 		err := l.pass(ctx, lead, time.Since(l.housekeptAt) >= HousekeepEvery)
 		ended = time.Now()
-		// Never longer than the interval: after a full pass of a long queue (seconds) the
-		// next submissions must not wait four times that.
-		rest = 0
-		if rests(err, l.phases) {
-			rest = min(restAfter(ended.Sub(start), l.cfg.MaxBusy), l.cfg.Interval)
-		}
+		// Never longer than the interval (pacer): after a full pass of a long queue (seconds)
+		// the next submissions must not wait four times that.
+		rest = pace.after(start, ended, rests(err, l.phases))
 		if l.cfg.OnPass != nil {
 			l.cfg.OnPass(start, ended.Sub(start), err)
 		}
@@ -583,16 +589,42 @@ func rests(err error, ph Phases) bool {
 	return err != nil || ph.Crowded || ph.Assigned == 0
 }
 
-// QuickPass is the longest pass after which the loop does not rest (Config.MaxBusy).
+// QuickPass is how much pass time the loop may bank while it rests or idles (Config.MaxBusy):
+// a pass that long after a quiet spell does not rest.
 const QuickPass = 100 * time.Millisecond
 
-// restAfter is how long the loop rests after a pass that took took, so that slow passes take at
-// most maxBusy of the time (none after a quick pass, or when maxBusy is 0 or 1 and more).
-func restAfter(took time.Duration, maxBusy float64) time.Duration {
-	if maxBusy <= 0 || maxBusy >= 1 || took < QuickPass {
+// pacer keeps the passes that may rest (rests) to maxBusy of the time (Config.MaxBusy), as a
+// token bucket: time earns maxBusy of itself as pass time, at most QuickPass banked, and a pass
+// spends what it took. Steadily, a pass of d rests d×(1/maxBusy−1). A rest is never longer than
+// most, and what a rest that long leaves owed is forgiven: after a full pass of a long queue
+// (seconds) the passes after it must not go on resting the interval until it is paid.
+type pacer struct {
+	maxBusy float64
+	most    time.Duration
+	credit  time.Duration // banked pass time; negative: owed
+	at      time.Time     // when credit was last earned to
+}
+
+// after returns how long the loop rests after a pass from start to end; mayRest false (a pass
+// that placed a stream of submissions on a cluster with room) neither rests nor spends.
+func (p *pacer) after(start, end time.Time, mayRest bool) time.Duration {
+	if p.maxBusy <= 0 || p.maxBusy >= 1 {
 		return 0
 	}
-	return time.Duration(float64(took) * (1/maxBusy - 1))
+	if p.at.IsZero() {
+		p.credit = QuickPass
+	} else {
+		p.credit = min(p.credit+time.Duration(float64(end.Sub(p.at))*p.maxBusy), QuickPass)
+	}
+	p.at = end
+	if !mayRest {
+		return 0
+	}
+	p.credit = max(p.credit-end.Sub(start), -time.Duration(float64(p.most)*p.maxBusy))
+	if p.credit >= 0 {
+		return 0
+	}
+	return time.Duration(float64(-p.credit) / p.maxBusy)
 }
 
 // accrue adds to every user's tally what his running jobs used since the last accrual
@@ -786,7 +818,7 @@ func (l *Loop) pass(ctx context.Context, lead store.Leadership, housekeep bool) 
 		}
 		plan = snap.Plan()
 	} else {
-		plan, snap.Queued, narrowed = planNarrowed(snap, l.fresh, l.cfg.Sweep)
+		plan, snap.Queued, narrowed = planNarrowed(snap, l.fresh, l.cfg.Sweep, &l.narrowed)
 	}
 	ph.Planned, ph.Plan = len(snap.Queued), time.Since(t)
 	t = time.Now()

@@ -66,10 +66,21 @@ func narrow(snap scheduler.Snapshot, fresh map[string]bool) (jobs []scheduler.Jo
 	return jobs, decide
 }
 
-// planNarrowed plans the narrowed queue (narrow) and returns the plan and the jobs it decided.
+// narrowScratch is what planNarrowed fills again at every pass rather than allocating it: a
+// new copy of the jobs it decided (some 4,000 at B8x's size, 1.6 MB a pass) and a new map of
+// those it skipped were the master's largest allocations in B8x's soak (1.26 of 18.8 GB), and
+// the collector took a third of its CPU. What a pass gets from it is valid until the next pass;
+// the forecaster, which may still plan a snapshot then, gets a copy (Loop.handOff).
+type narrowScratch struct {
+	decided []scheduler.Job
+	skipped map[string]bool
+}
+
+// planNarrowed plans the narrowed queue (narrow) and returns the plan and the jobs it decided,
+// in scratch's slice when some were skipped (scratch nil: a new one).
 // When the plan halts a running job for a job after the first it left out, which the full plan
 // might have given to that one, it plans the whole queue instead (narrowed false).
-func planNarrowed(snap scheduler.Snapshot, fresh map[string]bool, sweep int) (plan scheduler.Plan, jobs []scheduler.Job, narrowed bool) {
+func planNarrowed(snap scheduler.Snapshot, fresh map[string]bool, sweep int, scratch *narrowScratch) (plan scheduler.Plan, jobs []scheduler.Job, narrowed bool) {
 	jobs, decide := narrow(snap, fresh)
 	sub := snap
 	sub.Queued, sub.Sweep, sub.Decide = jobs, sweep, decide
@@ -80,15 +91,24 @@ func planNarrowed(snap scheduler.Snapshot, fresh map[string]bool, sweep int) (pl
 	if len(plan.Skipped) == 0 {
 		return plan, jobs, len(jobs) < len(snap.Queued)
 	}
-	skipped := make(map[string]bool, len(plan.Skipped))
+	if scratch == nil {
+		scratch = &narrowScratch{}
+	}
+	if scratch.skipped == nil {
+		scratch.skipped = make(map[string]bool, len(plan.Skipped))
+	}
+	skipped := scratch.skipped
+	clear(skipped)
 	for _, id := range plan.Skipped {
 		skipped[id] = true
 	}
-	decided := make([]scheduler.Job, 0, len(jobs)-len(plan.Skipped))
+	decided := scratch.decided[:0]
 	for _, j := range jobs {
 		if !skipped[j.UUID] {
 			decided = append(decided, j)
 		}
 	}
+	clear(decided[len(decided):cap(decided)]) // what more jobs left behind: not kept alive
+	scratch.decided = decided
 	return plan, decided, true
 }

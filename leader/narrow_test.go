@@ -106,6 +106,7 @@ func TestNarrowedPlanPlacesWhatTheFullPlanPlaces(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 16))
 	smaller, fallbacks, halts, assigned := 0, 0, 0, 0
 	const rounds = 60
+	var scratch narrowScratch // filled again each round, as by the loop's passes
 	for round := range rounds {
 		snap := randomCluster(rng, 30, 400, []int{3, 30}[round%2])
 		fresh := snap.Queued[rng.IntN(len(snap.Queued))].UUID
@@ -113,7 +114,7 @@ func TestNarrowedPlanPlacesWhatTheFullPlanPlaces(t *testing.T) {
 		full := snap.Plan()
 		halts += len(full.Halts)
 		assigned += len(full.Assignments)
-		got, jobs, narrowed := planNarrowed(snap, fresher, 3)
+		got, jobs, narrowed := planNarrowed(snap, fresher, 3, &scratch)
 		if !slices.ContainsFunc(jobs, func(j scheduler.Job) bool { return j.UUID == fresh }) {
 			t.Fatalf("round %d: job %s, never planned, was left out", round, fresh)
 		}
