@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -79,8 +80,15 @@ func runB4(t *testing.T, rep *report, sz sizes) {
 		{"list", "GET jobs?page_size=50", "≥ 4,000 /s", 4000, func() string { return m.URL + apiBase + "/jobs?page_size=50" }, nil, `"uuid"`},
 		{"portal", "portal GET /jobs (HTML, a page)", "≥ 2,000 /s", 2000, func() string { return m.URL + "/jobs" }, html, "<table"},
 	}
+	// The master's CPU profile of each read splits its CPU per request (addOwnCPU), into
+	// GPULAB_BENCH_PROFILE when set (with a heap profile), or into a folder of the test's.
+	profDir, keep := os.Getenv("GPULAB_BENCH_PROFILE"), true
+	if profDir == "" {
+		profDir, keep = t.TempDir(), false
+	}
 	cpu := newCPUMeter(t, m.PID, m.DBURL)
 	floor := floorHTTPS(t, m, reader, sz.b4Conns, sz.floorWarm, sz.floorDur)
+	floorUs := 1e6 * cpu.masterCores() / max(floor.Rate(), 1e-9)
 	rep.note("B4", "floor: %s", cpu)
 	floorText := fmt.Sprintf("empty handler, %d conns: %s", sz.b4Conns, perSec(floor.Rate()))
 	rep.add(result{Scenario: "B4", Measure: fmt.Sprintf("floor: empty HTTPS handler, %d conns (p99)", sz.b4Conns), Value: perSec(floor.Rate()) + " (" + ms(floor.P99()) + ")"})
@@ -90,19 +98,47 @@ func runB4(t *testing.T, rep *report, sz sizes) {
 			t.Fatalf("%s: %v", e.measure, err)
 		}
 		rep.note("B4", "%s: %.1f KiB an answer (%d jobs)", e.measure, float64(len(body))/1024, jobsIn(body))
-		stopProfile := m.profile("B4-"+e.key, sz.b4Warm+sz.b4Measure)
+		stopProfile := m.profileIn(profDir, "B4-"+e.key, sz.b4Warm+sz.b4Measure, keep)
 		cpu.reset()
 		res := closedLoop(sz.b4Conns, sz.b4Warm, sz.b4Measure, func(ctx context.Context, w, i int) error {
 			return get(ctx, clients[w], e.url(), e.header)
 		})
+		cores := cpu.masterCores()
 		rep.note("B4", "%s: %s", e.measure, cpu)
-		stopProfile()
+		prof := stopProfile()
 		if res.FirstErr != nil {
 			t.Errorf("%s: %d errors, first: %v", e.measure, res.Errors, res.FirstErr)
 		}
 		rep.add(result{Scenario: "B4", Measure: fmt.Sprintf("%s, %d conns (p99)", e.measure, sz.b4Conns), Value: perSec(res.Rate()) + " (" + ms(res.P99()) + ")",
 			Goal: e.goalText, Met: met(res.Rate() >= e.goal), Floor: floorText, Ratio: ratio(res.Rate(), floor.Rate())})
+		addOwnCPU(t, rep, e.measure, prof, cores, res.Rate(), floorUs)
 	}
+}
+
+// ownCPUGoal is issue 16's bound on the master's own CPU per read where the two cores cannot
+// serve the read's rate goal: Postgres and TLS take the rest.
+const ownCPUGoal = 50.0 // µs a request
+
+// addOwnCPU reports the master's CPU per request of a read, split by its CPU profile
+// (cpuShares), against ownCPUGoal; floorUs is the empty handler's CPU a request, TLS included.
+func addOwnCPU(t *testing.T, rep *report, measure, prof string, cores, rate, floorUs float64) {
+	if prof == "" {
+		t.Errorf("%s: no CPU profile of the master: its CPU per request is not split", measure)
+		return
+	}
+	sh, err := readCPUShares(prof)
+	if err != nil {
+		t.Errorf("%s: %v", measure, err)
+		return
+	}
+	if sh.total < 100*time.Millisecond { // ten samples (smoke sizes)
+		rep.note("B4", "%s: the master's CPU profile holds %s: too little to split", measure, sh.total)
+		return
+	}
+	all, own, pg, tls, gc := sh.perRequest(cores, rate)
+	rep.add(result{Scenario: "B4", Measure: measure + ": the master's CPU a request, split by its profile",
+		Value: fmt.Sprintf("%.0f µs: own %.0f (HTTP, routing, auth, the answer, the log line), Postgres client %.0f, TLS %.0f, collector %.0f", all, own, pg, tls, gc),
+		Goal:  fmt.Sprintf("own ≤ %.0f µs", ownCPUGoal), Met: met(own <= ownCPUGoal), Floor: fmt.Sprintf("empty handler: %.0f µs", floorUs)})
 }
 
 // jobsIn counts the jobs of an answer: the rows of a page, the items of a list, or one job.

@@ -128,6 +128,12 @@ func (c *cpuMeter) String() string {
 		core(dm), core(dp), core(ds), core(max(a-c.all-dm-dp-ds, 0)), c.sessionCount()-c.sessions)
 }
 
+// masterCores is the master's CPU since reset, in cores.
+func (c *cpuMeter) masterCores() float64 {
+	m, _, _, _ := c.sample()
+	return (m - c.master).Seconds() / time.Since(c.at).Seconds()
+}
+
 // waitQuiet waits (up to limit) until the rest of the machine uses less than a quarter of a
 // core, so that a scenario does not measure someone else's work, and returns what it found.
 func waitQuiet(t testing.TB, limit time.Duration) float64 {

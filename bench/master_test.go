@@ -701,12 +701,18 @@ func (m *master) profile(name string, d time.Duration) func() string {
 	if dir == "" {
 		return func() string { return "" }
 	}
+	return m.profileIn(dir, name, d, true)
+}
+
+// profileIn is profile into dir, whatever GPULAB_BENCH_PROFILE says; without keep (a folder of
+// the test's) it takes no heap profile and names no file.
+func (m *master) profileIn(dir, name string, d time.Duration, keep bool) func() string {
 	secs := max(int(d.Round(time.Second)/time.Second), 1)
 	file := filepath.Join(dir, name+".cpu.pprof")
 	done := make(chan error, 1)
 	go func() {
 		err := m.fetch(fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), dir, file)
-		if err == nil {
+		if err == nil && keep {
 			err = m.fetch("/debug/pprof/heap", dir, filepath.Join(dir, name+".heap.pprof"))
 		}
 		done <- err
@@ -716,7 +722,9 @@ func (m *master) profile(name string, d time.Duration) func() string {
 			m.t.Logf("profile %s: %v", name, err)
 			return ""
 		}
-		m.t.Logf("CPU and heap profiles of the master: %s, .heap.pprof", file)
+		if keep {
+			m.t.Logf("CPU and heap profiles of the master: %s, .heap.pprof", file)
+		}
 		return file
 	}
 }
