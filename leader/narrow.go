@@ -67,10 +67,11 @@ func narrow(snap scheduler.Snapshot, fresh map[string]bool) (jobs []scheduler.Jo
 }
 
 // narrowScratch is what planNarrowed fills again at every pass rather than allocating it: a
-// new copy of the jobs it decided (some 4,000 at B8x's size, 1.6 MB a pass) and a new map of
-// those it skipped were the master's largest allocations in B8x's soak (1.26 of 18.8 GB), and
-// the collector took a third of its CPU. What a pass gets from it is valid until the next pass;
-// the forecaster, which may still plan a snapshot then, gets a copy (Loop.handOff).
+// new copy of the jobs it decided (some 5,000 at B8x's size, ~2 MB a pass) and a new map of
+// those it skipped were the master's largest allocations in B8x's soak (1.26 of 18.8 GB), where
+// the collector's work is a large part of the master's CPU. What a pass gets from it is valid
+// until the next pass; the forecaster, which may still plan a snapshot then, gets a copy
+// (Loop.handOff).
 type narrowScratch struct {
 	decided []scheduler.Job
 	skipped map[string]bool
