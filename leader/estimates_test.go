@@ -163,7 +163,7 @@ func TestPacer(t *testing.T) {
 	if rest := p.after(t0, t0.Add(ms(60)), true); rest != 0 {
 		t.Errorf("a quick first pass rests %s", rest)
 	}
-	// A quiet minute banks QuickPass, no more.
+	// A quiet minute banks PassBank, no more.
 	at := t0.Add(time.Minute)
 	if rest := p.after(at, at.Add(ms(300)), true); rest != ms(1000) {
 		t.Errorf("a 300-ms pass after a quiet minute rests %s, want 1s", rest)

@@ -81,7 +81,7 @@ type Config struct {
 	ForecastEvery time.Duration
 	// MaxBusy bounds the share of the time the loop spends in passes woken by work (submits,
 	// ends) on a cluster where jobs wait for room: the loop earns MaxBusy of every second as
-	// pass time, banks at most QuickPass of it, and after a pass that spent more than it had
+	// pass time, banks at most PassBank of it, and after a pass that spent more than it had
 	// rests until the debt is paid (pacer): a pass of 300 ms after a quiet spell rests 1 s at a
 	// fifth, and passes that come back to back rest four times their length. On a large, full
 	// cluster the passes otherwise ran back to back, a core taken whole from the heartbeats and
@@ -89,7 +89,7 @@ type Config struct {
 	// % and 8 ms resting so), for placements under a second sooner on a queue where jobs wait
 	// minutes. The bank lets a quick pass after a quiet spell go without a rest; the share is
 	// kept over time, not pass by pass, since passes just under a threshold that never rested
-	// (QuickPass, until 30 Nov) put B8x's loop at 24–25 % once its passes got cheaper.
+	// (100 ms, until 30 Nov) put B8x's loop at 24–25 % once its passes got cheaper.
 	// Passes that placed jobs and left none waiting for room neither rest nor count (rests):
 	// they are what places a stream of submissions at once while the cluster has room for them
 	// (B2x: resting after its 30-ms passes put submit → RUNNING p99 at 361 ms, 97 ms without;
@@ -171,9 +171,9 @@ type Loop struct {
 	housekeptAt time.Time
 	// running is the last snapshot's running jobs, whose slice the next snapshot fills again.
 	running []scheduler.Placed
-	// narrowed is what the last narrowed plan filled (the jobs it decided), filled again by
+	// scratch is what the last narrowed plan filled (the jobs it decided), filled again by
 	// the next.
-	narrowed narrowScratch
+	scratch narrowScratch
 }
 
 // followQueue brings what the loop keeps per queued job up to date with the jobs that came
@@ -589,12 +589,12 @@ func rests(err error, ph Phases) bool {
 	return err != nil || ph.Crowded || ph.Assigned == 0
 }
 
-// QuickPass is how much pass time the loop may bank while it rests or idles (Config.MaxBusy):
+// PassBank is how much pass time the loop may bank while it rests or idles (Config.MaxBusy):
 // a pass that long after a quiet spell does not rest.
-const QuickPass = 100 * time.Millisecond
+const PassBank = 100 * time.Millisecond
 
 // pacer keeps the passes that may rest (rests) to maxBusy of the time (Config.MaxBusy), as a
-// token bucket: time earns maxBusy of itself as pass time, at most QuickPass banked, and a pass
+// token bucket: time earns maxBusy of itself as pass time, at most PassBank banked, and a pass
 // spends what it took. Steadily, a pass of d rests d×(1/maxBusy−1). A rest is never longer than
 // most, and what a rest that long leaves owed is forgiven: after a full pass of a long queue
 // (seconds) the passes after it must not go on resting the interval until it is paid.
@@ -612,9 +612,9 @@ func (p *pacer) after(start, end time.Time, mayRest bool) time.Duration {
 		return 0
 	}
 	if p.at.IsZero() {
-		p.credit = QuickPass
+		p.credit = PassBank
 	} else {
-		p.credit = min(p.credit+time.Duration(float64(end.Sub(p.at))*p.maxBusy), QuickPass)
+		p.credit = min(p.credit+time.Duration(float64(end.Sub(p.at))*p.maxBusy), PassBank)
 	}
 	p.at = end
 	if !mayRest {
@@ -818,7 +818,7 @@ func (l *Loop) pass(ctx context.Context, lead store.Leadership, housekeep bool) 
 		}
 		plan = snap.Plan()
 	} else {
-		plan, snap.Queued, narrowed = planNarrowed(snap, l.fresh, l.cfg.Sweep, &l.narrowed)
+		plan, snap.Queued, narrowed = planNarrowed(snap, l.fresh, l.cfg.Sweep, &l.scratch)
 	}
 	ph.Planned, ph.Plan = len(snap.Queued), time.Since(t)
 	t = time.Now()

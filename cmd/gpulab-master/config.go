@@ -130,7 +130,7 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.ForecastEvery, "forecast-every", envDuration(getenv, "GPULAB_FORECAST_EVERY", leader.DefaultForecastEvery),
 		"how often the leader forecasts the queued jobs' start times and writes them, beside the scheduler passes; 0: after every pass, as often as the forecast keeps up (env GPULAB_FORECAST_EVERY)")
 	fs.Float64Var(&c.MaxBusy, "scheduler-max-busy", envFloat(getenv, "GPULAB_SCHEDULER_MAX_BUSY", leader.DefaultMaxBusy),
-		"the most of the time slow scheduler passes (100 ms or more) woken by work may take while jobs wait for room: after one the loop rests in proportion (0.2: four times as long as the pass took); 0 or 1: passes back to back; passes that leave no job waiting for room never rest (env GPULAB_SCHEDULER_MAX_BUSY)")
+		"the most of the time scheduler passes woken by work may take while jobs wait for room, kept over time: the loop banks up to 100 ms of pass time while idle and rests after passes that spend more (0.2: back-to-back passes rest four times as long as they took; a rest is never longer than --scheduler-interval); 0 or 1: passes back to back; passes that place jobs and leave none waiting for room never rest (env GPULAB_SCHEDULER_MAX_BUSY)")
 	fs.IntVar(&c.DBMaxConns, "db-max-conns", envInt(getenv, "GPULAB_DB_MAX_CONNS", store.DefaultConns),
 		"most Postgres connections the API, portal and slave calls use at once; the scheduler and the heartbeats have a few more of their own (env GPULAB_DB_MAX_CONNS)")
 	fs.IntVar(&c.MemoryReserveGb, "memory-reserve-gb", envInt(getenv, "GPULAB_MEMORY_RESERVE_GB", 1), "memory kept free on every slave for its system (env GPULAB_MEMORY_RESERVE_GB)")
