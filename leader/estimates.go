@@ -64,13 +64,15 @@ func closeEstimates(a, b job.StartEstimate) bool {
 }
 
 // ExplainDetailEvery is how often a waiting job's explanation is written again when only its
-// details moved: the numbers, times and names in it (any word with a digit) and its asides in
-// parentheses. A change of reason (what blocks the job, a line more or less) is written at
-// once. In B8x, jobs of 3 and 4 GPUs pile up behind a stream of one-GPU jobs that take every
-// GPU freed, and all of them went from "at most 1 free" to "at most 2 free on a slave
-// (sim-2952)" and back at nearly every pass: the changed explanations a pass grew from ~60 (the
-// new jobs) to 250–740 by the 20th minute, each a row update and an event, so that a job
-// waiting for hours would have gathered thousands of events. The explanation a user reads is
+// details moved: the numbers, times and names in it (any word with a digit), its asides in
+// parentheses, and how much of what it needs is free where (gistHash). A change of reason
+// (what blocks the job, a line more or less) is written at once. In B8x, jobs of 3 and 4 GPUs
+// pile up behind a stream of one-GPU jobs that take every GPU freed, and all of them went from
+// "at most 1 free" to "at most 2 free on a slave (sim-2952)" and back at nearly every pass: the
+// changed explanations a pass grew from ~60 (the new jobs) to 250–740 by the 20th minute, each
+// a row update and an event, so that a job waiting for hours would have gathered thousands of
+// events; from "at most 1 free" to "none free" and back was still 16,000 a minute of them with
+// 16,000 such jobs queued (30 Nov). The explanation a user reads is
 // at most this old in its details; its history (the scheduler's events) records the reasons,
 // not every count.
 const ExplainDetailEvery = time.Minute
@@ -104,12 +106,21 @@ func explanationHash(lines []string) uint64 {
 }
 
 // gistHash hashes the lines without their details: every word that holds a digit (a count, a
-// time, a slave's or a job's name) counts as one placeholder, and what stands in parentheses
-// is left out.
+// time, a slave's or a job's name) counts as one placeholder, what stands in parentheses is
+// left out, and so is what a line of need ("needs 4 GPUs, …") says after its first comma: how
+// much of it is free where. That is the cluster's state as the pass saw it, not the reason:
+// a job of 2–4 GPUs behind a stream of one-GPU jobs reads "none free on the 5000 slaves" when
+// a pass finds every GPU taken and "at most 1 free on a slave (93 slaves have 1)" when it
+// finds a few just freed, and went from one to the other at nearly every pass (see
+// ExplainDetailEvery). What the job lacks (GPUs, CPUs or memory, and of which kind) is
+// before the comma, and a change of it is a change of reason.
 func gistHash(lines []string) uint64 {
 	var h maphash.Hash
 	h.SetSeed(explainSeed)
 	for _, l := range lines {
+		if strings.HasPrefix(l, "needs ") {
+			l, _, _ = strings.Cut(l, ",")
+		}
 		depth := 0
 		for w := range strings.FieldsSeq(l) {
 			open, closed := strings.Count(w, "("), strings.Count(w, ")")

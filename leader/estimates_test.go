@@ -83,8 +83,8 @@ func news(e explained, expl map[string][]string, now time.Time) map[string][]str
 	return n
 }
 
-// An explanation whose details alone moved (a count, a time, a name: a word with a digit, or an
-// aside in parentheses) is written again only ExplainDetailEvery after the last write, and as a
+// An explanation whose details alone moved (a count, a time, a name: a word with a digit, an
+// aside in parentheses, or how much of what a job needs is free where) is written again only ExplainDetailEvery after the last write, and as a
 // refresh (no event); a change of reason is written at once, whenever the last write was.
 func TestExplainedDetailsWaitTheirTurn(t *testing.T) {
 	t0 := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
@@ -106,14 +106,18 @@ func TestExplainedDetailsWaitTheirTurn(t *testing.T) {
 			map[string][]string{"b": {"held back so that job 3f2a9c1b can start at 2026-12-12T08:59:00Z (it waits)"}}, nil, nil},
 		{"the same details a minute on", ExplainDetailEvery,
 			map[string][]string{"a": {"needs 4 GPUs, at most 3 free on a slave (sim-1234)"}, "c": {head}}, nil, []string{"a"}},
+		{"none free rather than a few", time.Second,
+			map[string][]string{"a": {"needs 4 GPUs, none free on the 4999 slaves"}}, nil, nil},
 		{"another reason", time.Second,
-			map[string][]string{"a": {"needs 4 GPUs, none free on the 4999 slaves"}}, []string{"a"}, nil},
+			map[string][]string{"a": {"needs 16 CPUs, at most 6 free (sim-0042)"}}, []string{"a"}, nil},
+		{"held back rather than short", time.Second,
+			map[string][]string{"a": {held}}, []string{"a"}, nil},
 		{"several slaves have the most", time.Second,
 			map[string][]string{"c": {"needs 4 GPUs, at most 2 free on a slave (37 slaves have 2)"}}, nil, nil},
 		{"a line more", time.Second,
 			map[string][]string{"c": {head, "expected start 2026-12-12T08:59:00Z when job 3f2a9c1b reaches its maxDuration"}}, []string{"c"}, nil},
 		{"a word without a digit", time.Second,
-			map[string][]string{"a": {"needs 4 GPUs, at most 2 free on a matching slave (sim-0042)"}}, []string{"a"}, nil},
+			map[string][]string{"a": {"needs 4 GPUs matching A100, at most 2 free on a matching slave (sim-0042)"}}, []string{"a"}, nil},
 	}
 	for _, c := range cases {
 		news, refreshed := e.changed(c.expl, t0.Add(c.after))
