@@ -64,7 +64,7 @@ type soakWindow struct {
 	// and the queue the planner and the forecaster work on changes over the soak.
 	queuedMulti int
 	mem         memReport
-	walBytes    int64 // WAL Postgres wrote in the window
+	wal         walState // what Postgres wrote to its WAL in the window, and its checkpoints
 }
 
 // soakSpec sizes a soak: B8 (500 slaves, 10 minutes) or B8x (issue 16: 5,000 slaves, 20,000
@@ -252,7 +252,7 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 		fillFails, fillKinds)
 	cpu := newCPUMeter(t, m.PID, m.DBURL)
 	masterCPU0, _, _, _ := cpu.sample()
-	wal := walWritten(t, cpu)
+	wal := walNow(t, cpu)
 	_ = m.beatStmts() // the fill's are not measured
 	fillMem := m.mem()
 	t0 := time.Now()
@@ -280,8 +280,8 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 		}
 		windows[k].queued = statusCounts(t, m)[job.StatusQueued]
 		windows[k].queuedMulti = queuedMultiGPU(t, m)
-		w := walWritten(t, cpu)
-		windows[k].walBytes, wal = w-wal, w
+		w := walNow(t, cpu)
+		windows[k].wal, wal = w.since(wal), w
 		if k == 0 || k == n-1 {
 			stopProfile()
 		}
@@ -352,7 +352,7 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 			Value: fmt.Sprintf("%.2f s (%d heartbeats, %.0f /s)", (masterCPU1-masterCPU0).Seconds()/(float64(nBeats)/1000), nBeats, float64(nBeats)/soaked.Seconds())})
 	}
 	rep.add(result{Scenario: sp.id, Measure: "Postgres WAL written: " + name(1) + " → " + name(n),
-		Value: fmt.Sprintf("%.0f → %.0f KiB/s", float64(first.walBytes)/1024/sp.window.Seconds(), float64(last.walBytes)/1024/sp.window.Seconds())})
+		Value: fmt.Sprintf("%.0f → %.0f KiB/s", float64(first.wal.bytes)/1024/sp.window.Seconds(), float64(last.wal.bytes)/1024/sp.window.Seconds())})
 	r := float64(last.mem.RSSBytes) / float64(max(first.mem.RSSBytes, 1))
 	rep.add(result{Scenario: sp.id, Measure: "master RSS (from /proc): " + name(1) + " → " + name(n), Value: mib(first.mem.RSSBytes) + " → " + mib(last.mem.RSSBytes),
 		Goal: "≤ ×1.20, ≤ " + mib(sp.rssCap), Met: met(r <= 1.2 && last.mem.RSSBytes <= sp.rssCap), Ratio: fmt.Sprintf("×%.2f", r)})
@@ -375,13 +375,13 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 			busy += d
 		}
 		per = append(per, fmt.Sprintf("%d: %d passes (p99 %s, the loop busy %.0f %%), %d finished, %d queued (%d of 2–4 GPUs), %d heartbeats (p50 %s, p99 %s; in the master's handler p50 ≤ %s, p99 ≤ %s; "+
-			"%d statements of %.1f, taking p50 %s p99 %s, waited for p99 %s), reads p99 %s, submits p99 %s, WAL %s, "+
+			"%d statements of %.1f, taking p50 %s p99 %s, waited for p99 %s), reads p99 %s, submits p99 %s, WAL %s%s, "+
 			"CPU in cores: master %.2f, postgres %.2f, bench %.2f, "+
 			"RSS %s (heap in use %s, live %s, stacks %s; the collector %.0f %% of the master's CPU), %d goroutines, "+
 			"waits for a CPU p50 %s p99 %s, %d waits for a database connection (%.1f s)",
 			k+1, len(w.passes), ms(percentile(w.passes, 99)), 100*busy.Seconds()/sp.window.Seconds(), w.finished, w.queued, w.queuedMulti, len(w.beats), ms(percentile(w.beats, 50)),
 			ms(percentile(w.beats, 99)), ms(handled50), ms(handled99), len(w.stmtTook), float64(w.stmtBeats)/float64(max(len(w.stmtTook), 1)), ms(percentile(w.stmtTook, 50)),
-			ms(percentile(w.stmtTook, 99)), ms(percentile(w.stmtWaited, 99)), ms(percentile(w.reads, 99)), ms(percentile(w.submits, 99)), mib(w.walBytes),
+			ms(percentile(w.stmtTook, 99)), ms(percentile(w.stmtWaited, 99)), ms(percentile(w.reads, 99)), ms(percentile(w.submits, 99)), mib(w.wal.bytes), w.wal,
 			w.master.Seconds()/sp.window.Seconds(), w.pg.Seconds()/sp.window.Seconds(), w.bench.Seconds()/sp.window.Seconds(),
 			mib(w.mem.RSSBytes), mib(int64(w.mem.HeapInuse)), mib(int64(w.mem.HeapLive)), mib(int64(w.mem.StackInuse)), gcShare, w.mem.NumGoroutines,
 			ms(sched50), ms(sched99), dbWaits, dbWaited))
@@ -424,15 +424,49 @@ func (r *ring) pick() string {
 	return r.ids[rand.IntN(len(r.ids))]
 }
 
-// walWritten is how many bytes of WAL the database has written in all (its current WAL
-// position), for the soak's WAL rate.
-func walWritten(t testing.TB, c *cpuMeter) int64 {
+// walState is where the database's WAL stood: the bytes written in all (its current WAL
+// position), the full-page images among its records (pg_stat_wal) and the checkpoints begun
+// (pg_stat_bgwriter; Postgres 17 moved them to pg_stat_checkpointer, where they are not read:
+// known false then). After a checkpoint begins, the first change to each page writes the whole
+// page to the WAL again, so that a minute in which one began can write more (B8x: 21 of 134 MB
+// in one such minute, 30 Nov) with nothing changed in the master. Postgres checkpoints every
+// 5 minutes by default (checkpoint_timeout), and a soak's first timed one comes 5 minutes
+// after the forced one of CREATE DATABASE, within B8x's first minutes: the per-minute notes
+// say which minutes had one.
+type walState struct {
+	bytes, fpi, checkpoints int64
+	known                   bool // fpi and checkpoints were read
+}
+
+// since is what was written from a to w.
+func (w walState) since(a walState) walState {
+	return walState{w.bytes - a.bytes, w.fpi - a.fpi, w.checkpoints - a.checkpoints, w.known && a.known}
+}
+
+// String is the window's aside to its WAL bytes: " (N full-page images, a checkpoint began)".
+func (w walState) String() string {
+	if !w.known {
+		return ""
+	}
+	s := fmt.Sprintf(" (%d full-page images", w.fpi)
+	switch {
+	case w.checkpoints == 1:
+		s += ", a checkpoint began"
+	case w.checkpoints > 1:
+		s += fmt.Sprintf(", %d checkpoints began", w.checkpoints)
+	}
+	return s + ")"
+}
+
+func walNow(t testing.TB, c *cpuMeter) walState {
 	t.Helper()
-	var n int64
-	if err := c.db.QueryRow(`SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&n); err != nil {
+	var w walState
+	if err := c.db.QueryRow(`SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&w.bytes); err != nil {
 		t.Fatalf("read the WAL position: %v", err)
 	}
-	return n
+	err := c.db.QueryRow(`SELECT (SELECT wal_fpi FROM pg_stat_wal), (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter)`).Scan(&w.fpi, &w.checkpoints)
+	w.known = err == nil
+	return w
 }
 
 // writeSoakTrace writes, when GPULAB_BENCH_PROFILE names a folder, the soak's heartbeat

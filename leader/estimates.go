@@ -77,6 +77,16 @@ func closeEstimates(a, b job.StartEstimate) bool {
 // not every count.
 const ExplainDetailEvery = time.Minute
 
+// ReasonBackWithin: a waiting job whose reason goes back to the one it had before its last
+// change of reason, within this time of that change, has its explanation written at once but
+// without an event. Jobs behind the backfill head go from "needs 1 GPU, none free" to "held
+// back so that job … can start" whenever a GPU frees on the head's slave, and back when the
+// head starts and the next one's slave has none free: in B8x 1,300–1,800 jobs at a time, once
+// or twice a minute (30 Nov), so that a job waiting for hours gathered one or two events a
+// minute saying the same two things. Its history records each of the two reasons, and again
+// every ReasonBackWithin while it goes on flapping; what it reads now is always current.
+const ReasonBackWithin = 10 * time.Minute
+
 // explained is what the leader knows the database holds as the explanation of queued jobs, by
 // job, as this term last wrote it. A job not in it is unknown and its explanation is always
 // sent. A pass sends only the explanations that differ from it: at B8x's size a pass planned
@@ -86,10 +96,11 @@ const ExplainDetailEvery = time.Minute
 type explained map[string]explainedJob
 
 // explainedJob is what was written of one job's explanation: hashes of its lines and of their
-// gist (the lines without their details), and when.
+// gist (the lines without their details), and when; the gist it had before its last change of
+// reason written with an event (was, 0: none), and when that was (changedAt).
 type explainedJob struct {
-	lines, gist uint64
-	at          time.Time
+	lines, gist, was uint64
+	at, changedAt    time.Time
 }
 
 // explainSeed keys the hashes; the memory lives only as long as the process.
@@ -140,29 +151,50 @@ func gistHash(lines []string) uint64 {
 }
 
 // changed returns the explanations of expl to write at now: those of unknown jobs and those
-// whose reason changed (news, each to be recorded as an event), and those whose details alone
-// moved and were last written ExplainDetailEvery ago or more (refreshed, without an event).
+// whose reason changed (news, each to be recorded as an event), and, without an event
+// (refreshed), those whose reason went back to the one before its last change within
+// ReasonBackWithin and those whose details alone moved and were last written
+// ExplainDetailEvery ago or more.
 func (e explained) changed(expl map[string][]string, now time.Time) (news, refreshed map[string][]string) {
 	news, refreshed = map[string][]string{}, map[string][]string{}
 	for id, lines := range expl {
 		old, ok := e[id]
-		switch {
-		case !ok:
+		if !ok {
 			news[id] = lines
-		case old.lines == explanationHash(lines):
-		case old.gist != gistHash(lines):
-			news[id] = lines
-		case now.Sub(old.at) >= ExplainDetailEvery:
+			continue
+		}
+		if old.lines == explanationHash(lines) {
+			continue
+		}
+		switch g := gistHash(lines); {
+		case g == old.gist:
+			if now.Sub(old.at) >= ExplainDetailEvery {
+				refreshed[id] = lines
+			}
+		case g == old.was && now.Sub(old.changedAt) < ReasonBackWithin:
 			refreshed[id] = lines
+		default:
+			news[id] = lines
 		}
 	}
 	return news, refreshed
 }
 
-// record notes what was written at now.
-func (e explained) record(sent map[string][]string, now time.Time) {
+// record notes what was written at now: news with an event (a new reason), or refreshed
+// without one (the same reason, or the one before it again).
+func (e explained) record(sent map[string][]string, now time.Time, news bool) {
 	for id, lines := range sent {
-		e[id] = explainedJob{lines: explanationHash(lines), gist: gistHash(lines), at: now}
+		old, known := e[id]
+		j := explainedJob{lines: explanationHash(lines), gist: gistHash(lines), at: now, was: old.was, changedAt: old.changedAt}
+		switch {
+		case news && known:
+			j.was, j.changedAt = old.gist, now
+		case news:
+			j.was, j.changedAt = 0, now
+		case j.gist != old.gist:
+			j.was = old.gist // back to the reason before: the two swap
+		}
+		e[id] = j
 	}
 }
 

@@ -63,7 +63,7 @@ func TestExplainedSendsOnlyChanges(t *testing.T) {
 	if news, refreshed := e.changed(first, now); !reflect.DeepEqual(news, first) || len(refreshed) != 0 {
 		t.Fatalf("unknown jobs: news %v refreshed %v, want all news", news, refreshed)
 	}
-	e.record(first, now)
+	e.record(first, now, true)
 	second := map[string][]string{"a": {"waits for GPUs", "behind jobs"}, "b": {"waits", "longer"}, "c": {"new"}}
 	if got, want := news(e, second, now), map[string][]string{"b": {"waits", "longer"}, "c": {"new"}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("after a pass: %v, want %v", got, want)
@@ -91,7 +91,7 @@ func TestExplainedDetailsWaitTheirTurn(t *testing.T) {
 	head := "needs 4 GPUs, at most 2 free on a slave (sim-0042)"
 	held := "held back so that job 3f2a9c1b can start at 2026-12-12T08:59:00Z (it needs the room this job would take)"
 	e := explained{}
-	e.record(map[string][]string{"a": {head}, "b": {held}, "c": {head}}, t0)
+	e.record(map[string][]string{"a": {head}, "b": {held}, "c": {head}}, t0, true)
 	cases := []struct {
 		name            string
 		after           time.Duration
@@ -127,13 +127,60 @@ func TestExplainedDetailsWaitTheirTurn(t *testing.T) {
 	}
 	// A refresh restarts the wait.
 	moved := map[string][]string{"a": {"needs 4 GPUs, at most 3 free on a slave (sim-1234)"}}
-	e.record(moved, t0.Add(ExplainDetailEvery))
+	e.record(moved, t0.Add(ExplainDetailEvery), false)
 	back := map[string][]string{"a": {head}}
 	if news, refreshed := e.changed(back, t0.Add(ExplainDetailEvery+time.Second)); len(news)+len(refreshed) != 0 {
 		t.Errorf("written again a second after a refresh: %v %v", news, refreshed)
 	}
 	if _, refreshed := e.changed(back, t0.Add(2*ExplainDetailEvery)); len(refreshed) != 1 {
 		t.Errorf("not refreshed a minute after the last refresh")
+	}
+}
+
+// A job whose reason goes back and forth between two (held back for the backfill head, then
+// short of GPUs when the next head's slave has none free) has the reason written each time,
+// with an event for each of the two and again only once ReasonBackWithin has passed since the
+// last; a third reason is an event at once.
+func TestExplainedReasonsBackAndForth(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 2, 0, 0, 0, time.UTC)
+	short := []string{"needs 1 GPU, none free on the 5000 slaves"}
+	held := []string{"held back so that job 3f2a9c1b can start at 2026-12-14T01:02:29Z (it needs the room this job would take)"}
+	other := []string{"needs 1 GPU, none free on the 5000 slaves", "3 more matching slaves are offline (sim-1, sim-2, sim-3)"}
+	e := explained{}
+	at := t0
+	// step writes lines at t0+after as a pass would, and says how: "news", "refreshed" or "".
+	step := func(after time.Duration, lines []string) string {
+		at = t0.Add(after)
+		news, refreshed := e.changed(map[string][]string{"j": lines}, at)
+		e.record(news, at, true)
+		e.record(refreshed, at, false)
+		switch {
+		case len(news) == 1:
+			return "news"
+		case len(refreshed) == 1:
+			return "refreshed"
+		}
+		return ""
+	}
+	for _, c := range []struct {
+		after time.Duration
+		lines []string
+		want  string
+	}{
+		{0, short, "news"},
+		{10 * time.Second, held, "news"},
+		{20 * time.Second, short, "refreshed"}, // back to the reason before: written, no event
+		{30 * time.Second, short, ""},
+		{40 * time.Second, held, "refreshed"},
+		{5 * time.Minute, short, "refreshed"},
+		{ReasonBackWithin + 11*time.Second, held, "news"}, // flapping still: an event again
+		{ReasonBackWithin + 20*time.Second, short, "refreshed"},
+		{ReasonBackWithin + 30*time.Second, other, "news"}, // a third reason
+		{ReasonBackWithin + 40*time.Second, held, "news"},  // not the one before the last change
+	} {
+		if got := step(c.after, c.lines); got != c.want {
+			t.Errorf("at +%s, %q: %q, want %q", c.after, c.lines, got, c.want)
+		}
 	}
 }
 

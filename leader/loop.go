@@ -1309,8 +1309,8 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 		return assigned, fmt.Errorf("explain the waiting jobs: %w", err)
 	}
 	l.recordWritten(estimates, wrote)
-	l.explained.record(news, now)
-	l.explained.record(refreshed, now)
+	l.explained.record(news, now, true)
+	l.explained.record(refreshed, now, false)
 	return assigned, nil
 }
 
