@@ -72,9 +72,8 @@ func closeEstimates(a, b job.StartEstimate) bool {
 // changed explanations a pass grew from ~60 (the new jobs) to 250–740 by the 20th minute, each
 // a row update and an event, so that a job waiting for hours would have gathered thousands of
 // events; from "at most 1 free" to "none free" and back was still 16,000 a minute of them with
-// 16,000 such jobs queued (30 Nov). The explanation a user reads is
-// at most this old in its details; its history (the scheduler's events) records the reasons,
-// not every count.
+// 16,000 such jobs queued (30 Nov). The explanation a user reads is at most this old in its
+// details; its history (the scheduler's events) records the reasons, not every count.
 const ExplainDetailEvery = time.Minute
 
 // ReasonBackWithin: a waiting job whose reason goes back to the one it had before its last

@@ -84,8 +84,9 @@ func news(e explained, expl map[string][]string, now time.Time) map[string][]str
 }
 
 // An explanation whose details alone moved (a count, a time, a name: a word with a digit, an
-// aside in parentheses, or how much of what a job needs is free where) is written again only ExplainDetailEvery after the last write, and as a
-// refresh (no event); a change of reason is written at once, whenever the last write was.
+// aside in parentheses, or how much of what a job needs is free where) is written again only
+// ExplainDetailEvery after the last write, and as a refresh (no event); a change of reason is
+// written at once, whenever the last write was.
 func TestExplainedDetailsWaitTheirTurn(t *testing.T) {
 	t0 := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
 	head := "needs 4 GPUs, at most 2 free on a slave (sim-0042)"
