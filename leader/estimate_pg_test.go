@@ -379,3 +379,62 @@ WHERE status = 'QUEUED' AND scheduling ? 'estimatedStart'`).Scan(&estimated, &pa
 			estimated, parts, want, leader.EstimatesPerWrite)
 	}
 }
+
+// TestLoopReasonBackWithoutEvent: the real loop on Postgres, a one-GPU slave busy with one job
+// and a second job waiting: its reason goes from short of a GPU to the slave draining and back.
+// The job reads each reason as it stands, and its history records each of the two once: the
+// way back, within leader.ReasonBackWithin, writes the explanation without an event.
+func TestLoopReasonBackWithoutEvent(t *testing.T) {
+	w := newEstimateWorld(t)
+	ctx := context.Background()
+	w.oneGPUSlave()
+	first, waiting := w.submit(time.Hour), w.submit(time.Hour)
+	loop := w.loop(leader.Config{}, nil)
+	state := func() (explained string, events []string) {
+		t.Helper()
+		rec, err := w.st.GetJob(ctx, waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := w.st.ListJobEvents(ctx, waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			if e.Kind == store.EventScheduler {
+				events = append(events, e.Message)
+			}
+		}
+		return strings.Join(rec.Job.State.Scheduling.QueuedExplanations, " | "), events
+	}
+	accepting := func(on bool) {
+		t.Helper()
+		if err := w.st.SetSlaveAccepting(ctx, "node1", on); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first pass assigns the first job; the second adds the waiting job's expected start
+	// (from the assigned job's maxDuration) to its reason.
+	w.pass(loop)
+	if rec, err := w.st.GetJob(ctx, first); err != nil || rec.Job.State.Status != job.StatusAssigned {
+		t.Fatalf("first job not assigned: %v", err)
+	}
+	w.pass(loop)
+	short, events := state()
+	n := len(events)
+	if !strings.Contains(short, "none free") || n == 0 {
+		t.Fatalf("after two passes: %q with events %q; want none free, events", short, events)
+	}
+	accepting(false)
+	w.pass(loop)
+	draining, events := state()
+	if !strings.Contains(draining, "draining") || len(events) != n+1 {
+		t.Fatalf("slave draining: %q with events %q; want draining, one event more", draining, events)
+	}
+	accepting(true)
+	w.pass(loop)
+	back, events := state()
+	if back != short || len(events) != n+1 {
+		t.Errorf("slave accepting again: %q with events %q; want %q again, no event more", back, events, short)
+	}
+}

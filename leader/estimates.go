@@ -183,13 +183,11 @@ func (e explained) changed(expl map[string][]string, now time.Time) (news, refre
 // without one (the same reason, or the one before it again).
 func (e explained) record(sent map[string][]string, now time.Time, news bool) {
 	for id, lines := range sent {
-		old, known := e[id]
+		old := e[id] // an unknown job's zero value: no gist before
 		j := explainedJob{lines: explanationHash(lines), gist: gistHash(lines), at: now, was: old.was, changedAt: old.changedAt}
 		switch {
-		case news && known:
-			j.was, j.changedAt = old.gist, now
 		case news:
-			j.was, j.changedAt = 0, now
+			j.was, j.changedAt = old.gist, now
 		case j.gist != old.gist:
 			j.was = old.gist // back to the reason before: the two swap
 		}
