@@ -510,7 +510,9 @@ func (s *Store) ListJobs(ctx context.Context, f JobFilter) ([]*JobRecord, error)
 		where = append(where, "j.interactive = "+arg(*f.Interactive))
 	}
 	if f.ReservationID != "" {
-		where = append(where, "j.reservation_ids @> "+arg(pq.Array([]string{f.ReservationID})))
+		// The second clause is jobs_reservations_idx's predicate (migration 0021), which
+		// Postgres must find in the query to use that index.
+		where = append(where, "j.reservation_ids @> "+arg(pq.Array([]string{f.ReservationID}))+" AND j.reservation_ids <> '{}'")
 	}
 	if f.CreatedWithin > 0 {
 		where = append(where, "j.created_at >= now() - make_interval(secs => "+arg(f.CreatedWithin.Seconds())+")")

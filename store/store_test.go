@@ -241,6 +241,10 @@ func TestListJobsFilters(t *testing.T) {
 	if _, err := st.DB().ExecContext(ctx, `UPDATE jobs SET status = 'RUNNING', assigned_slave_name = 'gpu1', assigned_cluster_id = 3 WHERE uuid = $1`, b1.UUID); err != nil {
 		t.Fatal(err)
 	}
+	booked := uuid.NewString()
+	if _, err := st.DB().ExecContext(ctx, `UPDATE jobs SET reservation_ids = $2 WHERE uuid = $1`, a2.UUID, "{"+booked+"}"); err != nil {
+		t.Fatal(err)
+	}
 	ids := func(recs []*store.JobRecord) map[string]bool {
 		m := map[string]bool{}
 		for _, r := range recs {
@@ -268,6 +272,9 @@ func TestListJobsFilters(t *testing.T) {
 		{"by cluster (requested)", store.JobFilter{ClusterID: 1}, []string{a1.UUID, a2.UUID, b1.UUID}},
 		{"by cluster (assigned)", store.JobFilter{ClusterID: 3}, []string{b1.UUID}},
 		{"by slave", store.JobFilter{AssignedSlaveName: "gpu1"}, []string{b1.UUID}},
+		{"by reservation", store.JobFilter{ReservationID: booked}, []string{a2.UUID}},
+		{"by reservation, a page", store.JobFilter{ReservationID: booked, Limit: 10}, []string{a2.UUID}},
+		{"by a reservation no job names", store.JobFilter{ReservationID: uuid.NewString(), Limit: 10}, nil},
 		{"visible to alice", store.JobFilter{Visible: &store.Visibility{UserID: alice.ID, ProjectIDs: []int64{vision.ID}}}, []string{a1.UUID, a2.UUID}},
 		{"visible to alice + running", store.JobFilter{Visible: &store.Visibility{UserID: alice.ID, ProjectIDs: []int64{vision.ID}, OthersRunning: true}}, []string{a1.UUID, a2.UUID, b1.UUID}},
 		{"visible to bob", store.JobFilter{Visible: &store.Visibility{UserID: bob.ID, ProjectIDs: []int64{audio.ID}}}, []string{b1.UUID}},
@@ -688,5 +695,26 @@ func TestSlavesShown(t *testing.T) {
 	}
 	if none, err := st.SlavesShown(ctx, nil); err != nil || none != nil {
 		t.Errorf("no names: %v %v", none, err)
+	}
+}
+
+// Every connection of the store's pool runs with JIT compilation off (store.sessionSetup):
+// several connections held at once, so that each is a new one, all say so.
+func TestSessionsRunWithoutJIT(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	for i := range 3 {
+		conn, err := st.DB().Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = conn.Close() }()
+		var jit string
+		if err := conn.QueryRowContext(ctx, `SHOW jit`).Scan(&jit); err != nil {
+			t.Fatal(err)
+		}
+		if jit != "off" {
+			t.Errorf("connection %d: jit = %q, want off", i, jit)
+		}
 	}
 }
