@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/opengpulab/gpulab/handlers"
+	"github.com/opengpulab/gpulab/internal/logsink"
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/leader"
@@ -159,7 +160,11 @@ func runMaster() error {
 	if os.Getenv("GPULAB_BENCH_MASTER_LOG") == "debug" {
 		level = slog.LevelDebug
 	}
-	log := slog.New(passCounter{Handler: slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}), c: &assigned})
+	// Batched as serve's (logsink): a write system call a line would cost the reads' scenarios
+	// what a real master does not pay.
+	sink := logsink.New(logOut)
+	defer func() { _ = sink.Close() }()
+	log := slog.New(passCounter{Handler: sink.Handler(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: level})), c: &assigned})
 
 	if cfg.MemoryLimit > 0 {
 		debug.SetMemoryLimit(cfg.MemoryLimit)

@@ -90,10 +90,9 @@ func (s *Server) sessionContext(r *http.Request) (context.Context, error) {
 // revocation made on one master holds on the next request at every master. For a user this
 // is the same query that loads him (one round trip per request, as before).
 func (s *Server) callerFromCert(r *http.Request) (*handlers.Caller, error) {
-	cert := r.TLS.VerifiedChains[0][0]
-	serial := cert.SerialNumber.String()
-	id, err := pki.IdentityOf(cert)
-	if err != nil {
+	facts := certFactsOf(r.Context(), r.TLS.VerifiedChains[0][0])
+	serial, id := facts.serial, facts.id
+	if err := facts.err; err != nil {
 		return nil, &handlers.Error{Status: http.StatusUnauthorized, Message: "client certificate: " + err.Error()}
 	}
 	if id.Kind == pki.KindService {

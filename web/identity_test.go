@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptrace"
 	"strings"
 	"testing"
 
@@ -370,5 +371,61 @@ func TestRevokedSlaveRefusedBeforeItsRequest(t *testing.T) {
 		if status, got := post(call.path, call.body); status != http.StatusUnauthorized || !strings.Contains(got, "revoked") {
 			t.Errorf("%s %s with a revoked certificate: %d %s, want 401", call.path, call.body, status, got)
 		}
+	}
+}
+
+// What a connection's certificate says is read once for the connection (web.connCert), but
+// its user's disabling and its revocation still hold at the next request on that same
+// connection, and another user's connection is his own.
+func TestRevokeHoldsOnAKeptConnection(t *testing.T) {
+	m := testmaster.Start(t, testmaster.Options{})
+	admin := m.AddUser("root", true, "")
+	dave := m.AddUser("dave", false, "", "vision")
+	erin := m.AddUser("erin", false, "", "vision")
+	calls := map[*http.Client]int{}
+	get := func(c *http.Client) (int, string) {
+		t.Helper()
+		reused := false
+		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "GET", m.URL+v31+"/jobs", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, _ := io.ReadAll(resp.Body)
+		if calls[c] > 0 && !reused {
+			t.Fatal("the request opened a new connection: the test needs the kept one")
+		}
+		calls[c]++
+		return resp.StatusCode, string(body)
+	}
+	dc, ec := m.Client(&dave.TLS), m.Client(&erin.TLS)
+	defer dc.CloseIdleConnections()
+	defer ec.CloseIdleConnections()
+	for range 2 {
+		for _, c := range []*http.Client{dc, ec} {
+			if status, body := get(c); status != 200 {
+				t.Fatalf("before: %d %s", status, body)
+			}
+		}
+	}
+	if status, body, _ := m.Do(admin, "PUT", v40+"/users/dave/disabled", strings.NewReader(`{"disabled": true}`)); status != 200 {
+		t.Fatalf("disable dave: %d %s", status, body)
+	}
+	if status, body := get(dc); status != 401 || !strings.Contains(body, "disabled") {
+		t.Fatalf("disabled dave on his kept connection: %d %s", status, body)
+	}
+	if status, body := get(ec); status != 200 {
+		t.Fatalf("erin on hers: %d %s", status, body)
+	}
+	if status, body, _ := m.Do(erin, "POST", v40+"/certificates/"+erin.Serial+"/revoke", nil); status != 200 {
+		t.Fatalf("erin revoking her certificate: %d %s", status, body)
+	}
+	if status, body := get(ec); status != 401 || !strings.Contains(body, "revoked") {
+		t.Fatalf("revoked certificate on its kept connection: %d %s", status, body)
 	}
 }

@@ -136,7 +136,8 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		MaxHeaderBytes:    s.cfg.Limits.MaxHeaderBytes,
 		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: s.cfg.Limits.MaxStreamsPerConn, MaxEncoderHeaderTableSize: responseHeaderTable,
 			MaxDecoderHeaderTableSize: requestHeaderTable},
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ConnContext: withConnCert,
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(tls.NewListener(limitConns(l, s.cfg.Limits.MaxConnsPerIP, s.log), tlsCfg)) }()

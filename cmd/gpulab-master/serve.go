@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opengpulab/gpulab/handlers"
+	"github.com/opengpulab/gpulab/internal/logsink"
 	"github.com/opengpulab/gpulab/leader"
 	"github.com/opengpulab/gpulab/mail"
 	"github.com/opengpulab/gpulab/metrics"
@@ -43,7 +44,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	log := newLogger(stderr, c.LogLevel, c.LogFormat)
+	sink := logsink.New(stderr)
+	defer func() { _ = sink.Close() }()
+	log := newLogger(sink, c.LogLevel, c.LogFormat)
 	opts, webLimits, oidcCfg := checked.jobOptions, checked.webLimits, checked.oidc
 	mailCfg, mailOn, idle := checked.mail, checked.mailOn, checked.idle
 	var sessionKeys []web.SessionKey

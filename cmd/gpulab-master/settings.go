@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/opengpulab/gpulab/internal/logsink"
 	"github.com/opengpulab/gpulab/internal/settings"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/leader"
@@ -183,12 +184,14 @@ func parseLogLevel(level string) (slog.Level, error) {
 
 // newLogger is the process's logger: key=value lines, or one JSON object a line with
 // --log-format json (for log collectors); lines logged while serving a request carry its
-// request_id. Values are checked first (check).
-func newLogger(w io.Writer, level, format string) *slog.Logger {
+// request_id. They are written to sink in batches, warnings and errors at once (logsink).
+// Values are checked first (check).
+func newLogger(sink *logsink.Sink, level, format string) *slog.Logger {
 	l, _ := parseLogLevel(level)
 	opts := &slog.HandlerOptions{Level: l}
+	var h slog.Handler = slog.NewTextHandler(sink, opts)
 	if format == "json" {
-		return slog.New(web.WithRequestID(slog.NewJSONHandler(w, opts)))
+		h = slog.NewJSONHandler(sink, opts)
 	}
-	return slog.New(web.WithRequestID(slog.NewTextHandler(w, opts)))
+	return slog.New(web.WithRequestID(sink.Handler(h)))
 }
