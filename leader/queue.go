@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
 )
@@ -392,13 +393,30 @@ func decodeQueued(rows []store.SchedJob) ([]*scheduler.Job, error) {
 	return out, g.Wait()
 }
 
-// decodeJob is the queued job a row describes, its request decoded.
+// decodeJob is the queued job a row describes, with what the scheduler reads of its request
+// (scheduled).
 func decodeJob(r store.SchedJob) (scheduler.Job, error) {
 	j := scheduler.Job{UUID: r.UUID, Submitted: r.Created, UserID: r.UserID, ProjectID: r.ProjectID}
-	if err := json.Unmarshal(r.Request, &j.Request); err != nil {
+	var s scheduled
+	if err := json.Unmarshal(r.Request, &s); err != nil {
 		return j, fmt.Errorf("decode request of job %s: %w", r.UUID, err)
 	}
+	j.Request = job.Request{Resources: s.Resources, Scheduling: s.Scheduling, Docker: job.Docker{Storage: s.Docker.Storage}}
 	return j, nil
+}
+
+// scheduled is what the scheduler reads of a request: its resources, its scheduling and its
+// storage (a RAM disk counts as memory: job.Request.TotalMemoryGb). The image, command,
+// environment, ports and extras are skipped by the decoder, not built: whole requests took
+// 6.1 µs and 17 allocations each to decode against 3.7 µs and 8 (B1's job, 30 Nov), most of
+// the CPU of a term's first read of 100,000 queued jobs, and the leader kept them in memory
+// for nothing.
+type scheduled struct {
+	Resources  job.Resources  `json:"resources"`
+	Scheduling job.Scheduling `json:"scheduling"`
+	Docker     struct {
+		Storage []job.Storage `json:"storage"`
+	} `json:"docker"`
 }
 
 // put files a row: a queued job in jobs with its request's sum (keeping keep, the job as

@@ -3,6 +3,7 @@ package leader_test
 import (
 	"bytes"
 	"context"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -240,5 +241,40 @@ func TestQueueCheckFailedOrStale(t *testing.T) {
 	}
 	if drift := driftCounted(t, mets); drift > 0 || strings.Contains(logs.String(), "drift") {
 		t.Errorf("a check of the last term was compared (drift %v):\n%s", drift, logs.String())
+	}
+}
+
+// The leader keeps of a queued job's request what Plan reads (its resources, its scheduling,
+// its storage: a RAM disk counts as memory) and not the rest (image, command, environment).
+func TestQueueKeepsWhatPlanReads(t *testing.T) {
+	w, loop, _, _ := checkedWorld(t, time.Hour)
+	ctx := context.Background()
+	j, err := job.Parse([]byte(`{"name": "full", "request": {
+ "resources": {"gpus": 2, "cpus": 4, "cpuMemoryGb": 8, "gpuModel": ["V100"], "clusterId": 1},
+ "docker": {"image": "registry.example.org/team/train:v3", "command": "python train.py --epochs 90",
+  "environment": {"EPOCHS": "90"}, "storage": [{"hostPath": "tmpfs", "containerPath": "/scratch", "sizeGb": 4}]},
+ "scheduling": {"interactive": true, "restartable": true, "minDuration": "1 hour", "maxDuration": "2 hours"}}}`), job.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.UUID = "00000000-0000-4000-8000-00000000f011"
+	j.Owner = job.Owner{UserURN: w.u.URN, ProjectURN: w.p.URN}
+	j.State.Status = job.StatusQueued
+	if err := w.st.CreateJob(ctx, j, w.u.ID, w.p.ID, "submitted"); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := loop.ReadQueue(ctx)
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("queue: %v %v", jobs, err)
+	}
+	got := jobs[0].Request
+	if !reflect.DeepEqual(got.Resources, j.Request.Resources) || !reflect.DeepEqual(got.Scheduling, j.Request.Scheduling) {
+		t.Errorf("kept resources %+v and scheduling %+v, want %+v and %+v", got.Resources, got.Scheduling, j.Request.Resources, j.Request.Scheduling)
+	}
+	if got.TotalMemoryGb() != 12 || !reflect.DeepEqual(got.Docker.Storage, j.Request.Docker.Storage) {
+		t.Errorf("memory %d GB with storage %+v, want 12 (8 and a 4-GB RAM disk)", got.TotalMemoryGb(), got.Docker.Storage)
+	}
+	if got.Docker.Image != "" || len(got.Docker.Environment) > 0 {
+		t.Errorf("the leader keeps the image %q and environment %v", got.Docker.Image, got.Docker.Environment)
 	}
 }
