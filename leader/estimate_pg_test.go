@@ -52,6 +52,21 @@ func (w *estimateWorld) loop(cfg leader.Config, logs io.Writer) *leader.Loop {
 	return leader.NewLoop(w.st, cfg, slog.New(slog.NewTextHandler(logs, nil)), scheduler.NewSignal(), scheduler.NewSignal())
 }
 
+// jobAndEvents reads job id and its history.
+func (w *estimateWorld) jobAndEvents(id string) (*store.JobRecord, []store.Event) {
+	w.t.Helper()
+	ctx := context.Background()
+	rec, err := w.st.GetJob(ctx, id)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	evs, err := w.st.ListJobEvents(ctx, id)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return rec, evs
+}
+
 // pass runs one pass of loop as the world's leader.
 func (w *estimateWorld) pass(loop *leader.Loop) {
 	w.t.Helper()
@@ -392,14 +407,7 @@ func TestLoopReasonBackWithoutEvent(t *testing.T) {
 	loop := w.loop(leader.Config{}, nil)
 	state := func() (explained string, events []string) {
 		t.Helper()
-		rec, err := w.st.GetJob(ctx, waiting)
-		if err != nil {
-			t.Fatal(err)
-		}
-		evs, err := w.st.ListJobEvents(ctx, waiting)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rec, evs := w.jobAndEvents(waiting)
 		for _, e := range evs {
 			if e.Kind == store.EventScheduler {
 				events = append(events, e.Message)

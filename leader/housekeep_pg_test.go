@@ -81,14 +81,7 @@ func TestHousekeepingTakesBackAssignments(t *testing.T) {
 	id := w.submit(time.Hour)
 	status := func() (job.Status, int, []store.Event) {
 		t.Helper()
-		rec, err := w.st.GetJob(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		evs, err := w.st.ListJobEvents(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rec, evs := w.jobAndEvents(id)
 		return rec.Job.State.Status, rec.Attempt, evs
 	}
 	requeued := func(evs []store.Event, message string) bool {
