@@ -116,3 +116,9 @@ func (l *Loop) WriteForecast(ctx context.Context, lead store.Leadership) (int, e
 	}
 	return l.writeForecast(ctx, lead, snap.Plan(), forecastJob{snap: snap, at: time.Now()})
 }
+
+// The size from which a plan's assignments are written in parts, and how many parts.
+const (
+	AssignSplitFrom = assignSplitFrom
+	AssignParts     = assignParts
+)

@@ -23,6 +23,7 @@ type slaveState struct {
 	modelID           []int          // per gpus[i]: index into planner.models
 	gpuFree           []bool         // per gpus[i]
 	nFree             int            // how many of gpuFree are set: a full slave is passed over at once
+	pos               int32          // its place in planner.slaves (and SlaveIndex.states)
 	cpuFree           []bool         // per CPU id
 	cpusUsed          int
 	memUsed           int
@@ -90,7 +91,7 @@ func NewSlaveIndex(slaves []Slave, clusters map[int]Cluster) *SlaveIndex {
 	ix.byName = make(map[string]int, len(slaves))
 	for i := range slaves {
 		st := &ix.states[i]
-		st.s = &slaves[i]
+		st.s, st.pos = &slaves[i], int32(i)
 		st.online, st.accepting, st.memGb = slaves[i].Online, slaves[i].Accepting, slaves[i].MemoryGb
 		if i > 0 && slaves[i-1].ClusterID == slaves[i].ClusterID {
 			st.cluster = ix.states[i-1].cluster

@@ -498,6 +498,8 @@ type planner struct {
 	// scans that found no slave for a job, valid while version is theirs.
 	version int
 	scans   map[scanKey]scan
+	// free files the slaves by their free GPUs (bestfit.go), made when first used.
+	free *freeIndex
 
 	haltGrace time.Duration // Snapshot.HaltGrace, DefaultHaltGrace for 0
 }
@@ -651,6 +653,13 @@ func (p *planner) decide(j *Job) decision {
 scan:
 	offline, draining = p.offline[:0], p.draining[:0]
 	misses = p.misses[:0]
+	if quick && keyed && p.indexed(&n, len(capable)) {
+		// The quick scan's answer, found through the index (bestfit.go); none: the full scan.
+		if best = p.bestFit(j, &n, guard); best != nil {
+			goto place
+		}
+		quick = false
+	}
 	for _, st := range capable {
 		switch {
 		case quick && !st.mayFit(&n):
@@ -701,6 +710,7 @@ scan:
 		quick, heldBack, bookedLine = false, false, ""
 		goto scan
 	}
+place:
 	if best != nil {
 		p.version++
 		p.counts.add(j.UserID, j.ProjectID, bucketOf(j))
@@ -712,9 +722,12 @@ scan:
 			a := best.take(j, &n)
 			p.reserved.unmask()
 			p.reserved.spareMem -= n.memGb
+			p.refile(best)
 			return decision{assign: a, on: best}
 		}
-		return decision{assign: best.take(j, &n), on: best}
+		a := best.take(j, &n)
+		p.refile(best)
+		return decision{assign: a, on: best}
 	}
 	if heldBack {
 		return decision{wait: []string{p.reserved.heldBack()}}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -96,14 +97,33 @@ func TestScanShortcutsKeepThePlan(t *testing.T) {
 		}
 		snaps = append(snaps, s)
 	}
+	// Slaves of 8, 4, 2, 1 and no GPUs: the index's lists of free counts of unequal lengths.
+	for i := range uint64(4) {
+		s := randomSnapshot(seed+100+i, 80, 800)
+		for k := range s.Slaves {
+			sl := &s.Slaves[k]
+			sl.GPUs = slices.Clone(sl.GPUs[:[]int{8, 4, 2, 1, 0, 8}[k%6]])
+		}
+		if i%2 == 1 {
+			s = withEnds(s)
+		}
+		snaps = append(snaps, s)
+	}
+	defer func(from int) { bestFitFrom = from }(bestFitFrom)
 	for i, s := range snaps {
 		with := s.Plan()
+		// The best fits found through the index on clusters of any size (bestfit.go).
+		bestFitFrom = 1
+		indexed := s.Plan()
+		bestFitFrom = 128
 		scanShortcuts = false
 		without := s.Plan()
 		scanShortcuts = true
-		if !reflect.DeepEqual(with, without) {
-			for _, diff := range planDiff(with, without) {
-				t.Errorf("snapshot %d: %s", i, diff)
+		for name, p := range map[string]Plan{"with the shortcuts": with, "with the index": indexed} {
+			if !reflect.DeepEqual(p, without) {
+				for _, diff := range planDiff(p, without) {
+					t.Errorf("snapshot %d, %s: %s", i, name, diff)
+				}
 			}
 		}
 		if i == 1 && (len(with.Halts) == 0 || len(with.Explanations) == 0) {
