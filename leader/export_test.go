@@ -122,3 +122,6 @@ const (
 	AssignSplitFrom = assignSplitFrom
 	AssignParts     = assignParts
 )
+
+// EarlyPart is the size of the parts a full plan commits while it is planned.
+const EarlyPart = earlyPart

@@ -804,6 +804,7 @@ func (l *Loop) pass(ctx context.Context, lead store.Leadership, housekeep bool) 
 	ph.Slaves, ph.Queued, ph.Running = len(snap.Slaves), len(snap.Queued), len(snap.Running)
 	t = time.Now()
 	var plan scheduler.Plan
+	var early earlyWrites
 	narrowed := false
 	full := l.fresh == nil || l.cfg.Sweep < 0 || time.Since(l.fullAt) >= l.cfg.FullReadEvery
 	estimate := full || l.cfg.ForecastEvery <= 0 || time.Since(l.forecastAt) >= l.cfg.ForecastEvery
@@ -817,13 +818,23 @@ func (l *Loop) pass(ctx context.Context, lead store.Leadership, housekeep bool) 
 		for _, j := range snap.Queued {
 			l.fresh[j.UUID] = true
 		}
-		plan = snap.Plan()
+		// A burst's first assignments are committed while the rest is planned (earlyWriter).
+		w := l.writeEarly(ctx, lead, hosts)
+		s := snap
+		s.OnAssign = w.add
+		plan = s.Plan()
+		ph.Plan = time.Since(t)
+		if early = w.finish(); early.err != nil {
+			l.queue.readAgain(early.conflicts...)
+			return early.err
+		}
 	} else {
 		plan, snap.Queued, narrowed = planNarrowed(snap, l.fresh, l.cfg.Sweep, &l.scratch)
+		ph.Plan = time.Since(t)
 	}
-	ph.Planned, ph.Plan = len(snap.Queued), time.Since(t)
+	ph.Planned = len(snap.Queued)
 	t = time.Now()
-	placed, err := l.apply(ctx, lead, snap, hosts, plan, narrowed, estimate && !background)
+	placed, err := l.apply(ctx, lead, snap, hosts, plan, early, narrowed, estimate && !background)
 	ph.Apply, ph.Assigned = time.Since(t), placed
 	if err == nil {
 		ph.Crowded = crowded(snap, plan)
@@ -1140,50 +1151,31 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 // write: nothing), then what the waiting jobs are told in another. Each change stays
 // conditional on the state the snapshot saw: a job cancelled since is skipped, not assigned.
 //
+// The plan's first early.sent assignments were committed while it was planned (earlyWriter);
+// apply writes the others.
+//
 // A narrowed plan (see narrow) sets the estimates of the jobs it planned only; without estimate,
 // no estimate is written (the plan forecast none: see Config.ForecastEvery).
-func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.Snapshot, hosts map[string]string, plan scheduler.Plan, narrowed, estimate bool) (int, error) {
-	assigned, halted := 0, 0
+func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.Snapshot, hosts map[string]string, plan scheduler.Plan, early earlyWrites, narrowed, estimate bool) (int, error) {
+	assigned, halted := len(early.moved), 0
 	var haltReasons, conflicts []string
-	wake := wakeSlaves(snap, plan)
-	defer func() { l.queue.readAgain(conflicts...) }()
-	batch := make([]store.Assignment, 0, len(plan.Assignments))
-	for _, a := range plan.Assignments {
-		gpuIDs := make([]int, len(a.GPUs))
-		for i, g := range a.GPUs {
-			gpuIDs[i] = g.Index
-		}
-		details, err := json.Marshal(a.GPUs)
-		if err != nil {
-			return 0, fmt.Errorf("encode GPUs: %w", err)
-		}
-		res := job.StateResources{ClusterID: a.ClusterID, GPUIDs: gpuIDs, CPUIDs: a.CPUIDs, CPUMemoryGb: a.MemoryGb,
-			SlaveName: a.SlaveName, SlaveHost: hosts[a.SlaveName], SlaveInstanceID: a.SlaveInstanceID,
-			PortMappings: []job.PortMapping{}, GPUDetails: details}
-		inc := l.cfg.TallyWeights.Weight(len(a.GPUs), len(a.CPUIDs), a.MemoryGb) * TallyInterval.Hours()
-		batch = append(batch, store.Assignment{JobUUID: a.JobUUID,
-			Placement: store.Placement{SlaveName: a.SlaveName, SlaveInstanceID: a.SlaveInstanceID, ClusterID: a.ClusterID, Resources: res, TallyIncrement: inc},
-			Message:   fmt.Sprintf("assigned to slave %s (GPUs %v, CPUs %v, %d GB)", a.SlaveName, gpuIDs, a.CPUIDs, a.MemoryGb)})
+	defer func() { l.queue.readAgain(slices.Concat(early.conflicts, conflicts)...) }()
+	// The first early.sent assignments were committed while Plan ran (earlyWriter): the rest
+	// are written here, and their slaves woken.
+	rest := plan
+	rest.Assignments = plan.Assignments[early.sent:]
+	wake := wakeSlaves(snap, rest)
+	batch, err := l.placements(rest.Assignments, hosts)
+	if err != nil {
+		return 0, err
 	}
 	// took notes the jobs the assignment moved; those it skipped changed since the snapshot
 	// (cancelled, say): read again at the next pass, in case the change is one the feed does
 	// not show (the row deleted since).
 	took := func(done []string) {
-		assigned = len(done)
-		if len(done) == len(batch) {
-			return
-		}
-		moved := make(map[string]bool, len(done))
-		for _, id := range done {
-			moved[id] = true
-		}
-		for _, a := range batch {
-			if !moved[a.JobUUID] {
-				conflicts = append(conflicts, a.JobUUID)
-			}
-		}
+		assigned = len(early.moved) + len(done)
+		conflicts = append(conflicts, skipped(batch, done)...)
 	}
-	var err error
 	if len(plan.Failures) == 0 && len(plan.Halts) == 0 {
 		// Assignments alone (most passes): one statement proves the lease, assigns and wakes
 		// the slaves (store.AssignJobsAsLeader); nothing to write, nothing sent.
@@ -1469,7 +1461,10 @@ func startEstimates(p scheduler.Plan) map[string]job.StartEstimate {
 // Assignments of one pass are written in assignParts statements at once from assignSplitFrom
 // of them: each proves the lease and wakes its own slaves (store.AssignJobsAsLeader), and
 // Postgres runs them on as many cores. B1x's burst (22,185 jobs) was committed in 1.6–1.8 s
-// as one statement, 1.1–1.2 s as two, 1.2–1.4 s as four (bench/ TestPassCost, 2 cores).
+// as one statement, 1.1–1.2 s as two, 1.2–1.4 s as four (bench/ TestPassCost, 2 cores). A full
+// plan commits its assignments while it is planned, as many writers in parts of the same size
+// (early.go): what is left for apply then is less than a part; a narrowed plan (a cluster's
+// slaves back at once) may still place more.
 const (
 	assignSplitFrom = 2000
 	assignParts     = 2
@@ -1501,4 +1496,28 @@ func (l *Loop) assignInParts(ctx context.Context, lead store.Leadership, batch [
 	}
 	err := g.Wait()
 	return slices.Concat(done...), err
+}
+
+// placements are the store's assignments of the plan's: each with its GPUs' details, the host
+// users reach the slave at, what it adds to its owner's tally, and its event's message.
+func (l *Loop) placements(as []scheduler.Assignment, hosts map[string]string) ([]store.Assignment, error) {
+	batch := make([]store.Assignment, 0, len(as))
+	for _, a := range as {
+		gpuIDs := make([]int, len(a.GPUs))
+		for i, g := range a.GPUs {
+			gpuIDs[i] = g.Index
+		}
+		details, err := json.Marshal(a.GPUs)
+		if err != nil {
+			return nil, fmt.Errorf("encode GPUs: %w", err)
+		}
+		res := job.StateResources{ClusterID: a.ClusterID, GPUIDs: gpuIDs, CPUIDs: a.CPUIDs, CPUMemoryGb: a.MemoryGb,
+			SlaveName: a.SlaveName, SlaveHost: hosts[a.SlaveName], SlaveInstanceID: a.SlaveInstanceID,
+			PortMappings: []job.PortMapping{}, GPUDetails: details}
+		inc := l.cfg.TallyWeights.Weight(len(a.GPUs), len(a.CPUIDs), a.MemoryGb) * TallyInterval.Hours()
+		batch = append(batch, store.Assignment{JobUUID: a.JobUUID,
+			Placement: store.Placement{SlaveName: a.SlaveName, SlaveInstanceID: a.SlaveInstanceID, ClusterID: a.ClusterID, Resources: res, TallyIncrement: inc},
+			Message:   fmt.Sprintf("assigned to slave %s (GPUs %v, CPUs %v, %d GB)", a.SlaveName, gpuIDs, a.CPUIDs, a.MemoryGb)})
+	}
+	return batch, nil
 }

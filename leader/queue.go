@@ -252,12 +252,33 @@ func fullMemory(rows []store.SchedJob) (memory, error) {
 		return memory{}, err
 	}
 	m := memory{jobs: make(map[string]scheduler.Job, len(rows)), held: map[string]store.SchedJob{}, sums: map[string]uint64{}}
-	for i, r := range rows {
+	// The rows in the lists' order (compareJobs and compareHeld: by creation, then id), sorted
+	// by their places: sorting the lists themselves moved every 608-byte Job some twenty times
+	// (B1x's 100,000 queued jobs: 0.2 s).
+	at := make([]int32, len(rows))
+	queued := 0
+	for i := range at {
+		at[i] = int32(i)
+		if decoded[i] != nil {
+			queued++
+		}
+	}
+	m.order, m.holders = make([]scheduler.Job, 0, queued), make([]store.SchedJob, 0, len(rows)-queued)
+	slices.SortFunc(at, func(a, b int32) int {
+		return cmp.Or(rows[a].Created.Compare(rows[b].Created), strings.Compare(rows[a].UUID, rows[b].UUID))
+	})
+	for _, i := range at {
+		r := rows[i]
 		if err := m.put(decoded[i], requestSum(r.Request), r); err != nil {
 			return memory{}, err
 		}
+		switch {
+		case r.Queued():
+			m.order = append(m.order, *decoded[i])
+		case r.Holds:
+			m.holders = append(m.holders, m.held[r.UUID])
+		}
 	}
-	m.order, m.holders = sortedValues(m.jobs, compareJobs), sortedValues(m.held, compareHeld)
 	return m, nil
 }
 

@@ -100,6 +100,9 @@ func (s Snapshot) Plan() Plan {
 		switch {
 		case d.assign != nil:
 			out.Assignments = append(out.Assignments, *d.assign)
+			if s.OnAssign != nil {
+				s.OnAssign(*d.assign)
+			}
 			assigned = append(assigned, assignedJob{j: j, a: d.assign, st: d.on})
 		case d.fail != "":
 			out.Failures = append(out.Failures, Failure{JobUUID: j.UUID, Reason: d.fail})

@@ -90,6 +90,11 @@ type Snapshot struct {
 	// explain them or fail them, only forecasts their start (Plan.Ranges) behind and among the
 	// jobs it decided, in queue order. The master leaves it empty and puts every job in Queued.
 	Waiting []Job
+	// OnAssign, when set, is called with each assignment as Plan decides it, in the order of
+	// Plan.Assignments: within a plan a decision is never taken back, so a caller may act on
+	// one before Plan returns (the leader commits a burst's first assignments while the rest
+	// is planned). Plan reads nothing back from it.
+	OnAssign func(Assignment)
 }
 
 // DefaultHaltGrace is the slave's halt grace (slave/container.DefaultHaltGrace): what the
