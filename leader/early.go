@@ -2,7 +2,6 @@ package leader
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
@@ -84,12 +83,7 @@ func (w *earlyWriter) write() {
 		batch, err := w.l.placements(part, w.hosts)
 		var moved []string
 		if err == nil {
-			names := make([]string, 0, len(batch))
-			for _, a := range batch {
-				names = append(names, a.SlaveName)
-			}
-			slices.Sort(names)
-			moved, err = w.l.st.AssignJobsAsLeader(w.ctx, w.lead, batch, slices.Compact(names))
+			moved, err = w.l.st.AssignJobsAsLeader(w.ctx, w.lead, batch, slavesOf(batch))
 		}
 		w.mu.Lock()
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -442,7 +443,10 @@ func TestLoopReasonBackWithoutEvent(t *testing.T) {
 	accepting(true)
 	w.pass(loop)
 	back, events := state()
-	if back != short || len(events) != n+1 {
-		t.Errorf("slave accepting again: %q with events %q; want %q again, no event more", back, events, short)
+	// The expected start moves with the clock while the first job is not yet running (from
+	// now, by its maxDuration): a detail, not another reason.
+	stamp := regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`)
+	if stamp.ReplaceAllString(back, "TIME") != stamp.ReplaceAllString(short, "TIME") || len(events) != n+1 {
+		t.Errorf("slave accepting again: %q with events %q; want %q again (its times aside), no event more", back, events, short)
 	}
 }

@@ -1483,14 +1483,9 @@ func (l *Loop) assignInParts(ctx context.Context, lead store.Leadership, batch [
 	size := (len(batch) + assignParts - 1) / assignParts
 	for k := range assignParts {
 		part := batch[min(k*size, len(batch)):min((k+1)*size, len(batch))]
-		names := make([]string, 0, len(part))
-		for _, a := range part {
-			names = append(names, a.SlaveName)
-		}
-		slices.Sort(names)
 		g.Go(func() error {
 			var err error
-			done[k], err = l.st.AssignJobsAsLeader(ctx, lead, part, slices.Compact(names))
+			done[k], err = l.st.AssignJobsAsLeader(ctx, lead, part, slavesOf(part))
 			return err
 		})
 	}
@@ -1520,4 +1515,14 @@ func (l *Loop) placements(as []scheduler.Assignment, hosts map[string]string) ([
 			Message:   fmt.Sprintf("assigned to slave %s (GPUs %v, CPUs %v, %d GB)", a.SlaveName, gpuIDs, a.CPUIDs, a.MemoryGb)})
 	}
 	return batch, nil
+}
+
+// slavesOf names the slaves the assignments give jobs to, each once, in order.
+func slavesOf(batch []store.Assignment) []string {
+	names := make([]string, 0, len(batch))
+	for _, a := range batch {
+		names = append(names, a.SlaveName)
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
