@@ -177,7 +177,7 @@ func TestQueueChangesFollowed(t *testing.T) {
 		}
 	}
 	jobs["job-12"] = scheduler.Job{UUID: "job-12", Submitted: t0.Add(12 * time.Second)}
-	q.replace(memory{jobs: jobs, held: q.held, order: sortedValues(jobs, compareJobs), holders: q.holders})
+	q.replace(memory{jobs: jobs, held: q.held, order: slices.SortedFunc(maps.Values(jobs), compareJobs), holders: q.holders})
 	l.followQueue()
 	if want := map[string]bool{"job-00": true, "job-02": true, "job-10": true, "job-12": true}; !maps.Equal(l.fresh, want) {
 		t.Errorf("after a full read fresh %v, want %v", l.fresh, want)

@@ -503,15 +503,6 @@ func compareHeld(a, b store.SchedJob) int {
 	return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.UUID, b.UUID))
 }
 
-func sortedValues[T any](m map[string]T, cmp func(a, b T) int) []T {
-	out := make([]T, 0, len(m))
-	for _, v := range m {
-		out = append(out, v)
-	}
-	slices.SortFunc(out, cmp)
-	return out
-}
-
 // mergeSorted merges b into a, both sorted, in a's array when it has room (the memory's lists
 // grow by a pass's few new entries, and a new array of 40,000 held jobs at every pass was most
 // of what a pass allocated): it moves only the entries after the first of b's place.

@@ -109,13 +109,14 @@ func TestScanShortcutsKeepThePlan(t *testing.T) {
 		}
 		snaps = append(snaps, s)
 	}
-	defer func(from int) { bestFitFrom = from }(bestFitFrom)
+	from := bestFitFrom
+	defer func() { bestFitFrom = from }()
 	for i, s := range snaps {
 		with := s.Plan()
 		// The best fits found through the index on clusters of any size (bestfit.go).
 		bestFitFrom = 1
 		indexed := s.Plan()
-		bestFitFrom = 128
+		bestFitFrom = from
 		scanShortcuts = false
 		without := s.Plan()
 		scanShortcuts = true
