@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/leader"
 	"github.com/opengpulab/gpulab/protocol"
 	"github.com/opengpulab/gpulab/scheduler"
@@ -29,31 +30,9 @@ func TestLargePlanAssignedInParts(t *testing.T) {
 	firstGPUs := 2*leader.EarlyPart + 400      // placed by the first pass: two early parts and the rest
 	secondGPUs := leader.AssignSplitFrom + 304 // placed by the second
 	jobs := firstGPUs + secondGPUs + 500       // some left waiting
-	if _, err := w.st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"}); err != nil {
-		t.Fatal(err)
-	}
-	slaves := 0
-	register := func(n int) {
-		for range n {
-			name := fmt.Sprintf("node%03d", slaves)
-			slaves++
-			inv := protocol.Inventory{Name: name, CPUs: 64, MemoryMiB: 512 << 10, CudaVersion: "12.4", GPUStatus: "fake"}
-			for k := range gpus {
-				inv.GPUs = append(inv.GPUs, protocol.GPU{Index: k, UUID: fmt.Sprintf("GPU-%s-%d", name, k), Model: "V100-32GB", MemoryMiB: 32768, Fake: true})
-			}
-			doc, _ := json.Marshal(inv)
-			if _, err := w.st.RegisterSlave(ctx, store.SlaveRegistration{Name: name, InstanceID: "i-" + name, Host: name, ClusterID: 1, Inventory: doc}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	register := w.largeCluster(gpus)
 	register(firstGPUs / gpus)
-	first := w.submit(time.Hour)
-	if _, err := w.st.DB().ExecContext(ctx, `INSERT INTO jobs SELECT (x.j).* FROM (SELECT jsonb_populate_record(NULL::jobs, to_jsonb(jobs)
-    || jsonb_build_object('uuid', gen_random_uuid(), 'created_at', created_at + g * interval '1 ms')) AS j
-  FROM jobs, generate_series(1, $2::int) g WHERE uuid = $1) x`, first, jobs-1); err != nil {
-		t.Fatal(err)
-	}
+	w.queueCopies(jobs)
 
 	// Every slave named in a notification of the slaves' channel, from a listener that is
 	// listening before the passes.
@@ -104,6 +83,86 @@ func TestLargePlanAssignedInParts(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// largeCluster makes cluster 1 and returns what registers n more slaves of gpus GPUs each in it.
+func (w *estimateWorld) largeCluster(gpus int) (register func(n int)) {
+	w.t.Helper()
+	ctx := context.Background()
+	if _, err := w.st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"}); err != nil {
+		w.t.Fatal(err)
+	}
+	slaves := 0
+	return func(n int) {
+		w.t.Helper()
+		for range n {
+			name := fmt.Sprintf("node%03d", slaves)
+			slaves++
+			inv := protocol.Inventory{Name: name, CPUs: 64, MemoryMiB: 512 << 10, CudaVersion: "12.4", GPUStatus: "fake"}
+			for k := range gpus {
+				inv.GPUs = append(inv.GPUs, protocol.GPU{Index: k, UUID: fmt.Sprintf("GPU-%s-%d", name, k), Model: "V100-32GB", MemoryMiB: 32768, Fake: true})
+			}
+			doc, _ := json.Marshal(inv)
+			if _, err := w.st.RegisterSlave(ctx, store.SlaveRegistration{Name: name, InstanceID: "i-" + name, Host: name, ClusterID: 1, Inventory: doc}); err != nil {
+				w.t.Fatal(err)
+			}
+		}
+	}
+}
+
+// queueCopies queues n one-GPU jobs of an hour, one submitted and copied in the database (each
+// copy a millisecond later), as a large queue is made quickly.
+func (w *estimateWorld) queueCopies(n int) {
+	w.t.Helper()
+	first := w.submit(time.Hour)
+	if _, err := w.st.DB().ExecContext(context.Background(), `INSERT INTO jobs SELECT (x.j).* FROM (SELECT jsonb_populate_record(NULL::jobs, to_jsonb(jobs)
+    || jsonb_build_object('uuid', gen_random_uuid(), 'created_at', created_at + g * interval '1 ms')) AS j
+  FROM jobs, generate_series(1, $2::int) g WHERE uuid = $1) x`, first, n-1); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// TestEarlyPartFindsJobsChanged: jobs cancelled while a full plan is decided, after its
+// snapshot and before their early part is written, stay cancelled; their part commits the
+// others, and the next pass gives the GPUs they were planned on to jobs still waiting, with no
+// GPU given twice.
+func TestEarlyPartFindsJobsChanged(t *testing.T) {
+	w := newEstimateWorld(t)
+	ctx := context.Background()
+	const gpus = 16
+	placed := 2*leader.EarlyPart + 400 // two early parts and the rest
+	w.largeCluster(gpus)(placed / gpus)
+	w.queueCopies(placed + 100)
+	loop := w.loop(leader.Config{Limits: &scheduler.Limits{}}, nil)
+	var cancelled []string
+	var once sync.Once
+	loop.BeforeEarlyPart(func(part []scheduler.Assignment) {
+		once.Do(func() {
+			for _, a := range []scheduler.Assignment{part[0], part[len(part)/2], part[len(part)-1]} {
+				if _, err := w.st.TransitionJob(ctx, a.JobUUID, []job.Status{job.StatusQueued}, job.StatusCancelled, store.Event{Actor: "owner"}); err != nil {
+					t.Error(err)
+				}
+				cancelled = append(cancelled, a.JobUUID)
+			}
+		})
+	})
+	stillCancelled := func(when string) {
+		t.Helper()
+		for _, id := range cancelled {
+			if rec, err := w.st.GetJob(ctx, id); err != nil || rec.Job.State.Status != job.StatusCancelled {
+				t.Fatalf("%s: job %s cancelled before its part was written: %v %v", when, id, rec.Job.State.Status, err)
+			}
+		}
+	}
+	w.pass(loop)
+	if len(cancelled) != 3 {
+		t.Fatalf("%d jobs cancelled before an early part, want 3: no early part written", len(cancelled))
+	}
+	stillCancelled("after the first pass")
+	w.placedBy(placed-len(cancelled), 3, "the first pass (two early parts, then the rest)")
+	w.pass(loop)
+	stillCancelled("after the second pass")
+	w.placedBy(placed, 4, "the second pass (the GPUs the cancelled jobs left)")
 }
 
 // placedBy checks that n jobs are assigned, by parts transactions, with no GPU given twice.

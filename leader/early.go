@@ -80,6 +80,9 @@ func (w *earlyWriter) write() {
 		if failed {
 			continue
 		}
+		if w.l.beforeEarlyPart != nil {
+			w.l.beforeEarlyPart(part)
+		}
 		batch, err := w.l.placements(part, w.hosts)
 		var moved []string
 		if err == nil {

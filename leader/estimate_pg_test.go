@@ -385,8 +385,8 @@ func TestForecastWrittenInParts(t *testing.T) {
 		t.Fatalf("forecast: %d jobs written, %v (want every one of the 1,201 queued)", wrote, err)
 	}
 	var estimated, parts int
-	if err := w.st.DB().QueryRowContext(ctx, `SELECT count(*), count(DISTINCT xmin::text) FROM jobs
-WHERE status = 'QUEUED' AND scheduling ? 'estimatedStart'`).Scan(&estimated, &parts); err != nil {
+	if err := w.st.DB().QueryRowContext(ctx, `SELECT count(*), count(DISTINCT w.xmin::text) FROM jobs j JOIN job_waits w ON w.job_uuid = j.uuid
+WHERE j.status = 'QUEUED' AND w.estimate ? 'estimatedStart'`).Scan(&estimated, &parts); err != nil {
 		t.Fatal(err)
 	}
 	want := (1200 + leader.EstimatesPerWrite - 1) / leader.EstimatesPerWrite

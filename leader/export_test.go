@@ -125,3 +125,7 @@ const (
 
 // EarlyPart is the size of the parts a full plan commits while it is planned.
 const EarlyPart = earlyPart
+
+// BeforeEarlyPart has f called with each part a full plan commits early, before its statement:
+// what f changes in the database is a change made while the plan was being decided.
+func (l *Loop) BeforeEarlyPart(f func([]scheduler.Assignment)) { l.beforeEarlyPart = f }

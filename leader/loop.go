@@ -175,6 +175,9 @@ type Loop struct {
 	// scratch is what the last narrowed plan filled (the jobs it decided), filled again by
 	// the next.
 	scratch narrowScratch
+	// beforeEarlyPart, when set (tests only), is called with each early part before it is
+	// written: what changes the database meanwhile is a change since the snapshot.
+	beforeEarlyPart func([]scheduler.Assignment)
 }
 
 // followQueue brings what the loop keeps per queued job up to date with the jobs that came

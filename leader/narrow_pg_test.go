@@ -54,7 +54,7 @@ func TestNarrowedPassOnPostgres(t *testing.T) {
 	}
 	far := "2030-01-01T00:00:00Z"
 	for _, id := range []string{ids[1], ids[3]} {
-		if _, err := w.st.DB().ExecContext(ctx, `UPDATE jobs SET scheduling = scheduling || jsonb_build_object('estimatedStart', $2::text) WHERE uuid = $1`, id, far); err != nil {
+		if _, err := w.st.DB().ExecContext(ctx, `UPDATE job_waits SET estimate = estimate || jsonb_build_object('estimatedStart', $2::text) WHERE job_uuid = $1`, id, far); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -126,7 +126,7 @@ func TestUnchangedExplanationsAreNotSentAgain(t *testing.T) {
 	if got := events(ids[2]); len(got) != 1 {
 		t.Errorf("a pass that changed nothing added events: %q", got)
 	}
-	if _, err := w.st.DB().ExecContext(ctx, `UPDATE jobs SET scheduling = jsonb_set(scheduling, '{queuedExplanations}', '["behind the back"]') WHERE uuid = $1`, ids[2]); err != nil {
+	if _, err := w.st.DB().ExecContext(ctx, `UPDATE job_waits SET explanations = '{"queuedExplanations": ["behind the back"]}' WHERE job_uuid = $1`, ids[2]); err != nil {
 		t.Fatal(err)
 	}
 	pass()

@@ -26,11 +26,12 @@ type Event struct {
 	Message    string    `db:"message" json:"message"`
 }
 
-// AddJobEvent appends an event to a job's history.
+// AddJobEvent appends an event to a job's history; ErrNotFound, nothing added, when there is no
+// such job (job_events has no foreign key: migration 0023).
 func (s *Store) AddJobEvent(ctx context.Context, ev Event) error {
-	_, err := s.q.ExecContext(ctx, `INSERT INTO job_events (job_uuid, kind, from_status, to_status, actor, message)
-VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), $5, $6)`, ev.JobUUID, ev.Kind, ev.FromStatus, ev.ToStatus, ev.Actor, ev.Message)
-	return mapErr(err, "add event to job "+ev.JobUUID)
+	res, err := s.q.ExecContext(ctx, `INSERT INTO job_events (job_uuid, kind, from_status, to_status, actor, message)
+SELECT uuid, $2, NULLIF($3, ''), NULLIF($4, ''), $5, $6 FROM jobs WHERE uuid = $1`, ev.JobUUID, ev.Kind, ev.FromStatus, ev.ToStatus, ev.Actor, ev.Message)
+	return affectedOne(res, err, "add event to job "+ev.JobUUID)
 }
 
 // ListJobEvents returns a job's events, oldest first.

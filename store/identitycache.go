@@ -242,7 +242,7 @@ const jobAtGenerationSelect = `SELECT COALESCE((SELECT gen FROM identity_generat
     j.uuid, j.name, j.description, j.deployment_environment, j.request, j.user_id, j.user_email, j.project_id,
     j.status, j.event_times, j.restart_initial_uuid, j.restart_count,
     j.assigned_cluster_id, j.assigned_slave_name, j.assigned_instance_id, j.attempt,
-    j.scheduling, j.resources, j.final_usage, j.idle_gpus, j.idle_since, j.created_at, j.updated_at
+    ` + jobScheduling + `, j.resources, j.final_usage, j.idle_gpus, j.idle_since, j.created_at, j.updated_at
 FROM jobs j WHERE j.uuid = $1`
 
 // keptIdentity is the identity kept for k that a statement may be served from: outside

@@ -71,8 +71,14 @@ const jobSelect = `SELECT j.uuid, j.name, j.description, j.deployment_environmen
     j.project_id, p.urn AS project_urn, p.name AS project_name, p.gid AS project_gid,
     j.status, j.event_times, j.restart_initial_uuid, j.restart_count,
     j.assigned_cluster_id, j.assigned_slave_name, j.assigned_instance_id, j.attempt,
-    j.scheduling, j.resources, j.final_usage, j.idle_gpus, j.idle_since, j.created_at, j.updated_at
+    ` + jobScheduling + `, j.resources, j.final_usage, j.idle_gpus, j.idle_since, j.created_at, j.updated_at
 FROM jobs j JOIN users u ON u.id = j.user_id JOIN projects p ON p.id = j.project_id`
+
+// jobScheduling is a job's state.scheduling as its reads give it: the row's document and, while
+// the job is QUEUED, what it is told (its explanations and estimated start, kept in job_waits:
+// migration 0022). Postgres evaluates the lookup for queued jobs only.
+const jobScheduling = `CASE WHEN j.status = 'QUEUED' THEN j.scheduling || COALESCE((SELECT w.explanations || w.estimate
+        FROM job_waits w WHERE w.job_uuid = j.uuid), '{}') ELSE j.scheduling END AS scheduling`
 
 // record makes a JobRecord of a row. Its JSON columns are decoded through the store's
 // decodeCache.
@@ -620,19 +626,21 @@ FROM jobs j`
 // listSelectJoined is listSelect with jobSelect's joins, for sorts by their names.
 const listSelectJoined = listSelect + ` JOIN users u ON u.id = j.user_id JOIN projects p ON p.id = j.project_id`
 
-// rowVersionOf is a listed row's version (listSelect): its xmin, the identity generation and
-// updated_at in microseconds, as one text. The time goes through date_part's float (exact to
+// rowVersionOf is a listed row's version (listSelect): its xmin, the identity generation,
+// updated_at in microseconds and, for a queued job, the xmin of its row of job_waits (what it is
+// told changes there, not in the job's row; "-" when it has none), as one text. The time goes through date_part's float (exact to
 // the microsecond for dates before 2200), not extract's numeric: the versions of B4's page of
 // 50 then cost Postgres 59 µs instead of 88, of a statement of 173 µs instead of 202 (29 Nov,
 // pgbench, one client). The generation is the part concat_ws leaves out when its row is
 // missing (versioned).
 const rowVersionOf = `concat_ws(' ', j.xmin, (SELECT gen FROM identity_generation),
-    (date_part('epoch', j.updated_at) * 1000000)::bigint)`
+    (date_part('epoch', j.updated_at) * 1000000)::bigint,
+    CASE WHEN j.status = 'QUEUED' THEN COALESCE((SELECT w.xmin::text FROM job_waits w WHERE w.job_uuid = j.uuid), '-') ELSE '-' END)`
 
-// versioned says whether a version read with rowVersionOf has its three parts, so that a record
-// may be kept by it: one without the identity generation's row has two, and a record kept by
+// versioned says whether a version read with rowVersionOf has its four parts, so that a record
+// may be kept by it: one without the identity generation's row has three, and a record kept by
 // it would show an owner's old name for as long as his job did not change.
-func versioned(v string) bool { return strings.Count(v, " ") == 2 }
+func versioned(v string) bool { return strings.Count(v, " ") == 3 }
 
 // versionedSelect is jobSelect with listSelect's version.
 var versionedSelect = strings.Replace(jobSelect, "\nFROM jobs j ", `, `+rowVersionOf+` AS version

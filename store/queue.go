@@ -51,22 +51,20 @@ func (s *Store) SetStartEstimatesAmong(ctx context.Context, est map[string]job.S
 	// the statement starts from them (the primary key) rather than from the whole queue, which
 	// it matched against the list row by row (20,000 queued: 20 ms a pass).
 	//
-	// An estimate never waits for a job's row: rows another transaction holds (a pass
-	// assigning the job, a cancel) are skipped, and get their estimate at the next forecast.
-	// The forecaster writes thousands of rows beside the passes; waiting, it locked rows in
-	// another order than a pass's assignment and the two deadlocked (bench/ B8x, minute 15:
-	// Postgres broke the cycle after a second, failing the pass).
-	const set = `WITH locked AS (
-    SELECT j.uuid, COALESCE(e.value, '{}'::jsonb) AS value
+	// What a queued job is told lives apart from the job (job_waits, migration 0022): an
+	// estimate neither rewrites nor locks the job's row. Rows are written in the order of
+	// their uuids, as the explanations are (the forecaster writes thousands beside the passes:
+	// two writers of the same rows in one order never deadlock), and an assignment never waits
+	// for them (store's assignClear).
+	const set = `WITH changed AS (
+    SELECT DISTINCT ON (j.uuid) j.uuid, COALESCE(e.value, '{}'::jsonb) AS value
     FROM %s JOIN jobs j ON j.uuid = j2.uuid LEFT JOIN jsonb_each($1::jsonb) e ON e.key = j2.uuid::text
-    WHERE j.status = 'QUEUED'
-      AND jsonb_strip_nulls(jsonb_build_object('estimatedStart', j.scheduling->'estimatedStart',
-            'estimatedStartEarliest', j.scheduling->'estimatedStartEarliest', 'estimatedStartLatest', j.scheduling->'estimatedStartLatest'))
-          IS DISTINCT FROM COALESCE(e.value, '{}'::jsonb)
-    FOR UPDATE OF j SKIP LOCKED
+        LEFT JOIN job_waits w ON w.job_uuid = j.uuid
+    WHERE j.status = 'QUEUED' AND COALESCE(w.estimate, '{}'::jsonb) IS DISTINCT FROM COALESCE(e.value, '{}'::jsonb)
+    ORDER BY j.uuid
 )
-UPDATE jobs j SET scheduling = (j.scheduling - 'estimatedStart' - 'estimatedStartEarliest' - 'estimatedStartLatest') || l.value
-FROM locked l WHERE j.uuid = l.uuid`
+INSERT INTO job_waits AS w (job_uuid, estimate) SELECT uuid, value FROM changed
+ON CONFLICT (job_uuid) DO UPDATE SET estimate = EXCLUDED.estimate`
 	if among == nil {
 		_, err = s.q.ExecContext(ctx, fmt.Sprintf(set, `(SELECT uuid FROM jobs WHERE status = 'QUEUED') j2`), data)
 	} else {

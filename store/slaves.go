@@ -296,7 +296,7 @@ type Assignment struct {
 // A job no longer QUEUED (cancelled since the snapshot) is left alone, as TransitionJob would.
 const assignJobs = `WITH ` + assignInput + `, assigned AS (
 	` + assignUpdate + assignWhere + `
-)
+), ` + assignClear + `
 INSERT INTO job_events (job_uuid, kind, from_status, to_status, actor, message)
 SELECT uuid, 'status', 'QUEUED', 'ASSIGNED', 'scheduler', message FROM assigned
 RETURNING job_uuid::text`
@@ -311,11 +311,20 @@ const (
 	assignUpdate = `UPDATE jobs j SET status = 'ASSIGNED', event_times = j.event_times || jsonb_build_object('ASSIGNED', now()), updated_at = now(),
 		attempt = j.attempt + 1, lease_expires_at = now() + make_interval(secs => $8), handed_over_at = NULL, missing_since = NULL,
 		assigned_slave_name = i.slave, assigned_instance_id = i.instance, assigned_cluster_id = i.cluster, resources = i.resources,
-		scheduling = (j.scheduling - 'queuedExplanations' - 'estimatedStart' - 'estimatedStartEarliest' - 'estimatedStartLatest') || jsonb_build_object('tallyIncrement', i.tally)
+		scheduling = j.scheduling || jsonb_build_object('tallyIncrement', i.tally)
 	FROM input i WHERE `
 	assignWhere = `j.uuid = i.uuid AND j.status = 'QUEUED'
 		AND NOT EXISTS (SELECT 1 FROM slaves s WHERE s.name = i.slave AND s.disabled)
 	RETURNING j.uuid, i.message`
+	// assignClear deletes what the assigned jobs were told while they waited (job_waits), but
+	// never waits for it: a row another statement is writing (the forecaster's estimates, in
+	// the order of their uuids) is left, unseen once the job is no longer QUEUED, rather than
+	// waited for while this statement holds the jobs' rows.
+	assignClear = `waited AS (
+	SELECT w.job_uuid FROM job_waits w JOIN assigned a ON a.uuid = w.job_uuid FOR UPDATE OF w SKIP LOCKED
+), cleared AS (
+	DELETE FROM job_waits w USING waited x WHERE w.job_uuid = x.job_uuid
+)`
 )
 
 // leadProof begins a CTE "lead" that proves the scheduler lease as AsLeader does, in a
@@ -332,7 +341,7 @@ const leadProof = `lead AS (
 const assignJobsAsLeader = `WITH ` + leadProof + `$9 FOR KEY SHARE
 ), ` + assignInput + `, assigned AS (
 	` + assignUpdate + `EXISTS (SELECT 1 FROM lead) AND ` + assignWhere + `
-), events AS (
+), ` + assignClear + `, events AS (
 	INSERT INTO job_events (job_uuid, kind, from_status, to_status, actor, message)
 	SELECT uuid, 'status', 'QUEUED', 'ASSIGNED', 'scheduler', message FROM assigned
 	RETURNING job_uuid
@@ -458,33 +467,37 @@ func encodeExplanations(news, refreshed map[string][]string) (n, r []byte, err e
 	return n, r, nil
 }
 
-// explanationsInput, explanationsUpdate, explanationsWhere and explanationsEvents are
-// SetQueuedExplanations's statement in parts, which SetQueuedExplanationsAsLeader shares.
+// explanationsInput, explanationsChanged and explanationsWrite are SetQueuedExplanations's
+// statement in parts, which SetQueuedExplanationsAsLeader shares: the explanations as rows
+// (event: from news), those that differ from what the queued jobs were told (job_waits), their
+// upsert in the order of the jobs' uuids (as the forecaster's estimates: two writers of the
+// same rows in one order never deadlock; a job named twice is written once, as news) and a
+// scheduler event for each one of news.
 const (
 	explanationsInput = `e AS (
     SELECT key, value, TRUE AS event FROM jsonb_each($1::jsonb)
     UNION ALL SELECT key, value, FALSE FROM jsonb_each($2::jsonb))`
-	explanationsUpdate = `
-    UPDATE jobs j SET scheduling = jsonb_set(j.scheduling, '{queuedExplanations}', e.value)
-    FROM e
+	explanationsChanged = `changed AS (
+    SELECT DISTINCT ON (j.uuid) j.uuid, e.value, e.event FROM e JOIN jobs j ON j.uuid = e.key::uuid LEFT JOIN job_waits w ON w.job_uuid = j.uuid
     WHERE `
-	explanationsWhere = `j.uuid = e.key::uuid AND j.status = 'QUEUED' AND j.scheduling->'queuedExplanations' IS DISTINCT FROM e.value
-    RETURNING j.uuid, e.value, e.event`
-	explanationsEvents = `INSERT INTO job_events (job_uuid, kind, actor, message)
-SELECT uuid, 'scheduler', 'scheduler', (SELECT string_agg(x, '; ') FROM jsonb_array_elements_text(value) x) FROM changed WHERE event`
+	explanationsWrite = `j.status = 'QUEUED' AND w.explanations IS DISTINCT FROM jsonb_build_object('queuedExplanations', e.value)
+    ORDER BY j.uuid, e.event DESC
+), written AS (
+    INSERT INTO job_waits AS w (job_uuid, explanations) SELECT uuid, jsonb_build_object('queuedExplanations', value) FROM changed
+    ON CONFLICT (job_uuid) DO UPDATE SET explanations = EXCLUDED.explanations
+), events AS (
+    INSERT INTO job_events (job_uuid, kind, actor, message)
+    SELECT uuid, 'scheduler', 'scheduler', (SELECT string_agg(x, '; ') FROM jsonb_array_elements_text(value) x) FROM changed WHERE event
+)`
 )
 
 // setExplanations is SetQueuedExplanations's statement, setExplanationsAsLeader
 // SetQueuedExplanationsAsLeader's (its epoch $3).
 const (
-	setExplanations = `WITH ` + explanationsInput + `, changed AS (` + explanationsUpdate + explanationsWhere + `)
-` + explanationsEvents
+	setExplanations = `WITH ` + explanationsInput + `, ` + explanationsChanged + explanationsWrite + `
+SELECT 1`
 	setExplanationsAsLeader = `WITH ` + leadProof + `$3 FOR KEY SHARE
-), ` + explanationsInput + `, changed AS (
-    ` + explanationsUpdate + `EXISTS (SELECT 1 FROM lead) AND ` + explanationsWhere + `
-), events AS (
-` + explanationsEvents + `
-)
+), ` + explanationsInput + `, ` + explanationsChanged + `EXISTS (SELECT 1 FROM lead) AND ` + explanationsWrite + `
 SELECT EXISTS (SELECT 1 FROM lead)`
 )
 

@@ -589,7 +589,7 @@ func TestSlaveHeartbeatReportsComingBack(t *testing.T) {
 
 // An explanation stored as news gets a scheduler event when it changes; one stored as a refresh
 // (its details moved) changes the job without an event; an unchanged one writes nothing; a job
-// no longer queued keeps what it had. The same as the holder of the scheduler lease in one
+// not queued is told nothing. The same as the holder of the scheduler lease in one
 // statement (SetQueuedExplanationsAsLeader), which writes nothing with a lease it does not hold.
 func TestQueuedExplanationsEvents(t *testing.T) {
 	t.Run("plain", func(t *testing.T) { testQueuedExplanations(t, false) })
@@ -660,6 +660,137 @@ func testQueuedExplanations(t *testing.T, asLeader bool) {
 			t.Fatalf("explanations with another epoch: %v, want ErrNotLeader", err)
 		}
 		check(a.UUID, other, []string{strings.Join(first, "; "), other[0]})
+	}
+}
+
+// What a queued job is told (its explanations and estimated start, kept apart from the job) is
+// shown by its reads, GetJob and the lists, which see every change of it at once; the job's
+// assignment deletes it, and a job that left the queue otherwise (cancelled) no longer shows it;
+// it goes with the job's row.
+func TestWaitsShownWhileQueued(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	a, b := createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusQueued)
+	filter := store.JobFilter{UserIDs: []int64{u.ID}, Visible: &store.Visibility{UserID: u.ID, ProjectIDs: []int64{p.ID}}, Limit: 50}
+	at := func(h int) time.Time { return time.Date(2030, 1, 2, h, 0, 0, 0, time.UTC) }
+	// shown checks what GetJob and a list (twice: the second from what the store keeps) show.
+	shown := func(when string, id string, explained []string, start time.Time) {
+		t.Helper()
+		rec, err := st.GetJob(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs := []*store.JobRecord{rec}
+		for range 2 {
+			list, err := st.ListJobs(ctx, filter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range list {
+				if r.Job.UUID == id {
+					recs = append(recs, r)
+				}
+			}
+		}
+		if len(recs) != 3 {
+			t.Fatalf("%s: job %s in %d of 2 lists", when, id[:8], len(recs)-1)
+		}
+		for k, r := range recs {
+			sch := r.Job.State.Scheduling
+			got := time.Time{}
+			if sch.EstimatedStart != nil {
+				got = *sch.EstimatedStart
+			}
+			if !slices.Equal(sch.QueuedExplanations, explained) || !got.Equal(start) {
+				t.Errorf("%s: read %d of job %s shows %q and start %v, want %q and %v", when, k, id[:8], sch.QueuedExplanations, got, explained, start)
+			}
+		}
+	}
+	rows := func(id string) int {
+		t.Helper()
+		var n int
+		if err := st.DB().QueryRowContext(ctx, `SELECT count(*) FROM job_waits WHERE job_uuid = $1`, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	one, two := []string{"needs 4 GPUs, none free"}, []string{"needs 4 GPUs, at most 2 free on a slave (sim-1)"}
+	shown("before", a.UUID, nil, time.Time{})
+	if err := st.SetQueuedExplanations(ctx, map[string][]string{a.UUID: one, b.UUID: one}, nil); err != nil {
+		t.Fatal(err)
+	}
+	shown("explained", a.UUID, one, time.Time{})
+	if err := st.SetEstimatedStarts(ctx, map[string]time.Time{a.UUID: at(3), b.UUID: at(4)}); err != nil {
+		t.Fatal(err)
+	}
+	shown("estimated", a.UUID, one, at(3))
+	shown("estimated", b.UUID, one, at(4))
+	if err := st.SetQueuedExplanations(ctx, nil, map[string][]string{a.UUID: two}); err != nil {
+		t.Fatal(err)
+	}
+	shown("explained again", a.UUID, two, at(3))
+	if err := st.SetEstimatedStarts(ctx, map[string]time.Time{a.UUID: at(5)}); err != nil { // b's cleared
+		t.Fatal(err)
+	}
+	shown("estimated again", a.UUID, two, at(5))
+	shown("estimated again", b.UUID, one, time.Time{})
+
+	if _, err := st.AssignJobs(ctx, []store.Assignment{{JobUUID: a.UUID, Message: "assigned", Placement: store.Placement{SlaveName: "node1",
+		SlaveInstanceID: "inst1", ClusterID: 1, Resources: job.StateResources{SlaveName: "node1", GPUIDs: []int{0}, CPUIDs: []int{0}, CPUMemoryGb: 1}}}}); err != nil {
+		t.Fatal(err)
+	}
+	shown("assigned", a.UUID, nil, time.Time{})
+	if n := rows(a.UUID); n != 0 {
+		t.Errorf("the assigned job keeps %d rows of what it was told", n)
+	}
+	if _, err := st.TransitionJob(ctx, b.UUID, []job.Status{job.StatusQueued}, job.StatusCancelled, store.Event{Actor: "owner"}); err != nil {
+		t.Fatal(err)
+	}
+	shown("cancelled", b.UUID, nil, time.Time{})
+	if err := st.DeleteJobRow(ctx, b.UUID); err != nil {
+		t.Fatal(err)
+	}
+	if n := rows(b.UUID); n != 0 {
+		t.Errorf("the deleted job left %d rows of what it was told", n)
+	}
+}
+
+// A job's events are added only to a job that exists, and go with the job's row (job_events has
+// no foreign key: migration 0023).
+func TestEventsGoWithTheirJob(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	a, b := createJob(t, st, u, p, job.StatusQueued), createJob(t, st, u, p, job.StatusQueued)
+	for _, j := range []*job.Job{a, b} {
+		if err := st.AddJobEvent(ctx, store.Event{JobUUID: j.UUID, Kind: store.EventInfo, Actor: "test", Message: "hello"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.AddJobEvent(ctx, store.Event{JobUUID: uuid.NewString(), Kind: store.EventInfo, Actor: "test"}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("an event for no job: %v, want ErrNotFound", err)
+	}
+	count := func(id string) int {
+		t.Helper()
+		var n int
+		if err := st.DB().QueryRowContext(ctx, `SELECT count(*) FROM job_events WHERE job_uuid = $1`, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if err := st.DeleteJobRow(ctx, a.UUID); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(a.UUID); n != 0 {
+		t.Errorf("the deleted job left %d events", n)
+	}
+	if n := count(b.UUID); n != 2 {
+		t.Errorf("the other job has %d events, want 2 (submitted, hello)", n)
+	}
+	var orphans int
+	if err := st.DB().QueryRowContext(ctx, `SELECT count(*) FROM job_events e WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.uuid = e.job_uuid)`).Scan(&orphans); err != nil || orphans != 0 {
+		t.Errorf("%d events of no job (%v)", orphans, err)
 	}
 }
 
