@@ -165,6 +165,52 @@ func TestEarlyPartFindsJobsChanged(t *testing.T) {
 	w.placedBy(placed, 4, "the second pass (the GPUs the cancelled jobs left)")
 }
 
+// TestExplanationsWrittenInParts: a pass's explanations, from leader.ExplainSplitFrom of them on,
+// are written as leader.AssignParts statements at once, every job explained once, the news
+// with a scheduler event each; fewer go as one statement.
+func TestExplanationsWrittenInParts(t *testing.T) {
+	w := newEstimateWorld(t)
+	ctx := context.Background()
+	n := leader.ExplainSplitFrom + 300
+	w.queueCopies(n)
+	ids := w.strings(`SELECT uuid::text FROM jobs WHERE status = 'QUEUED' ORDER BY created_at`)
+	loop := w.loop(leader.Config{}, nil)
+	write := func(ids []string, reason string) {
+		t.Helper()
+		news, refreshed := map[string][]string{}, map[string][]string{}
+		for k, id := range ids {
+			if k%3 == 0 {
+				refreshed[id] = []string{reason}
+			} else {
+				news[id] = []string{reason}
+			}
+		}
+		if err := loop.ExplainInParts(ctx, w.lead, news, refreshed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(reason string, explained, xacts, events int) {
+		t.Helper()
+		var gotExplained, gotXacts, gotEvents int
+		if err := w.st.DB().QueryRowContext(ctx, `SELECT count(*), count(DISTINCT xmin::text) FROM job_waits
+WHERE explanations = jsonb_build_object('queuedExplanations', jsonb_build_array($1::text))`, reason).Scan(&gotExplained, &gotXacts); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.st.DB().QueryRowContext(ctx, `SELECT count(*) FROM job_events WHERE kind = 'scheduler' AND message = $1`, reason).Scan(&gotEvents); err != nil {
+			t.Fatal(err)
+		}
+		if gotExplained != explained || gotXacts != xacts || gotEvents != events {
+			t.Errorf("%q: %d jobs explained by %d transactions with %d events; want %d by %d with %d",
+				reason, gotExplained, gotXacts, gotEvents, explained, xacts, events)
+		}
+	}
+	write(ids, "needs 4 GPUs, none free")
+	check("needs 4 GPUs, none free", n, leader.AssignParts, n-(n+2)/3)
+	few := ids[:leader.ExplainSplitFrom-1]
+	write(few, "behind 2 jobs")
+	check("behind 2 jobs", len(few), 1, len(few)-(len(few)+2)/3)
+}
+
 // placedBy checks that n jobs are assigned, by parts transactions, with no GPU given twice.
 func (w *estimateWorld) placedBy(n, parts int, what string) {
 	w.t.Helper()

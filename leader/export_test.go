@@ -129,3 +129,11 @@ const EarlyPart = earlyPart
 // BeforeEarlyPart has f called with each part a full plan commits early, before its statement:
 // what f changes in the database is a change made while the plan was being decided.
 func (l *Loop) BeforeEarlyPart(f func([]scheduler.Assignment)) { l.beforeEarlyPart = f }
+
+// ExplainInParts writes explanations as a leading term's pass does (explainInParts).
+func (l *Loop) ExplainInParts(ctx context.Context, lead store.Leadership, news, refreshed map[string][]string) error {
+	return l.explainInParts(ctx, lead, news, refreshed)
+}
+
+// ExplainSplitFrom is how many explanations are written as AssignParts statements at once.
+const ExplainSplitFrom = explainSplitFrom

@@ -1282,7 +1282,7 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 		// The explanations alone: one statement that proves the lease itself (four round
 		// trips as a transaction).
 		t := time.Now()
-		if err = l.st.SetQueuedExplanationsAsLeader(ctx, lead, news, refreshed); err == nil {
+		if err = l.explainInParts(ctx, lead, news, refreshed); err == nil {
 			l.timed("explanations", t)
 		}
 	} else {
@@ -1494,6 +1494,39 @@ func (l *Loop) assignInParts(ctx context.Context, lead store.Leadership, batch [
 	}
 	err := g.Wait()
 	return slices.Concat(done...), err
+}
+
+// explainSplitFrom is how many explanations apply writes as assignParts statements at once
+// (explainInParts): B1x's burst leaves 77,815 jobs waiting, each explained for the first time.
+const explainSplitFrom = assignSplitFrom
+
+// explainInParts writes the explanations of a pass (store.SetQueuedExplanationsAsLeader), from
+// explainSplitFrom of them on as assignParts statements at once, each with a share of the jobs.
+// The parts are transactions of their own, as assignInParts's: when one fails the others' stay
+// written, and the caller, not knowing what the database holds, writes all of them again.
+func (l *Loop) explainInParts(ctx context.Context, lead store.Leadership, news, refreshed map[string][]string) error {
+	if len(news)+len(refreshed) < explainSplitFrom {
+		return l.st.SetQueuedExplanationsAsLeader(ctx, lead, news, refreshed)
+	}
+	type part struct{ news, refreshed map[string][]string }
+	parts := make([]part, assignParts)
+	for k := range parts {
+		parts[k] = part{make(map[string][]string, len(news)/assignParts+1), make(map[string][]string, len(refreshed)/assignParts+1)}
+	}
+	k := 0
+	for id, e := range news {
+		parts[k%assignParts].news[id] = e
+		k++
+	}
+	for id, e := range refreshed {
+		parts[k%assignParts].refreshed[id] = e
+		k++
+	}
+	var g errgroup.Group
+	for _, p := range parts {
+		g.Go(func() error { return l.st.SetQueuedExplanationsAsLeader(ctx, lead, p.news, p.refreshed) })
+	}
+	return g.Wait()
 }
 
 // placements are the store's assignments of the plan's: each with its GPUs' details, the host

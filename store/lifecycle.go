@@ -92,10 +92,12 @@ func Attempt(n int) *int { return &n }
 
 // changeJob is a conditional state change with everything that goes with it, in one statement:
 // the job's row (with, when given, the resources the slave reports, the exit code and the
-// final usage), its status event and what the job keeps holding on its slave. It used to be a
-// transaction of three to five statements (the change, the event, then the resources, exit
-// code and usage each updating the row again); the slaves' job updates are a large share of a
-// busy master's writes (B2x: 12,000 in 45 s).
+// final usage), its status event, what the job keeps holding on its slave and, when it leaves
+// the queue, what it was told while waiting (job_waits; left when the forecaster is writing it,
+// as an assignment leaves it: see assignClear). It used to be a transaction of three to five
+// statements (the change, the event, then the resources, exit code and usage each updating the
+// row again); the slaves' job updates are a large share of a busy master's writes (B2x: 12,000
+// in 45 s).
 const changeJob = `WITH old AS (
     SELECT uuid, status, attempt, assigned_slave_name, resources FROM jobs WHERE uuid = $1 FOR UPDATE
 ), upd AS (
@@ -126,6 +128,9 @@ const changeJob = `WITH old AS (
 ), ev AS (
     INSERT INTO job_events (job_uuid, kind, from_status, to_status, actor, message)
     SELECT $1, '` + EventStatus + `', status, $2, $11, $10 FROM upd
+), unwaited AS (
+    DELETE FROM job_waits w WHERE w.job_uuid IN (SELECT x.job_uuid FROM job_waits x, upd
+        WHERE x.job_uuid = $1 AND upd.status = 'QUEUED' AND $2::text <> 'QUEUED' FOR UPDATE OF x SKIP LOCKED)
 )
 SELECT status, attempt FROM upd`
 

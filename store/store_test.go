@@ -665,8 +665,7 @@ func testQueuedExplanations(t *testing.T, asLeader bool) {
 
 // What a queued job is told (its explanations and estimated start, kept apart from the job) is
 // shown by its reads, GetJob and the lists, which see every change of it at once; the job's
-// assignment deletes it, and a job that left the queue otherwise (cancelled) no longer shows it;
-// it goes with the job's row.
+// leaving the queue (assigned, cancelled) deletes it, and so does the deletion of its row.
 func TestWaitsShownWhileQueued(t *testing.T) {
 	st := newStore(t)
 	ctx := context.Background()
@@ -748,10 +747,17 @@ func TestWaitsShownWhileQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	shown("cancelled", b.UUID, nil, time.Time{})
-	if err := st.DeleteJobRow(ctx, b.UUID); err != nil {
+	if n := rows(b.UUID); n != 0 {
+		t.Errorf("the cancelled job keeps %d rows of what it was told", n)
+	}
+	c := createJob(t, st, u, p, job.StatusQueued)
+	if err := st.SetQueuedExplanations(ctx, map[string][]string{c.UUID: one}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if n := rows(b.UUID); n != 0 {
+	if err := st.DeleteJobRow(ctx, c.UUID); err != nil {
+		t.Fatal(err)
+	}
+	if n := rows(c.UUID); n != 0 {
 		t.Errorf("the deleted job left %d rows of what it was told", n)
 	}
 }
