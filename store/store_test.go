@@ -706,14 +706,7 @@ func TestWaitsShownWhileQueued(t *testing.T) {
 			}
 		}
 	}
-	rows := func(id string) int {
-		t.Helper()
-		var n int
-		if err := st.DB().QueryRowContext(ctx, `SELECT count(*) FROM job_waits WHERE job_uuid = $1`, id).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	rows := func(id string) int { t.Helper(); return rowsOfJob(t, st, "job_waits", id) }
 	one, two := []string{"needs 4 GPUs, none free"}, []string{"needs 4 GPUs, at most 2 free on a slave (sim-1)"}
 	shown("before", a.UUID, nil, time.Time{})
 	if err := st.SetQueuedExplanations(ctx, map[string][]string{a.UUID: one, b.UUID: one}, nil); err != nil {
@@ -762,6 +755,16 @@ func TestWaitsShownWhileQueued(t *testing.T) {
 	}
 }
 
+// rowsOfJob counts the rows of table (one with a job_uuid column) about job id.
+func rowsOfJob(t *testing.T, st *store.Store, table, id string) int {
+	t.Helper()
+	var n int
+	if err := st.DB().QueryRow(`SELECT count(*) FROM `+table+` WHERE job_uuid = $1`, id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // A job's events are added only to a job that exists, and go with the job's row (job_events has
 // no foreign key: migration 0023).
 func TestEventsGoWithTheirJob(t *testing.T) {
@@ -777,14 +780,7 @@ func TestEventsGoWithTheirJob(t *testing.T) {
 	if err := st.AddJobEvent(ctx, store.Event{JobUUID: uuid.NewString(), Kind: store.EventInfo, Actor: "test"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("an event for no job: %v, want ErrNotFound", err)
 	}
-	count := func(id string) int {
-		t.Helper()
-		var n int
-		if err := st.DB().QueryRowContext(ctx, `SELECT count(*) FROM job_events WHERE job_uuid = $1`, id).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	count := func(id string) int { t.Helper(); return rowsOfJob(t, st, "job_events", id) }
 	if err := st.DeleteJobRow(ctx, a.UUID); err != nil {
 		t.Fatal(err)
 	}
