@@ -14,9 +14,9 @@
 -- with the job, by the trigger below. The documents are shown while the job is
 -- QUEUED (store's job reads merge them into state.scheduling); a job leaving the queue no
 -- longer shows an explanation or an estimated start it had while waiting (a cancelled job kept
--- both before). An assignment deletes the job's row; a row a job keeps after it left the queue
--- otherwise (cancelled, failed) is not shown, is overwritten if the job is queued again, and
--- goes with the job.
+-- both before). A job's leaving the queue (assigned, cancelled, failed) deletes its row, without
+-- waiting for it: a row the forecaster is writing at that moment is left, not shown (its job is
+-- no longer QUEUED), overwritten if the job is queued again, and goes with the job.
 CREATE TABLE job_waits (
     job_uuid     UUID PRIMARY KEY,
     -- {"queuedExplanations": [...]} or {}

@@ -627,12 +627,12 @@ FROM jobs j`
 const listSelectJoined = listSelect + ` JOIN users u ON u.id = j.user_id JOIN projects p ON p.id = j.project_id`
 
 // rowVersionOf is a listed row's version (listSelect): its xmin, the identity generation,
-// updated_at in microseconds and, for a queued job, the xmin of its row of job_waits (what it is
-// told changes there, not in the job's row; "-" when it has none), as one text. The time goes through date_part's float (exact to
-// the microsecond for dates before 2200), not extract's numeric: the versions of B4's page of
-// 50 then cost Postgres 59 µs instead of 88, of a statement of 173 µs instead of 202 (29 Nov,
-// pgbench, one client). The generation is the part concat_ws leaves out when its row is
-// missing (versioned).
+// updated_at in microseconds and, for a queued job, the xmin of its row of job_waits (what it
+// is told changes there, not in the job's row; "-" when it has none), as one text. The time
+// goes through date_part's float (exact to the microsecond for dates before 2200), not
+// extract's numeric: the versions of B4's page of 50 then cost Postgres 59 µs instead of 88,
+// of a statement of 173 µs instead of 202 (29 Nov, pgbench, one client). The generation is the
+// part concat_ws leaves out when its row is missing (versioned).
 const rowVersionOf = `concat_ws(' ', j.xmin, (SELECT gen FROM identity_generation),
     (date_part('epoch', j.updated_at) * 1000000)::bigint,
     CASE WHEN j.status = 'QUEUED' THEN COALESCE((SELECT w.xmin::text FROM job_waits w WHERE w.job_uuid = j.uuid), '-') ELSE '-' END)`
