@@ -373,12 +373,7 @@ func TestForecastWrittenInParts(t *testing.T) {
 	w := newEstimateWorld(t)
 	ctx := context.Background()
 	w.oneGPUSlave()
-	first := w.submit(time.Hour)
-	if _, err := w.st.DB().ExecContext(ctx, `INSERT INTO jobs SELECT (x.j).* FROM (SELECT jsonb_populate_record(NULL::jobs, to_jsonb(jobs)
-    || jsonb_build_object('uuid', gen_random_uuid(), 'created_at', created_at + g * interval '1 ms')) AS j
-  FROM jobs, generate_series(1, 1200) g WHERE uuid = $1) x`, first); err != nil {
-		t.Fatal(err)
-	}
+	w.queueCopies(1201)
 	l := w.loop(leader.Config{}, nil)
 	wrote, err := l.WriteForecast(ctx, w.lead)
 	if err != nil || wrote != 1201 {

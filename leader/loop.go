@@ -1279,8 +1279,8 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 		return assigned, nil
 	}
 	if !estimate {
-		// The explanations alone: one statement that proves the lease itself (four round
-		// trips as a transaction).
+		// The explanations alone: statements that prove the lease themselves (four round
+		// trips as a transaction), one unless they are many (explainInParts).
 		t := time.Now()
 		if err = l.explainInParts(ctx, lead, news, refreshed); err == nil {
 			l.timed("explanations", t)
