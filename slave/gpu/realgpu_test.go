@@ -2,14 +2,19 @@ package gpu_test
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/docker/docker/client"
 
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/protocol"
@@ -117,8 +122,8 @@ func TestRealSampling(t *testing.T) {
 // TestRealHandOff: the container the slave makes for a one-GPU job asks Docker's NVIDIA driver
 // for exactly the assigned GPU, by the UUID NVML gave, and NVIDIA_VISIBLE_DEVICES names it; the
 // CUDA runtime accepts that UUID as the name of that very GPU, and "void" (a job without GPUs)
-// shows it none. Where a Docker Engine with the NVIDIA runtime exists, a container started from
-// the spec sees the GPU too.
+// shows it none. Where a Docker Engine with the NVIDIA Container Toolkit is named
+// (GPULAB_REAL_DOCKER_HOST), jobs started on it see their GPU and only it (handOffInContainers).
 func TestRealHandOff(t *testing.T) {
 	inv := realGPU(t)
 	g := inv.GPUs[0]
@@ -158,11 +163,95 @@ func TestRealHandOff(t *testing.T) {
 		}
 	}
 
-	if _, err := exec.LookPath("docker"); err != nil {
-		t.Log("no Docker Engine on this machine: the container part of the hand-off is not checked here")
+	host := os.Getenv("GPULAB_REAL_DOCKER_HOST")
+	if host == "" {
+		t.Log("GPULAB_REAL_DOCKER_HOST not set (a Docker Engine with the NVIDIA Container Toolkit): the container part of the hand-off is not checked here")
 		return
 	}
-	out, err := exec.Command("docker", "run", "--rm", "--gpus", "device="+g.UUID, "-e", "NVIDIA_VISIBLE_DEVICES="+g.UUID,
-		"debian:stable", "sh", "-c", "ls /dev/nvidia*").CombinedOutput()
-	t.Logf("docker run --gpus device=%s: %s (%v)", g.UUID, out, err)
+	handOffInContainers(t, host, g)
+}
+
+// handOffInContainers starts jobs through the slave's own runtime (container.Runtime.Start, as
+// gpulab-slave does) on a Docker Engine whose default runtime is the NVIDIA Container
+// Toolkit's: a job given the GPU sees that GPU's device, lists exactly that GPU by the UUID NVML
+// gave (nvidia-smi, which the toolkit mounts in) and computes on it (gpulab-cudacheck: CUDA's
+// driver allocates, fills and reads back GPU memory); a job without GPUs sees no GPU device and
+// no CUDA device. The image (GPULAB_REAL_GPU_IMAGE, present on the engine) holds sh, a C library
+// and gpulab-cudacheck built from testdata/cudacheck.c, with nvidia/cuda's PATH and
+// LD_LIBRARY_PATH (scripts/realgpu.sh makes one); GPULAB_REAL_GPU_NETWORK replaces the jobs'
+// bridge network on an engine that has none.
+func handOffInContainers(t *testing.T, host string, g protocol.GPU) {
+	image := os.Getenv("GPULAB_REAL_GPU_IMAGE")
+	if image == "" {
+		t.Fatal("GPULAB_REAL_DOCKER_HOST is set but GPULAB_REAL_GPU_IMAGE (an image on that engine: see scripts/realgpu.sh) is not")
+	}
+	cli, err := client.NewClientWithOpts(client.WithHost(host), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	h := container.DefaultHardening()
+	if n := os.Getenv("GPULAB_REAL_GPU_NETWORK"); n != "" {
+		h.Network = n
+	}
+	if lowered := h.CapUlimits(); len(lowered) > 0 { // as gpulab-slave does at start
+		t.Logf("ulimits lowered to this process's: %v", lowered)
+	}
+	rt := container.New(cli, container.Config{
+		SlaveName: fmt.Sprintf("gpu-check-%d", os.Getpid()), ScratchRoot: t.TempDir(), Unpinned: true, Hardening: &h,
+	}, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	const probe = `ls /dev; nvidia-smi -L || echo "no nvidia-smi"; gpulab-cudacheck`
+	gpuDevice := regexp.MustCompile(`(?m)^nvidia[0-9]+$`)
+	for i, tc := range []struct {
+		name string
+		gpus []protocol.GPU
+	}{{"one GPU", []protocol.GPU{g}}, {"no GPU", nil}} {
+		a := protocol.Assignment{
+			Job: job.Job{
+				UUID: fmt.Sprintf("5d7c3f0e-0000-4000-8000-%012d", os.Getpid()*10+i),
+				Request: job.Request{
+					Resources: job.Resources{GPUs: len(tc.gpus), CPUs: 1, CPUMemoryGb: 2},
+					Docker:    job.Docker{Image: image, Command: job.Command{IsList: true, List: []string{"sh", "-c", probe}}},
+				},
+			},
+			GPUs: tc.gpus, CPUIDs: []int{0}, MemoryGb: 2,
+			UserName: "alice", Project: "demo",
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		started, err := rt.Start(ctx, a)
+		if err != nil {
+			cancel()
+			t.Fatalf("%s: start: %v", tc.name, err)
+		}
+		code, werr := rt.Wait(ctx, started.ContainerID)
+		var out strings.Builder
+		if rc, err := rt.Logs(ctx, started.ContainerID, false); err == nil {
+			_, _ = io.Copy(&out, rc)
+			_ = rc.Close()
+		}
+		if err := rt.Remove(ctx, started.ContainerID); err != nil {
+			t.Errorf("%s: remove: %v", tc.name, err)
+		}
+		cancel()
+		got := out.String()
+		t.Logf("%s: exit %d (%v), output:\n%s", tc.name, code, werr, got)
+		devices := gpuDevice.FindAllString(got, -1)
+		listed := regexp.MustCompile(`(?m)^GPU [0-9]+: .*\(UUID: (GPU-[0-9a-f-]+)\)$`).FindAllStringSubmatch(got, -1)
+		computed := strings.Contains(got, "cuda: 1 device(s), "+g.Model+": 256 MiB allocated, filled and read back")
+		noCUDA := strings.Contains(got, "cuda: no driver") || strings.Contains(got, "cuda: 0 device(s)")
+		switch {
+		case werr != nil || code != 0:
+			t.Errorf("%s: exit %d (%v)", tc.name, code, werr)
+		case len(devices) != len(tc.gpus):
+			t.Errorf("%s: GPU devices %v in the container, want %d", tc.name, devices, len(tc.gpus))
+		case len(tc.gpus) == 1 && (len(listed) != 1 || listed[0][1] != g.UUID):
+			t.Errorf("%s: nvidia-smi listed %v, want exactly %s", tc.name, listed, g.UUID)
+		case len(tc.gpus) == 1 && !computed:
+			t.Errorf("%s: CUDA did not compute on the GPU (no matching \"cuda:\" line)", tc.name)
+		case len(tc.gpus) == 0 && len(listed) != 0:
+			t.Errorf("%s: nvidia-smi listed %v in a job without GPUs", tc.name, listed)
+		case len(tc.gpus) == 0 && !noCUDA:
+			t.Errorf("%s: a job without GPUs reached a CUDA device or gave no \"cuda:\" line", tc.name)
+		}
+	}
 }
