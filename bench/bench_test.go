@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -100,6 +101,11 @@ func fullSizes() sizes {
 	}
 	if d, err := time.ParseDuration(os.Getenv("GPULAB_BENCH_SOAK")); err == nil && d > 0 {
 		s.b8Duration, s.b8xDuration = d, d
+	}
+	// B8x at another cluster size, all of it in proportion (heartbeats, finishes and submits a
+	// second, the queue: 4 jobs a slave), to find the largest a master serves at the goals.
+	if n, err := strconv.Atoi(os.Getenv("GPULAB_BENCH_B8X_SLAVES")); err == nil && n > 0 {
+		s.b8xSlaves, s.b8xBacklog = n, 4*n
 	}
 	return s
 }

@@ -1,5 +1,6 @@
 // Package retention deletes what a master no longer needs to keep: the logs and events of jobs
-// that ended long ago and jobs that were DELETED long ago. Only the scheduler's leader sweeps
+// that ended long ago, jobs that were DELETED long ago, and what jobs were told while queued
+// when a row of it was left behind. Only the scheduler's leader sweeps
 // (each batch proves its lease in its own transaction), in small batches with a pause between
 // them, so a sweep of millions of rows never holds locks the scheduler or the API wait for.
 package retention
@@ -22,6 +23,10 @@ const (
 	DefaultBatch   = 2000
 	DefaultEvery   = time.Hour
 	DefaultPause   = 50 * time.Millisecond
+	// StaleWaits is how long a job must have been out of the queue before a row of what it was
+	// told while waiting, left behind, is swept (store.DeleteStaleJobWaits); not a setting,
+	// since such a row is never shown.
+	StaleWaits = time.Hour
 )
 
 // Policy says how long each kind of row is kept (0: for ever) and how a sweep goes.
@@ -52,7 +57,9 @@ func (p Policy) WithDefaults() Policy {
 // Result counts what one sweep deleted.
 type Result struct {
 	Logs, Events, Jobs int64
-	Batches            int
+	// Waits: rows of what jobs were told while queued, left behind after they left the queue.
+	Waits   int64
+	Batches int
 }
 
 // Sweeper runs the policy against a store.
@@ -85,9 +92,9 @@ func (s *Sweeper) Run(ctx context.Context, lead store.Leadership) {
 			return
 		case err != nil:
 			s.log.Warn("retention sweep failed", "err", err, "deleted_logs", res.Logs, "deleted_events", res.Events, "deleted_jobs", res.Jobs)
-		case res.Logs+res.Events+res.Jobs > 0:
+		case res.Logs+res.Events+res.Jobs+res.Waits > 0:
 			s.log.Info("retention sweep", "deleted_log_chunks", res.Logs, "deleted_events", res.Events, "deleted_jobs", res.Jobs,
-				"batches", res.Batches, "took", time.Since(start).Round(time.Millisecond))
+				"deleted_stale_waits", res.Waits, "batches", res.Batches, "took", time.Since(start).Round(time.Millisecond))
 		}
 		t.Reset(s.p.Every)
 	}
@@ -106,6 +113,8 @@ func (s *Sweeper) Sweep(ctx context.Context, lead store.Leadership) (Result, err
 		{s.p.Deleted, &res.Jobs, (*store.Store).DeleteOldDeletedJobs},
 		{s.p.Logs, &res.Logs, (*store.Store).DeleteOldJobLogs},
 		{s.p.Events, &res.Events, (*store.Store).DeleteOldJobEvents},
+		// Whatever the policy: housekeeping, not anyone's data.
+		{StaleWaits, &res.Waits, (*store.Store).DeleteStaleJobWaits},
 	}
 	for _, k := range kinds {
 		if k.age <= 0 {

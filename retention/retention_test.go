@@ -147,8 +147,113 @@ func TestSweepDeletesOnlyWhatIsPastItsRetention(t *testing.T) {
 	}
 	// Age 0 keeps for ever.
 	keep := retention.New(w.st, retention.Policy{}, quiet())
-	if res, err := keep.Sweep(context.Background(), lead); err != nil || res.Batches != 0 {
-		t.Errorf("a policy of zero ages swept: %+v %v", res, err)
+	if res, err := keep.Sweep(context.Background(), lead); err != nil || res.Logs+res.Events+res.Jobs != 0 || res.Batches != 1 {
+		t.Errorf("a policy of zero ages swept more than stale waits: %+v %v", res, err)
+	}
+}
+
+// What a queued job was told (job_waits) and left behind once it left the queue goes an hour
+// after, or at once when its job is gone; a queued job keeps its row, a job queued again while
+// the sweep runs keeps its row, and a row the forecaster is writing is skipped, not waited for.
+func TestSweepDropsStaleWaits(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	told := func(id string) {
+		w.exec(`INSERT INTO job_waits (job_uuid, explanations) VALUES ($1, '{"queuedExplanations": ["waits"]}')`, id)
+	}
+	has := func(id string) bool { return w.count(`SELECT count(*) FROM job_waits WHERE job_uuid = $1`, id) == 1 }
+	queued := w.job(job.StatusQueued, 3*time.Hour)
+	finished := w.job(job.StatusFinished, 2*time.Hour)
+	cancelled := w.job(job.StatusCancelled, 10*time.Minute)
+	requeued := w.job(job.StatusAssigned, 2*time.Hour)
+	held := w.job(job.StatusFailed, 2*time.Hour)
+	orphan := uuid.NewString()
+	for _, id := range []string{queued, finished, cancelled, requeued, held, orphan} {
+		told(id)
+	}
+	lead := w.lead()
+	sw := retention.New(w.st, retention.Policy{Batch: 10, Pause: time.Millisecond}, quiet())
+
+	// A state change queues `requeued` again and has not committed when the sweep starts; the
+	// forecaster holds `held`'s row.
+	change, err := w.st.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer change.Rollback() //nolint:errcheck // committed below, or the test failed
+	if _, err := change.ExecContext(ctx, `UPDATE jobs SET status = 'QUEUED', updated_at = now() WHERE uuid = $1`, requeued); err != nil {
+		t.Fatal(err)
+	}
+	forecaster, err := w.st.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer forecaster.Rollback() //nolint:errcheck // read-only lock holder
+	if _, err := forecaster.ExecContext(ctx, `SELECT 1 FROM job_waits WHERE job_uuid = $1 FOR UPDATE`, held); err != nil {
+		t.Fatal(err)
+	}
+
+	type swept struct {
+		res retention.Result
+		err error
+	}
+	done := make(chan swept, 1)
+	go func() {
+		res, err := sw.Sweep(ctx, lead)
+		done <- swept{res, err}
+	}()
+	// The sweep waits for the state change (the job's row, FOR SHARE), not for the forecaster.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if w.count(`SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%left_queue%'`) > 0 {
+			break
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("the sweep ended (%+v, %v) without waiting for the job being queued again", r.res, r.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sweep never waited for the job being queued again")
+		}
+	}
+	if err := change.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var r swept
+	select {
+	case r = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the sweep still waits a minute after the state change committed (for the forecaster's row?)")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Logf("sweep: %+v", r.res)
+	for _, c := range []struct {
+		name string
+		id   string
+		kept bool
+	}{
+		{"queued", queued, true},
+		{"finished 2 hours ago", finished, false},
+		{"cancelled 10 minutes ago", cancelled, true},
+		{"queued again during the sweep", requeued, true},
+		{"failed 2 hours ago, its row held by the forecaster", held, true},
+		{"of no job", orphan, false},
+	} {
+		if got := has(c.id); got != c.kept {
+			t.Errorf("%s: row kept %v, want %v", c.name, got, c.kept)
+		}
+	}
+	if r.res.Waits != 2 {
+		t.Errorf("swept %d stale waits, want 2", r.res.Waits)
+	}
+	// Once the forecaster lets go, the next sweep takes the held row.
+	if err := forecaster.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := sw.Sweep(ctx, lead); err != nil || res.Waits != 1 || has(held) {
+		t.Errorf("second sweep: %+v %v, the held row left: %v", res, err, has(held))
 	}
 }
 

@@ -40,6 +40,26 @@ func (s *Store) DeleteOldDeletedJobs(ctx context.Context, age time.Duration, lim
   ORDER BY updated_at LIMIT $2)`, age, limit)
 }
 
+// DeleteStaleJobWaits deletes at most limit rows of job_waits left behind, and returns how
+// many. A job leaving the queue drops what it was told while waiting, unless the forecaster
+// was writing that row at the moment (the assignment and changeJob skip a locked row rather
+// than wait for it), and an estimate can race an administrator's deletion of its job: such a
+// row is never shown (reads merge it into a QUEUED job only) but nothing else removes it. A
+// row goes once its job has been out of the queue for age, or is gone. The jobs' rows are
+// locked FOR SHARE: a job being queued again at this moment is waited for and then kept, with
+// what it is told now; a row the forecaster or a pass holds is skipped (the next sweep).
+func (s *Store) DeleteStaleJobWaits(ctx context.Context, age time.Duration, limit int) (int64, error) {
+	return s.deleteBatch(ctx, "job waits", `WITH left_queue AS (
+    SELECT w.job_uuid FROM job_waits w JOIN jobs j ON j.uuid = w.job_uuid
+    WHERE j.status <> 'QUEUED' AND j.updated_at < now() - make_interval(secs => $1)
+    LIMIT $2 FOR UPDATE OF w SKIP LOCKED FOR SHARE OF j
+  ), no_job AS (
+    SELECT w.job_uuid FROM job_waits w WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.uuid = w.job_uuid)
+    LIMIT $2 FOR UPDATE OF w SKIP LOCKED
+  )
+DELETE FROM job_waits w WHERE w.job_uuid IN (SELECT job_uuid FROM left_queue UNION ALL SELECT job_uuid FROM no_job)`, age, limit)
+}
+
 func (s *Store) deleteBatch(ctx context.Context, what, query string, age time.Duration, limit int) (int64, error) {
 	res, err := s.q.ExecContext(ctx, query, age.Seconds(), limit)
 	if err != nil {
