@@ -99,7 +99,8 @@ bench: PG_EXTRA_OPTS =
 # with the stock 128 MB of shared buffers and 1 GB of WAL between checkpoints, B8x's database
 # outgrew its buffers and checkpointed every two minutes after 20 minutes of its soak. A cluster
 # already running keeps what it was started with (`make clean` stops it); the record names both.
-BENCH_PG_OPTS ?= -c shared_buffers=2GB -c max_wal_size=8GB
+# track_wal_io_timing lets the soaks give the time the WAL's flushes to disk took each minute.
+BENCH_PG_OPTS ?= -c shared_buffers=2GB -c max_wal_size=8GB -c track_wal_io_timing=on
 bench: deps ## run the benchmarks (SCENARIOS=B1,B2,… or all; LABEL=text) on Postgres with fsync on; appends to bench/RESULTS.md
 	@scripts/dockerd.sh
 	@mkdir -p $(TMP)/bench

@@ -435,20 +435,32 @@ func (r *ring) pick() string {
 // say which minutes had one.
 type walState struct {
 	bytes, fpi, checkpoints int64
-	known                   bool // fpi and checkpoints were read
+	// syncs and syncMs: the WAL's flushes to disk (pg_stat_wal: each commit waits for one,
+	// fsync on) and the time they took, which Postgres counts with track_wal_io_timing on
+	// (make bench starts its cluster so); a disk that slows down shows here.
+	syncs  int64
+	syncMs float64
+	known  bool // fpi, checkpoints and syncs were read
 }
 
 // since is what was written from a to w.
 func (w walState) since(a walState) walState {
-	return walState{w.bytes - a.bytes, w.fpi - a.fpi, w.checkpoints - a.checkpoints, w.known && a.known}
+	return walState{w.bytes - a.bytes, w.fpi - a.fpi, w.checkpoints - a.checkpoints, w.syncs - a.syncs, w.syncMs - a.syncMs, w.known && a.known}
 }
 
-// String is the window's aside to its WAL bytes: " (N full-page images, a checkpoint began)".
+// String is the window's aside to its WAL bytes: " (N full-page images, M flushes of p ms on
+// average, a checkpoint began)".
 func (w walState) String() string {
 	if !w.known {
 		return ""
 	}
 	s := fmt.Sprintf(" (%d full-page images", w.fpi)
+	switch {
+	case w.syncs > 0 && w.syncMs > 0:
+		s += fmt.Sprintf(", %d flushes to disk of %.2f ms on average", w.syncs, w.syncMs/float64(w.syncs))
+	case w.syncs > 0:
+		s += fmt.Sprintf(", %d flushes to disk", w.syncs)
+	}
 	switch {
 	case w.checkpoints == 1:
 		s += ", a checkpoint began"
@@ -464,7 +476,8 @@ func walNow(t testing.TB, c *cpuMeter) walState {
 	if err := c.db.QueryRow(`SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&w.bytes); err != nil {
 		t.Fatalf("read the WAL position: %v", err)
 	}
-	err := c.db.QueryRow(`SELECT (SELECT wal_fpi FROM pg_stat_wal), (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter)`).Scan(&w.fpi, &w.checkpoints)
+	err := c.db.QueryRow(`SELECT w.wal_fpi, w.wal_sync, w.wal_sync_time, b.checkpoints_timed + b.checkpoints_req
+  FROM pg_stat_wal w, pg_stat_bgwriter b`).Scan(&w.fpi, &w.syncs, &w.syncMs, &w.checkpoints)
 	w.known = err == nil
 	return w
 }
