@@ -91,7 +91,8 @@ func (s *Sweeper) Run(ctx context.Context, lead store.Leadership) {
 		case errors.Is(err, store.ErrNotLeader), ctx.Err() != nil:
 			return
 		case err != nil:
-			s.log.Warn("retention sweep failed", "err", err, "deleted_logs", res.Logs, "deleted_events", res.Events, "deleted_jobs", res.Jobs)
+			s.log.Warn("retention sweep failed", "err", err, "deleted_logs", res.Logs, "deleted_events", res.Events, "deleted_jobs", res.Jobs,
+				"deleted_stale_waits", res.Waits)
 		case res.Logs+res.Events+res.Jobs+res.Waits > 0:
 			s.log.Info("retention sweep", "deleted_log_chunks", res.Logs, "deleted_events", res.Events, "deleted_jobs", res.Jobs,
 				"deleted_stale_waits", res.Waits, "batches", res.Batches, "took", time.Since(start).Round(time.Millisecond))

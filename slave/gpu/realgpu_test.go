@@ -202,6 +202,7 @@ func handOffInContainers(t *testing.T, host string, g protocol.GPU) {
 	}, slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	const probe = `ls /dev; nvidia-smi -L || echo "no nvidia-smi"; gpulab-cudacheck`
 	gpuDevice := regexp.MustCompile(`(?m)^nvidia[0-9]+$`)
+	listedGPU := regexp.MustCompile(`(?m)^GPU [0-9]+: .*\(UUID: (GPU-[0-9a-f-]+)\)$`)
 	for i, tc := range []struct {
 		name string
 		gpus []protocol.GPU
@@ -236,7 +237,7 @@ func handOffInContainers(t *testing.T, host string, g protocol.GPU) {
 		got := out.String()
 		t.Logf("%s: exit %d (%v), output:\n%s", tc.name, code, werr, got)
 		devices := gpuDevice.FindAllString(got, -1)
-		listed := regexp.MustCompile(`(?m)^GPU [0-9]+: .*\(UUID: (GPU-[0-9a-f-]+)\)$`).FindAllStringSubmatch(got, -1)
+		listed := listedGPU.FindAllStringSubmatch(got, -1)
 		computed := strings.Contains(got, "cuda: 1 device(s), "+g.Model+": 256 MiB allocated, filled and read back")
 		noCUDA := strings.Contains(got, "cuda: no driver") || strings.Contains(got, "cuda: 0 device(s)")
 		switch {
