@@ -94,7 +94,7 @@ func Attempt(n int) *int { return &n }
 // the job's row (with, when given, the resources the slave reports, the exit code and the
 // final usage), its status event, what the job keeps holding on its slave and, when it leaves
 // the queue, what it was told while waiting (job_waits; left when the forecaster is writing it,
-// as an assignment leaves it: see assignClear). It used to be a transaction of three to five
+// as an assignment leaves it, for the retention sweep: see assignClear). It used to be a transaction of three to five
 // statements (the change, the event, then the resources, exit code and usage each updating the
 // row again); the slaves' job updates are a large share of a busy master's writes (B2x: 12,000
 // in 45 s).

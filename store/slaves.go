@@ -319,7 +319,8 @@ const (
 	// assignClear deletes what the assigned jobs were told while they waited (job_waits), but
 	// never waits for it: a row another statement is writing (the forecaster's estimates, in
 	// the order of their uuids) is left, unseen once the job is no longer QUEUED, rather than
-	// waited for while this statement holds the jobs' rows.
+	// waited for while this statement holds the jobs' rows; the leader's retention sweep removes
+	// it an hour later (DeleteStaleJobWaits).
 	assignClear = `waited AS (
 	SELECT w.job_uuid FROM job_waits w JOIN assigned a ON a.uuid = w.job_uuid FOR UPDATE OF w SKIP LOCKED
 ), cleared AS (
