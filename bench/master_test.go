@@ -69,8 +69,10 @@ type masterConfig struct {
 	CADir       string `json:"caDir"`
 	LogFile     string `json:"logFile"`
 	Loop        string `json:"loop"`
-	// HeartbeatInterval is what slaves are told (serve's default: 5 s).
+	// HeartbeatInterval is what slaves are told (serve's default: 5 s), spread by
+	// HeartbeatJitter (serve's --heartbeat-jitter, 0.1 by default).
 	HeartbeatInterval time.Duration `json:"heartbeatInterval"`
+	HeartbeatJitter   float64       `json:"heartbeatJitter"`
 	// Interval, HeartbeatGrace, JobGrace: the loop's (serve's defaults: 5 s, 30 s, 5 min).
 	Interval       time.Duration `json:"interval"`
 	HeartbeatGrace time.Duration `json:"heartbeatGrace"`
@@ -191,7 +193,7 @@ func runMaster() error {
 	halfLife := 7 * 24 * time.Hour // serve's --tally-half-life default
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
 	h := handlers.New(st, handlers.Config{Authority: Authority, Version: "bench", LatestClientVersion: "4.0.0",
-		JobOptions: job.DefaultOptions(), CA: ca, HeartbeatInterval: cfg.HeartbeatInterval, TallyHalfLife: halfLife}, log, wake, work)
+		JobOptions: job.DefaultOptions(), CA: ca, HeartbeatInterval: cfg.HeartbeatInterval, HeartbeatJitter: cfg.HeartbeatJitter, TallyHalfLife: halfLife}, log, wake, work)
 	// Every simulated slave and client connects from 127.0.0.1: B8's 500 slaves alone hold more
 	// connections than the per-client cap of a real master (--max-conns-per-ip).
 	// The requests' latency histograms, as serve keeps them (without the database's gauges,
@@ -590,6 +592,13 @@ func startMaster(t testing.TB, o masterOptions) *master {
 		Interval: o.Interval, CapRunning: o.CapRunning, MemoryLimit: o.MemoryLimit}
 	if cfg.HeartbeatInterval == 0 {
 		cfg.HeartbeatInterval = 5 * time.Second
+	}
+	cfg.HeartbeatJitter = handlers.DefaultHeartbeatJitter
+	if v := os.Getenv("GPULAB_BENCH_HEARTBEAT_JITTER"); v != "" {
+		// Diagnostics: another spread (0: none), to see what the spread does.
+		if cfg.HeartbeatJitter, err = strconv.ParseFloat(v, 64); err != nil || cfg.HeartbeatJitter < 0 || cfg.HeartbeatJitter > 0.5 {
+			t.Fatalf("GPULAB_BENCH_HEARTBEAT_JITTER=%q: want a fraction from 0 to 0.5", v)
+		}
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = 5 * time.Second

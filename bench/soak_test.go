@@ -3,10 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +50,44 @@ func (s *samples) in(from, to time.Time) []time.Duration {
 	return out
 }
 
+// startsIn returns when the samples taken in [from, to) began.
+func (s *samples) startsIn(from, to time.Time) []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []time.Time
+	for _, x := range s.s {
+		if !x.at.Before(from) && x.at.Before(to) {
+			out = append(out, x.at)
+		}
+	}
+	return out
+}
+
+// bunchSlot is the slot heartbeats are counted in to see whether they bunch.
+const bunchSlot = 100 * time.Millisecond
+
+// bunching counts the events that began in each slot of [from, from+span) and returns the
+// mean and the 99th percentile and largest of those counts: heartbeats sent independently
+// vary little between slots (Poisson: a p99 of 55 for a mean of 40), heartbeats that have
+// gathered into groups come in slots far above their mean (handlers' jitteredInterval says
+// how slaves fall into step).
+func bunching(starts []time.Time, from time.Time, span, slot time.Duration) (mean float64, p99, most int) {
+	n := int(span / slot)
+	if n <= 0 {
+		return 0, 0, 0
+	}
+	counts, in := make([]int, n), 0
+	for _, at := range starts {
+		if k := int(at.Sub(from) / slot); !at.Before(from) && k < n { // (−1 ms / slot is 0)
+			counts[k]++
+			in++
+		}
+	}
+	slices.Sort(counts)
+	mean = float64(in) / float64(n)
+	return mean, counts[min(max(int(math.Ceil(0.99*float64(n)))-1, 0), n-1)], counts[n-1]
+}
+
 // soakWindow is what one window (a minute) of the soak measured.
 type soakWindow struct {
 	passes, reads, submits, beats []time.Duration
@@ -55,6 +95,8 @@ type soakWindow struct {
 	// the window; stmtBeats the heartbeats they carried.
 	stmtTook, stmtWaited []time.Duration
 	stmtBeats            int
+	// beatStarts: when the slaves sent the window's heartbeats (for bunching).
+	beatStarts []time.Time
 	// master, pg, bench: the CPU each used in the window.
 	master, pg, bench time.Duration
 	finished, queued  int
@@ -304,6 +346,7 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 		windows[k].reads = reads.in(from, to)
 		windows[k].submits = submits.in(from, to)
 		windows[k].beats = f.beats.in(from, to)
+		windows[k].beatStarts = f.beats.startsIn(from, to)
 	}
 	first, last := windows[0], windows[n-1]
 	name := func(k int) string { return fmt.Sprintf("%s %d", strings.ToLower(windowUnit(sp.window)), k) }
@@ -343,6 +386,12 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 		rep.add(result{Scenario: sp.id, Measure: "heartbeat p99 at the slaves: " + name(1) + ", " + name(n),
 			Value: ms(percentile(first.beats, 99)) + ", " + ms(percentile(last.beats, 99)), Goal: "≤ 50 ms", Met: within(first.beats, last.beats, 50*time.Millisecond)})
 	}
+	bunched := func(w soakWindow, k int) string {
+		mean, p99, most := bunching(w.beatStarts, t0.Add(time.Duration(k)*sp.window), sp.window, bunchSlot)
+		return fmt.Sprintf("%d (most %d, mean %.0f)", p99, most, mean)
+	}
+	rep.add(result{Scenario: sp.id, Measure: "heartbeats sent in one 100-ms slot, p99 (their bunching): " + name(1) + " → " + name(n),
+		Value: bunched(first, 0) + " → " + bunched(last, n-1)})
 	nBeats := 0
 	for _, w := range windows {
 		nBeats += len(w.beats)
@@ -374,13 +423,14 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 		for _, d := range w.passes {
 			busy += d
 		}
-		per = append(per, fmt.Sprintf("%d: %d passes (p99 %s, the loop busy %.0f %%), %d finished, %d queued (%d of 2–4 GPUs), %d heartbeats (p50 %s, p99 %s; in the master's handler p50 ≤ %s, p99 ≤ %s; "+
+		bMean, b99, bMost := bunching(w.beatStarts, t0.Add(time.Duration(k)*sp.window), sp.window, bunchSlot)
+		per = append(per, fmt.Sprintf("%d: %d passes (p99 %s, the loop busy %.0f %%), %d finished, %d queued (%d of 2–4 GPUs), %d heartbeats (p50 %s, p99 %s; sent per 100 ms: mean %.0f, p99 %d, most %d; in the master's handler p50 ≤ %s, p99 ≤ %s; "+
 			"%d statements of %.1f, taking p50 %s p99 %s, waited for p99 %s), reads p99 %s, submits p99 %s, WAL %s%s, "+
 			"CPU in cores: master %.2f, postgres %.2f, bench %.2f, "+
 			"RSS %s (heap in use %s, live %s, stacks %s; the collector %.0f %% of the master's CPU), %d goroutines, "+
 			"waits for a CPU p50 %s p99 %s, %d waits for a database connection (%.1f s)",
 			k+1, len(w.passes), ms(percentile(w.passes, 99)), 100*busy.Seconds()/sp.window.Seconds(), w.finished, w.queued, w.queuedMulti, len(w.beats), ms(percentile(w.beats, 50)),
-			ms(percentile(w.beats, 99)), ms(handled50), ms(handled99), len(w.stmtTook), float64(w.stmtBeats)/float64(max(len(w.stmtTook), 1)), ms(percentile(w.stmtTook, 50)),
+			ms(percentile(w.beats, 99)), bMean, b99, bMost, ms(handled50), ms(handled99), len(w.stmtTook), float64(w.stmtBeats)/float64(max(len(w.stmtTook), 1)), ms(percentile(w.stmtTook, 50)),
 			ms(percentile(w.stmtTook, 99)), ms(percentile(w.stmtWaited, 99)), ms(percentile(w.reads, 99)), ms(percentile(w.submits, 99)), mib(w.wal.bytes), w.wal,
 			w.master.Seconds()/sp.window.Seconds(), w.pg.Seconds()/sp.window.Seconds(), w.bench.Seconds()/sp.window.Seconds(),
 			mib(w.mem.RSSBytes), mib(int64(w.mem.HeapInuse)), mib(int64(w.mem.HeapLive)), mib(int64(w.mem.StackInuse)), gcShare, w.mem.NumGoroutines,

@@ -225,3 +225,25 @@ func TestBeatHandlerTimes(t *testing.T) {
 		t.Errorf("median %s, want 5ms", got)
 	}
 }
+
+// bunching counts per slot of the window only, and its p99 and largest slot see a group.
+func TestBunching(t *testing.T) {
+	from := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	var even []time.Time
+	for k := range 100 { // one every 10 ms over a second: 10 in every 100-ms slot
+		even = append(even, from.Add(time.Duration(k)*10*time.Millisecond))
+	}
+	if mean, p99, most := bunching(even, from, time.Second, 100*time.Millisecond); mean != 10 || p99 != 10 || most != 10 {
+		t.Errorf("evenly spread: mean %g, p99 %d, most %d; want 10, 10, 10", mean, p99, most)
+	}
+	// 40 in the last slot and none in the three before it; two outside the window not counted.
+	bunched := append([]time.Time{}, even[:60]...)
+	for range 40 {
+		bunched = append(bunched, from.Add(950*time.Millisecond))
+	}
+	bunched = append(bunched, from.Add(-time.Millisecond), from.Add(time.Second))
+	mean, p99, most := bunching(bunched, from, time.Second, 100*time.Millisecond)
+	if p99 != 40 || most != 40 || mean != 10 {
+		t.Errorf("bunched: mean %g, p99 %d, most %d; want 10, 40, 40", mean, p99, most)
+	}
+}

@@ -35,8 +35,12 @@ type Config struct {
 	JobOptions job.Options
 	// CA signs the certificates of joining slaves.
 	CA *pki.CA
-	// HeartbeatInterval is the interval slaves are told to heartbeat at.
+	// HeartbeatInterval is the interval slaves are told to heartbeat at, on average.
 	HeartbeatInterval time.Duration
+	// HeartbeatJitter spreads the intervals told: each reply names one drawn uniformly within
+	// ±HeartbeatJitter (a fraction, 0 to 0.5) of HeartbeatInterval; 0 names it exactly. See
+	// jitteredInterval for why a fleet needs it.
+	HeartbeatJitter float64
 	// MaxLongPoll bounds how long a slave's Next call is held open.
 	MaxLongPoll time.Duration
 	// TallyHalfLife is the scheduler's tally half-life (for GET usage).
@@ -76,6 +80,10 @@ type Config struct {
 	// page's verdict and the Usage page's idle GPU-hours use it (default 5).
 	IdleThreshold float64
 }
+
+// DefaultHeartbeatJitter is the master's --heartbeat-jitter: the intervals told to slaves are
+// spread ±10 % (jitteredInterval says why).
+const DefaultHeartbeatJitter = 0.1
 
 // Handlers serves the API. Create it with New.
 type Handlers struct {

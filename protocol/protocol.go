@@ -16,8 +16,9 @@
 //     on it in the same attempt and removes the others; the master requeues or ends the jobs it
 //     has on the slave whose containers are gone.
 //  3. Heartbeat (every Interval, chosen by the master's reply, on its own timer: never behind a
-//     Docker call): every job the slave holds, as a task or a container, with the latest usage
-//     sample. The master answers with its own view of the jobs on the slave and stop orders
+//     Docker call; the master draws each reply's Interval a little apart from the last, so that
+//     slaves answered together do not heartbeat together ever after): every job the slave
+//     holds, as a task or a container, with the latest usage sample. The master answers with its own view of the jobs on the slave and stop orders
 //     for what the slave must not hold; it frees what ended jobs held once the slave no longer
 //     lists them, and requeues or ends a job the slave has stopped listing for a grace.
 //  4. Next (long poll, up to Wait): the master answers at once with work when there is some (a
@@ -270,6 +271,8 @@ type StopOrder struct {
 
 // HeartbeatReply sets the next interval, orders stops and tells the master's view.
 type HeartbeatReply struct {
+	// Interval is the wait before the next heartbeat: the master's --heartbeat-interval,
+	// spread by its --heartbeat-jitter at every reply.
 	Interval time.Duration `json:"interval"`
 	Stops    []StopOrder   `json:"stops"`
 	// Jobs are the jobs the master has on this slave, as in Registration.

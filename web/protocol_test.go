@@ -580,3 +580,52 @@ func TestSlaveSessionsResume(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// The intervals told to a slave are spread within ±10 % of --heartbeat-interval (to the
+// millisecond), so that slaves answered together do not heartbeat together ever after; with
+// the spread off they are exactly the interval.
+func TestHeartbeatIntervalsSpread(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		jitter float64 // testmaster's: 0 serve's default, negative none
+		spread bool
+	}{{"default", 0, true}, {"off", -1, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const every = 5 * time.Second
+			m := testmaster.Start(t, testmaster.Options{HeartbeatInterval: every, HeartbeatJitter: tc.jitter})
+			w := &protoWorld{m: m, name: "spread-" + tc.name}
+			w.slave = w.slaveClient(t, w.name)
+			ctx := context.Background()
+			reg, err := w.slave.Register(ctx, protocol.Inventory{InstanceID: "i1", CPUs: 4, MemoryMiB: 8192})
+			if err != nil {
+				t.Fatal(err)
+			}
+			told := []time.Duration{reg.HeartbeatInterval}
+			for range 40 {
+				reply, err := w.slave.Heartbeat(ctx, protocol.Heartbeat{InstanceID: "i1", Accepting: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				told = append(told, reply.Interval)
+			}
+			distinct := map[time.Duration]bool{}
+			for _, d := range told {
+				distinct[d] = true
+				if d%time.Millisecond != 0 {
+					t.Errorf("interval %v is not whole milliseconds", d)
+				}
+				if tc.spread && (d < every*9/10 || d > every*11/10) {
+					t.Errorf("interval %v outside 4.5 s to 5.5 s", d)
+				}
+				if !tc.spread && d != every {
+					t.Errorf("interval %v with the spread off, want %v", d, every)
+				}
+			}
+			// 41 draws among 1,001 values: fewer than 20 distinct ones is all but impossible
+			// for a uniform draw, and certain for an interval told exactly.
+			if tc.spread && len(distinct) < 20 {
+				t.Errorf("only %d distinct intervals in %d replies: %v", len(distinct), len(told), told)
+			}
+		})
+	}
+}

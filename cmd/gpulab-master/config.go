@@ -51,6 +51,7 @@ type config struct {
 	// Files holding the secrets above (secretfile: mode 0600), so they stay off the command line.
 	OIDCClientSecretFile, SessionKeysFile string
 	HeartbeatInterval                     time.Duration
+	HeartbeatJitter                       float64
 	UsageFlush                            time.Duration
 	HeartbeatGrace                        time.Duration
 	JobGrace                              time.Duration
@@ -116,6 +117,8 @@ func (c *config) addServe(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.TLSKey, "tls-key", getenv("GPULAB_TLS_KEY"), "key of --tls-cert (env GPULAB_TLS_KEY)")
 	fs.BoolVar(&c.NoMigrate, "no-migrate", getenv("GPULAB_NO_MIGRATE") == "1", "do not migrate the schema at start; refuse to start on an older one (env GPULAB_NO_MIGRATE=1)")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", envDuration(getenv, "GPULAB_HEARTBEAT_INTERVAL", 5*time.Second), "how often slaves heartbeat (env GPULAB_HEARTBEAT_INTERVAL)")
+	fs.Float64Var(&c.HeartbeatJitter, "heartbeat-jitter", envFloat(getenv, "GPULAB_HEARTBEAT_JITTER", handlers.DefaultHeartbeatJitter),
+		"each reply to a slave names an interval drawn within ± this fraction of --heartbeat-interval (0 to 0.5), so that a fleet's heartbeats stay spread over time instead of gathering into bursts; 0: exactly the interval (env GPULAB_HEARTBEAT_JITTER)")
 	fs.DurationVar(&c.UsageFlush, "usage-flush", envDuration(getenv, "GPULAB_USAGE_FLUSH", store.DefaultUsageFlush),
 		"how long a job's usage samples are summed in the master before they are written as one point of its series; at most a quarter of --idle-gpu-after is used (env GPULAB_USAGE_FLUSH)")
 	fs.DurationVar(&c.HeartbeatGrace, "heartbeat-grace", envDuration(getenv, "GPULAB_HEARTBEAT_GRACE", 30*time.Second), "a slave silent this long is offline (env GPULAB_HEARTBEAT_GRACE)")

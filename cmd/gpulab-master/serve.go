@@ -108,7 +108,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	wcfg.Metrics = mets
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
 	h := handlers.New(st, handlers.Config{Metrics: mets, Authority: c.Authority, Version: version, LatestClientVersion: latestClientVersion,
-		JobOptions: opts, CA: ca, HeartbeatInterval: c.HeartbeatInterval, TallyHalfLife: c.TallyHalfLife, FenceAfter: c.JobGrace,
+		JobOptions: opts, CA: ca, HeartbeatInterval: c.HeartbeatInterval, HeartbeatJitter: c.HeartbeatJitter, TallyHalfLife: c.TallyHalfLife, FenceAfter: c.JobGrace,
 		MemoryReserveGb: c.MemoryReserveGb, UserCertValidity: c.UserCertValidity, SlaveCertValidity: c.SlaveCertValidity,
 		SSHJump: jump, MaxNotebooksPerUser: c.MaxNotebooksPerUser, IdleThreshold: idle.Threshold, MaxJobLog: c.retention.maxJobLog}, log, wake, work)
 	srv := web.New(wcfg, st, h, log)

@@ -111,8 +111,11 @@ func (c *config) check() (checkedServe, error) {
 	if c.ForecastEvery < 0 {
 		return out, fmt.Errorf("--forecast-every must be 0 (every pass) or positive, not %s", c.ForecastEvery)
 	}
-	if c.MaxBusy < 0 || c.MaxBusy > 1 {
+	if !(c.MaxBusy >= 0 && c.MaxBusy <= 1) { // NaN too
 		return out, fmt.Errorf("--scheduler-max-busy %g: must be between 0 and 1", c.MaxBusy)
+	}
+	if !(c.HeartbeatJitter >= 0 && c.HeartbeatJitter <= 0.5) { // NaN too
+		return out, fmt.Errorf("--heartbeat-jitter %g: must be between 0 and 0.5", c.HeartbeatJitter)
 	}
 	if c.HaltFactor < 1 {
 		return out, fmt.Errorf("--halt-factor %g: must be 1 (any higher fair rank) or more", c.HaltFactor)

@@ -191,6 +191,8 @@ func TestConfigCheckRefusesWhatServeRefuses(t *testing.T) {
 		{"retention-logs = \"-1s\"\n", "retention"},
 		{"halt-factor = 0.5\n", "--halt-factor"},
 		{"scheduler-max-busy = 1.5\n", "--scheduler-max-busy"},
+		{"heartbeat-jitter = 0.6\n", "--heartbeat-jitter"},
+		{"heartbeat-jitter = -0.1\n", "--heartbeat-jitter"},
 		{"forecast-every = \"-1s\"\n", "--forecast-every"},
 		{"db-max-conns = 0\n", "--db-max-conns"},
 	} {

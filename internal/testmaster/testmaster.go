@@ -75,6 +75,10 @@ type Options struct {
 	MaxLongPoll, WorkRecheck time.Duration
 	// HeartbeatInterval is what slaves are told (default 500 ms).
 	HeartbeatInterval time.Duration
+	// HeartbeatJitter spreads the intervals told as --heartbeat-jitter does (0: serve's
+	// default, handlers.DefaultHeartbeatJitter; negative: none, every reply names exactly
+	// HeartbeatInterval).
+	HeartbeatJitter float64
 	// UsageFlush is --usage-flush (default store.DefaultUsageFlush, at most a quarter of the
 	// idle check's window as the master makes it).
 	UsageFlush time.Duration
@@ -167,6 +171,10 @@ func Start(t testing.TB, opts Options) *Master {
 	if opts.HeartbeatInterval == 0 {
 		opts.HeartbeatInterval = 500 * time.Millisecond
 	}
+	jitter := cmp.Or(opts.HeartbeatJitter, handlers.DefaultHeartbeatJitter)
+	if jitter < 0 {
+		jitter = 0
+	}
 	lc := opts.Loop
 	if lc.Interval == 0 {
 		lc.Interval = 200 * time.Millisecond
@@ -189,7 +197,7 @@ func Start(t testing.TB, opts Options) *Master {
 	lc.Metrics = mets
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
 	h := handlers.New(st, handlers.Config{Metrics: mets, Authority: Authority, Version: "test", LatestClientVersion: "4.0.0", JobOptions: jobOpts,
-		CA: ca, HeartbeatInterval: opts.HeartbeatInterval, MaxLongPoll: cmp.Or(opts.MaxLongPoll, 5*time.Second), FenceAfter: lc.JobGrace,
+		CA: ca, HeartbeatInterval: opts.HeartbeatInterval, HeartbeatJitter: jitter, MaxLongPoll: cmp.Or(opts.MaxLongPoll, 5*time.Second), FenceAfter: lc.JobGrace,
 		MissingGrace: opts.MissingGrace, WorkRecheck: opts.WorkRecheck, SSHJump: opts.SSHJump, MaxNotebooksPerUser: notebooks,
 		IdleThreshold: lc.Idle.Threshold}, log, wake, work)
 	wcfg := web.Config{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}, Admins: opts.Admins, Authority: Authority,
