@@ -596,7 +596,7 @@ func startMaster(t testing.TB, o masterOptions) *master {
 	cfg.HeartbeatJitter = handlers.DefaultHeartbeatJitter
 	if v := os.Getenv("GPULAB_BENCH_HEARTBEAT_JITTER"); v != "" {
 		// Diagnostics: another spread (0: none), to see what the spread does.
-		if cfg.HeartbeatJitter, err = strconv.ParseFloat(v, 64); err != nil || cfg.HeartbeatJitter < 0 || cfg.HeartbeatJitter > 0.5 {
+		if cfg.HeartbeatJitter, err = strconv.ParseFloat(v, 64); err != nil || !(cfg.HeartbeatJitter >= 0 && cfg.HeartbeatJitter <= 0.5) {
 			t.Fatalf("GPULAB_BENCH_HEARTBEAT_JITTER=%q: want a fraction from 0 to 0.5", v)
 		}
 	}

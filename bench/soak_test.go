@@ -37,29 +37,28 @@ func (s *samples) add(at time.Time, d time.Duration) {
 	s.mu.Unlock()
 }
 
-// in returns the durations of the samples taken in [from, to).
-func (s *samples) in(from, to time.Time) []time.Duration {
+// each calls f with every sample taken in [from, to).
+func (s *samples) each(from, to time.Time, f func(sample)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []time.Duration
 	for _, x := range s.s {
 		if !x.at.Before(from) && x.at.Before(to) {
-			out = append(out, x.d)
+			f(x)
 		}
 	}
+}
+
+// in returns the durations of the samples taken in [from, to).
+func (s *samples) in(from, to time.Time) []time.Duration {
+	var out []time.Duration
+	s.each(from, to, func(x sample) { out = append(out, x.d) })
 	return out
 }
 
 // startsIn returns when the samples taken in [from, to) began.
 func (s *samples) startsIn(from, to time.Time) []time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []time.Time
-	for _, x := range s.s {
-		if !x.at.Before(from) && x.at.Before(to) {
-			out = append(out, x.at)
-		}
-	}
+	s.each(from, to, func(x sample) { out = append(out, x.at) })
 	return out
 }
 

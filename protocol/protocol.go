@@ -18,9 +18,10 @@
 //  3. Heartbeat (every Interval, chosen by the master's reply, on its own timer: never behind a
 //     Docker call; the master draws each reply's Interval a little apart from the last, so that
 //     slaves answered together do not heartbeat together ever after): every job the slave
-//     holds, as a task or a container, with the latest usage sample. The master answers with its own view of the jobs on the slave and stop orders
-//     for what the slave must not hold; it frees what ended jobs held once the slave no longer
-//     lists them, and requeues or ends a job the slave has stopped listing for a grace.
+//     holds, as a task or a container, with the latest usage sample. The master answers with
+//     its own view of the jobs on the slave and stop orders for what the slave must not hold;
+//     it frees what ended jobs held once the slave no longer lists them, and requeues or ends
+//     a job the slave has stopped listing for a grace.
 //  4. Next (long poll, up to Wait): the master answers at once with work when there is some (a
 //     job ASSIGNED to this slave that the slave does not hold, or a stop order), else when Wait
 //     ends with no work. An assignment is a lease, not a transfer: the job stays ASSIGNED until
