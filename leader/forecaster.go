@@ -3,6 +3,7 @@ package leader
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"time"
 
@@ -30,8 +31,20 @@ func (l *Loop) handOff(snap scheduler.Snapshot, narrowed bool) bool {
 	snap.Queued = slices.Clone(snap.Queued)
 	snap.Running = slices.Clone(snap.Running)
 	snap.NoRanges, snap.Sweep, snap.Decide = false, 0, nil
+	snap.ForecastWorkers = forecastWorkers(runtime.GOMAXPROCS(0))
 	l.forecasts <- forecastJob{snap: snap, narrowed: narrowed, at: time.Now()}
 	return true
+}
+
+// forecastWorkers is how many of a forecast's replays run at once on a master of procs cores:
+// all but one, so that a core stays for the heartbeats, the requests and the passes. On B8x's
+// 2-core machine the replays of one forecast (five on a learned queue of 5,000) ran side by side
+// on both cores every --forecast-every; each handler that became ready then waited for a core
+// behind them, and the heartbeats' p99 went from 14–53 ms to 154–188 ms as the replays
+// lengthened in the soak's last minutes (30 Nov). A forecast is not waited for: it may take
+// longer.
+func forecastWorkers(procs int) int {
+	return max(1, procs-1)
 }
 
 // forecaster forecasts the waiting jobs' starts and writes the estimates, off the passes, for

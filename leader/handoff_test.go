@@ -1,6 +1,7 @@
 package leader
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/opengpulab/gpulab/scheduler"
@@ -29,5 +30,20 @@ func TestHandOffCopiesWhatTheNextPassReuses(t *testing.T) {
 		if f.snap.Queued[0].UUID != "q" {
 			t.Errorf("narrowed %v: the forecaster's queue changed with the next pass: %+v", narrowed, f.snap.Queued[0])
 		}
+	}
+}
+
+// The forecaster's replays leave a core to the handlers and the passes: all cores but one, and
+// one on a machine of one or two.
+func TestForecastLeavesACore(t *testing.T) {
+	for procs, want := range map[int]int{1: 1, 2: 1, 3: 2, 16: 15} {
+		if got := forecastWorkers(procs); got != want {
+			t.Errorf("%d cores: %d replays at once, want %d", procs, got, want)
+		}
+	}
+	l := &Loop{forecasts: make(chan forecastJob, 1)}
+	l.handOff(scheduler.Snapshot{}, false)
+	if f := <-l.forecasts; f.snap.ForecastWorkers != forecastWorkers(runtime.GOMAXPROCS(0)) {
+		t.Errorf("the forecaster's snapshot runs %d replays at once on %d cores", f.snap.ForecastWorkers, runtime.GOMAXPROCS(0))
 	}
 }

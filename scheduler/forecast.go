@@ -38,8 +38,9 @@ import (
 // came free, as the real pass backfills a small job behind a big one; it never starts before a
 // job ahead of it that needs no more GPUs. (A job placed ahead keeps what it took, so a hole it
 // leaves before its start is not used: the estimate errs late there.) Each replay is event-driven:
-// a heap of ends, and per job one scan of its candidate slaves plus one check per end popped,
-// so a pass over thousands of jobs and hundreds of slaves stays within milliseconds. Jobs
+// a heap of ends, and per job a look at its candidate slaves with room (in the order of when
+// their GPUs came free, replayindex.go, where it may go to most slaves) plus one check per end
+// popped, so a replay of 5,000 jobs on 2,000 full slaves takes 10–15 ms (BenchmarkForecastSoak). Jobs
 // naming reservations, capped by running-job limits or by notBefore keep what decide said
 // (reservation starts count; caps and halts still to come are not modelled). Under the fair
 // order, the likely and late starts are then stretched by what later arrivals ranked ahead
@@ -297,6 +298,7 @@ type forecastJob struct {
 	j     *Job
 	n     need
 	cands []int
+	in    slaveSet // cands as a set, shared by the jobs of a candKey
 	r     RunRatio // its owner's ratio for its maxDuration
 	u     [ForecastSamples]float64
 }
@@ -340,8 +342,8 @@ type assignedJob struct {
 }
 
 // forecast replays the waiting jobs (in queue order) and returns a range for each that finds a
-// start. The planner's state is only read.
-func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRatios) map[string]Range {
+// start, with at most workers replays at once (0: all). The planner's state is only read.
+func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRatios, workers int) map[string]Range {
 	out := map[string]Range{}
 	if len(waiting) == 0 || len(p.slaves) == 0 {
 		return out
@@ -367,13 +369,14 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 	// Where distributions are learned, the likely start is the median of drawn replays.
 	drawn := ForecastSamples > 0 && ratios.Global.known()
 	jobs := make([]forecastJob, 0, min(len(waiting), ForecastCap))
-	c := candidates{p: p, scopes: map[scopeKey][]int{}, matching: map[gpuKey][]int{}, cands: map[candKey][]int{}}
+	c := candidates{p: p, scopes: map[scopeKey][]int{}, matching: map[gpuKey][]int{}, cands: map[candKey]candSet{}}
 	for _, j := range waiting {
 		if len(jobs) == ForecastCap {
 			break
 		}
 		fj := forecastJob{j: j, n: p.needOf(j), r: ratios.of(j.UserID, j.Request.Scheduling.MaxDuration.Std())}
-		if fj.cands = c.of(j, &fj.n); len(fj.cands) > 0 {
+		cs := c.of(j, &fj.n)
+		if fj.cands, fj.in = cs.list, cs.set; len(fj.cands) > 0 {
 			if drawn {
 				fj.u = draws(j.UUID)
 			}
@@ -404,16 +407,28 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 				out[k] = p.replay(scLikely, k-3, jobs, held)
 			}
 		}
-		if len(jobs) < parallelReplay {
+		if workers <= 0 || workers > len(out) {
+			workers = len(out)
+		}
+		if len(jobs) < parallelReplay || workers == 1 {
 			for k := range out {
 				one(k)
 			}
 		} else {
 			// The replays only read the planner and the jobs (each has its own slaves and
-			// heap): on a long queue they run side by side.
-			var wg sync.WaitGroup
+			// heap): on a long queue they run side by side, workers at a time.
+			next := make(chan int, len(out))
 			for k := range out {
-				wg.Go(func() { one(k) })
+				next <- k
+			}
+			close(next)
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Go(func() {
+					for k := range next {
+						one(k)
+					}
+				})
 			}
 			wg.Wait()
 		}
@@ -647,30 +662,63 @@ func (p *planner) replay(sc, draw int, jobs []forecastJob, held []heldEnd) []tim
 	// starting before a job ahead of it needing no more GPUs, so the queue order still holds
 	// among alike jobs. A job needing no GPUs is not backfilled (CPUs and memory carry no time).
 	var floor []time.Time // by GPUs needed
-	// byFree counts the slaves by how many GPUs they have free now: a job needing more than any
-	// has cannot start now, and its candidates need no look (a full cluster's long queue spent
-	// most of each replay looking at every candidate of every job).
-	var byFree []int
+	// withFree[g] holds the slaves with at least g GPUs free now: a job needing g GPUs looks
+	// only at those of its candidates (a full cluster's long queue spent most of each replay
+	// passing by the candidates with no room, 2,000 a job at B8x's size).
+	maxGPUs := 0
 	for i := range sl {
-		for len(byFree) <= sl[i].now.nGPU {
-			byFree = append(byFree, 0)
-		}
-		byFree[sl[i].now.nGPU]++
+		maxGPUs = max(maxGPUs, len(sl[i].now.gpuFree))
 	}
-	mostFree := func() int {
-		k := len(byFree) - 1
-		for k > 0 && byFree[k] == 0 {
-			k--
-		}
-		return k
+	withFree := make([]slaveSet, maxGPUs+1)
+	for g := range withFree {
+		withFree[g] = newSlaveSet(len(sl))
 	}
+	for i := range sl {
+		for g := 1; g <= sl[i].now.nGPU; g++ {
+			withFree[g].add(i)
+		}
+	}
+	// bounds[g], for each GPU count g a job asks, orders the slaves by when g of their GPUs have
+	// been free (fromTree), for the jobs that may go to most slaves; a job of a few candidates
+	// looks at those with room among them.
+	bounds := make([]*fromTree, len(withFree))
+	for i := range jobs {
+		if g := jobs[i].n.gpus; g > 0 && g < len(bounds) && bounds[g] == nil && replayTrees {
+			bounds[g] = newFromTree(len(sl))
+		}
+	}
+	var since []int64
+	bound := func(c int) {
+		since = since[:0]
+		for k, free := range sl[c].now.gpuFree {
+			if free {
+				since = append(since, sl[c].freeAt[k].UnixNano())
+			}
+		}
+		slices.Sort(since)
+		for g, t := range bounds {
+			if t != nil {
+				x := int64(never)
+				if g <= len(since) {
+					x = since[g-1]
+				}
+				t.set(c, x)
+			}
+		}
+	}
+	for i := range sl {
+		bound(i)
+	}
+	var walk []treeNode
 	change := func(c int, do func(f *fres)) {
-		byFree[sl[c].now.nGPU]--
+		was := sl[c].now.nGPU
 		do(&sl[c].now)
-		for len(byFree) <= sl[c].now.nGPU {
-			byFree = append(byFree, 0)
+		for g := was + 1; g <= sl[c].now.nGPU; g++ {
+			withFree[g].add(c)
 		}
-		byFree[sl[c].now.nGPU]++
+		for g := sl[c].now.nGPU + 1; g <= was; g++ {
+			withFree[g].remove(c)
+		}
 	}
 	release := func(e fend) {
 		change(e.sl, func(f *fres) { f.give(e.gpuK, e.cpus, e.mem) })
@@ -678,6 +726,7 @@ func (p *planner) replay(sc, draw int, jobs []forecastJob, held []heldEnd) []tim
 			sl[e.sl].freeAt[k] = e.at
 		}
 		sl[e.sl].refresh()
+		bound(e.sl)
 	}
 	for i := range jobs {
 		fj := &jobs[i]
@@ -695,42 +744,56 @@ func (p *planner) replay(sc, draw int, jobs []forecastJob, held []heldEnd) []tim
 		least := maxTime(p.now, floor[g])
 		at, ever := -1, false
 		var from time.Time
-		cands := fj.cands
-		if g > 0 && mostFree() < g {
-			// None fits now: only whether one ever will.
-			for _, c := range cands {
-				if _, ever = sl[c].ever.fits(sl[c].st, &fj.n, nil); ever {
-					break
-				}
-			}
-			cands = nil
-		}
-		for _, c := range cands {
-			if g > 0 && at >= 0 && !from.After(least) {
-				break // none can start earlier
-			}
-			if sl[c].now.nGPU < g {
-				// Cannot fit now (the first check of fits, without the call: most candidates
-				// of a full cluster's replay).
-				if !ever {
-					_, ever = sl[c].ever.fits(sl[c].st, &fj.n, nil)
-				}
-				continue
-			}
-			if g > 0 && at >= 0 && !sl[c].soonest.Before(from) {
-				continue // cannot start before the best found
+		// look weighs one candidate with room now: the first that fits, and among GPUs the
+		// one whose GPUs came free first (on a tie the lower index, as a scan by index finds);
+		// done once none can start earlier.
+		look := func(c int) (done bool) {
+			if g > 0 && at >= 0 && (sl[c].soonest.After(from) || sl[c].soonest.Equal(from) && c > at) {
+				return false // cannot start before the best found
 			}
 			var ok bool
 			var f time.Time
-			if gpuK, f, ok = sl[c].earliest(&fj.n, gpuK); ok {
-				if at < 0 || g > 0 && f.Before(from) {
-					at, from, ever = c, f, true
-					bestK = append(bestK[:0], gpuK...)
-				}
-				continue
+			if gpuK, f, ok = sl[c].earliest(&fj.n, gpuK); ok && (at < 0 || g > 0 && (f.Before(from) || f.Equal(from) && c < at)) {
+				at, from, ever = c, f, true
+				bestK = append(bestK[:0], gpuK...)
 			}
-			if !ever {
-				_, ever = sl[c].ever.fits(sl[c].st, &fj.n, nil)
+			return at >= 0 && (g == 0 || !from.After(least))
+		}
+		switch {
+		case g == 0:
+			for _, c := range fj.cands {
+				if look(c) {
+					break
+				}
+			}
+		case g >= len(withFree):
+		case bounds[g] != nil && 2*len(fj.cands) >= len(sl):
+			// The job's start on a slave is the later of least and when its GPUs came free:
+			// the best is the first slave, by index, where it may start at least, else the one
+			// where it starts soonest (the scan's choice, without visiting every slave).
+			t, x := bounds[g], least.UnixNano()
+			for c := t.first(0, x); c >= 0; c = t.first(c+1, x) {
+				if fj.in.has(c) && look(c) {
+					break
+				}
+			}
+			if at < 0 || from.After(least) {
+				walk = t.best(walk, func(c int) (int64, int, bool) {
+					if fj.in.has(c) {
+						look(c)
+					}
+					return from.UnixNano(), at, at >= 0
+				})
+			}
+		default:
+			fj.in.eachIn(withFree[g], look)
+		}
+		if at < 0 {
+			// None fits now: only whether one ever will.
+			for _, c := range fj.cands {
+				if _, ever = sl[c].ever.fits(sl[c].st, &fj.n, nil); ever {
+					break
+				}
 			}
 		}
 		if at >= 0 {
@@ -752,7 +815,7 @@ func (p *planner) replay(sc, draw int, jobs []forecastJob, held []heldEnd) []tim
 				touched = append(touched, e2.sl)
 			}
 			for _, c := range touched {
-				if _, cand := slices.BinarySearch(fj.cands, c); !cand {
+				if !fj.in.has(c) {
 					continue
 				}
 				var ok bool
@@ -779,6 +842,7 @@ func (p *planner) replay(sc, draw int, jobs []forecastJob, held []heldEnd) []tim
 		e := fend{sl: at, gpuK: slices.Clone(gpuK), cpus: fj.n.cpus, mem: fj.n.memGb}
 		change(at, func(f *fres) { f.take(e.gpuK, e.cpus, e.mem) })
 		sl[at].refresh()
+		bound(at)
 		if d := duration(sc, draw, &fj.u, fj.j.Request.Scheduling.MaxDuration.Std(), fj.r); d > 0 {
 			e.at = start.Add(d)
 			ends.push(e)
@@ -796,7 +860,13 @@ type candidates struct {
 	p        *planner
 	scopes   map[scopeKey][]int // online, accepting slaves in scope
 	matching map[gpuKey][]int   // per slave: GPUs matching model, memory and CUDA
-	cands    map[candKey][]int
+	cands    map[candKey]candSet
+}
+
+// candSet is the slaves that could ever take a job, as a list and as a set.
+type candSet struct {
+	list []int
+	set  slaveSet
 }
 
 // scopeKey is what inScope looks at.
@@ -879,7 +949,7 @@ func (p *planner) capableKey(j *Job, n *need, booked []*booking) (candKey, bool)
 	return p.candKeyOf(j, n), true
 }
 
-func (c *candidates) of(j *Job, n *need) []int {
+func (c *candidates) of(j *Job, n *need) candSet {
 	ck := c.p.candKeyOf(j, n)
 	sk, gk := ck.scopeKey, ck.gpuKey
 	if out, ok := c.cands[ck]; ok {
@@ -906,11 +976,12 @@ func (c *candidates) of(j *Job, n *need) []int {
 		}
 		c.matching[gk] = match
 	}
-	out := make([]int, 0, len(scope))
+	out := candSet{list: make([]int, 0, len(scope)), set: newSlaveSet(len(c.p.slaves))}
 	for _, i := range scope {
 		st := c.p.slaves[i]
 		if match[i] >= n.gpus && st.cpus(false) >= n.cpus && st.memory(false) >= n.memGb {
-			out = append(out, i)
+			out.list = append(out.list, i)
+			out.set.add(i)
 		}
 	}
 	c.cands[ck] = out

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"testing"
@@ -417,4 +418,129 @@ func TestForecastDrawsAreStable(t *testing.T) {
 	if len(first) != 20 || far < 2*time.Hour {
 		t.Fatalf("%d ranges, the farthest likely start %s ahead: want 20, hours ahead", len(first), far)
 	}
+}
+
+// TestForecastWorkersKeepTheRanges: the replays give the same ranges run one at a time, two at a
+// time or all at once (the master's forecaster runs them on all cores but one).
+func TestForecastWorkersKeepTheRanges(t *testing.T) {
+	s := soakSnapshot(100, 2000, 0.23, 30*time.Minute)
+	s.NoRanges = false
+	want := s.Plan().Ranges
+	if len(want) == 0 {
+		t.Fatal("no ranges")
+	}
+	for _, w := range []int{1, 2, 3} {
+		s.ForecastWorkers = w
+		if got := s.Plan().Ranges; !reflect.DeepEqual(got, want) {
+			t.Errorf("%d workers: %d ranges, %d differ from all at once", w, len(got), rangesDiffer(got, want))
+		}
+	}
+}
+
+func rangesDiffer(a, b map[string]Range) int {
+	n := 0
+	for id, r := range a {
+		if b[id] != r {
+			n++
+		}
+	}
+	return n + max(0, len(b)-len(a))
+}
+
+// TestSlaveSet: the replay's look at the slaves with room visits, in index order, those in both
+// sets, and stops where told.
+func TestSlaveSet(t *testing.T) {
+	a, b := newSlaveSet(200), newSlaveSet(200)
+	for _, i := range []int{0, 3, 63, 64, 65, 130, 199} {
+		a.add(i)
+	}
+	for _, i := range []int{3, 63, 64, 100, 130, 199} {
+		b.add(i)
+	}
+	b.remove(100)
+	var seen []int
+	a.eachIn(b, func(i int) bool { seen = append(seen, i); return false })
+	if want := []int{3, 63, 64, 130, 199}; !slices.Equal(seen, want) {
+		t.Errorf("both: %v, want %v", seen, want)
+	}
+	seen = seen[:0]
+	a.eachIn(b, func(i int) bool { seen = append(seen, i); return i == 64 })
+	if want := []int{3, 63, 64}; !slices.Equal(seen, want) {
+		t.Errorf("stopped at 64: %v, want %v", seen, want)
+	}
+	if !a.has(65) || a.has(66) || b.has(100) {
+		t.Error("has")
+	}
+}
+
+// TestForecastTreeKeepsTheScan: the replay's walk of the slaves by when their GPUs came free
+// (fromTree) chooses the slave the scan by index chooses, so the ranges are the same with it
+// and without it: random installations (GPU models, clusters, CPUs and memory that may not
+// fit), with learned ratios, drawn ones and none, and B8x's queue.
+func TestForecastTreeKeepsTheScan(t *testing.T) {
+	q := make([]float64, RatioQuantiles+1)
+	for k := range q {
+		x := float64(k) / RatioQuantiles
+		q[k] = x * x
+	}
+	var snaps []Snapshot
+	for seed := range uint64(12) {
+		s := withEnds(randomSnapshot(seed, 80, 600))
+		switch seed % 3 {
+		case 1:
+			s.Ratios = RunRatios{Global: RunRatio{Low: 0.1, Mid: 0.4}, Users: map[int64]RunRatio{1: {Low: 0.5, Mid: 0.9}}}
+		case 2:
+			s.Ratios = RunRatios{Global: NewRunRatio(1.0/3, q)}
+		}
+		snaps = append(snaps, s)
+	}
+	for seed := range uint64(12) {
+		snaps = append(snaps, mixedSnapshot(seed))
+	}
+	snaps = append(snaps, soakSnapshot(150, 3000, 0.23, 30*time.Minute))
+	defer func() { replayTrees = true }()
+	for i, s := range snaps {
+		s.NoRanges = false
+		replayTrees = false
+		want := s.Plan().Ranges
+		replayTrees = true
+		got := s.Plan().Ranges
+		if len(want) == 0 {
+			t.Errorf("snapshot %d: no ranges", i)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("snapshot %d: %d of %d ranges differ with the tree", i, rangesDiffer(got, want), len(want))
+		}
+	}
+}
+
+// mixedSnapshot is a cluster whose slaves each mix two GPU models (a job asking one model may
+// not take a slave's GPUs that came free first) and whose jobs end on the same ten minutes (ties
+// between slaves), with a few GPUs free: where the walk by bound and the scan by index could part.
+func mixedSnapshot(seed uint64) Snapshot {
+	r := rand.New(rand.NewPCG(seed, 7))
+	s := Snapshot{Now: t0, Clusters: map[int]Cluster{1: {ID: 1}}}
+	for i := range 40 {
+		sl := mkSlave(fmt.Sprintf("node%03d", i), inCluster(1))
+		sl.GPUs = gpuList(v100, 32, 0, 8)
+		for k := range sl.GPUs {
+			if r.IntN(2) == 0 {
+				sl.GPUs[k] = gpuList(a100, 80, k, 1)[0]
+			}
+		}
+		s.Slaves = append(s.Slaves, sl)
+		for _, k := range r.Perm(8)[:6+r.IntN(3)] {
+			s.Running = append(s.Running, Placed{JobUUID: fmt.Sprintf("run%03d-%d", i, k), SlaveName: sl.Name, UserID: int64(1 + r.IntN(5)),
+				GPUIndices: []int{k}, CPUIDs: []int{k}, MemoryGb: 1, Ends: t0.Add(time.Duration(1+r.IntN(12)) * 10 * time.Minute)})
+		}
+	}
+	for i := range 400 {
+		var opts []jobOpt
+		if r.IntN(2) == 0 {
+			opts = append(opts, model([]string{"V100", "a100"}[r.IntN(2)]))
+		}
+		opts = append(opts, user(int64(1+r.IntN(5))), maxDur(time.Duration(1+r.IntN(6))*time.Hour), submitted(time.Duration(i)*time.Second))
+		s.Queued = append(s.Queued, mkJob(fmt.Sprintf("job%04d", i), 1+r.IntN(4), 1, 1, opts...))
+	}
+	return s
 }

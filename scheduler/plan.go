@@ -127,7 +127,7 @@ func (s Snapshot) Plan() Plan {
 		if s.RangesFor != nil {
 			waiting = upToLast(waiting, s.RangesFor)
 		}
-		out.Ranges = p.forecast(waiting, assigned, s.Ratios)
+		out.Ranges = p.forecast(waiting, assigned, s.Ratios, s.ForecastWorkers)
 		if s.Policy == "" || s.Policy == PolicyFair {
 			p.overtake(out.Ranges, waiting, s)
 		}

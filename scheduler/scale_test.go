@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"reflect"
@@ -256,6 +257,90 @@ func BenchmarkPlanSteadyB8x(b *testing.B) {
 			b.ReportMetric(float64(len(s.Queued)), "queued")
 			b.ReportMetric(float64(len(s.Queued)-len(p.Skipped)), "decided")
 			b.ReportMetric(float64(len(p.Assignments)), "assigned")
+		})
+	}
+}
+
+// soakSnapshot is B8x's queue as the forecaster sees it in the soak (bench/soak_test.go): slaves
+// × 8 GPUs full, mostly with one-GPU jobs (3 % of 2–4), started within age and running to the
+// 2-week default maxDuration; queued jobs of one GPU, a share multi of them 2–4, from 20 users;
+// ratios learned as the soak's run times give them (exponential, mean 800 s, of two weeks).
+func soakSnapshot(slaves, queued int, multi float64, age time.Duration) Snapshot {
+	rng := rand.New(rand.NewPCG(3, 1))
+	s := Snapshot{Now: t0, Policy: PolicyFair, Clusters: map[int]Cluster{1: {ID: 1}}, Tallies: map[int64]float64{}}
+	for i := range slaves {
+		s.Slaves = append(s.Slaves, mkSlave(fmt.Sprintf("node%05d", i), gpus(gpuList(v100, 32, 0, 8)...), func(sl *Slave) { sl.ClusterID = 1 }))
+	}
+	for u := int64(1); u <= 20; u++ {
+		s.Tallies[u] = rng.Float64() * 100
+	}
+	maxd := 14 * 24 * time.Hour
+	n := 0
+	for i := range slaves {
+		k := 0
+		for k < 8 {
+			g := 1
+			if rng.Float64() < 0.03 {
+				g = min(2+rng.IntN(3), 8-k)
+			}
+			gi := make([]int, g)
+			ci := make([]int, 2*g)
+			for x := range g {
+				gi[x] = k + x
+				ci[2*x], ci[2*x+1] = 2*(k+x), 2*(k+x)+1
+			}
+			started := t0.Add(-time.Duration(rng.Int64N(int64(age))))
+			s.Running = append(s.Running, Placed{JobUUID: fmt.Sprintf("run%06d", n), SlaveName: fmt.Sprintf("node%05d", i), UserID: 1 + rng.Int64N(20),
+				GPUIndices: gi, CPUIDs: ci, MemoryGb: 8 * g, Started: started, Ends: started.Add(maxd)})
+			n++
+			k += g
+		}
+	}
+	for i := range queued {
+		g := 1
+		if rng.Float64() < multi {
+			g = 2 + rng.IntN(3)
+		}
+		j := mkJob(fmt.Sprintf("job%06d", i), g, 2*g, 8*g, user(1+rng.Int64N(20)), minDur(7*24*time.Hour), maxDur(maxd))
+		j.Submitted = t0.Add(-age + time.Duration(i)*time.Millisecond)
+		s.Queued = append(s.Queued, j)
+	}
+	q := make([]float64, RatioQuantiles+1)
+	mean := 800.0 / maxd.Seconds()
+	for k := range q {
+		p := float64(k) / RatioQuantiles
+		if k == RatioQuantiles {
+			p = 0.999
+		}
+		q[k] = -math.Log(1-p) * mean
+	}
+	s.Ratios = RunRatios{Global: NewRunRatio(mean, q)}
+	return s
+}
+
+// BenchmarkForecastSoak is the forecaster's plan in B8x at 2,000 slaves, early (the queue's
+// 2–4-GPU jobs 7 %, the running jobs started in the last minute) and late (23 %, 30 minutes),
+// with the replays on every core and one at a time (the master's forecaster on 2 cores), and
+// the pass alone (no ranges) for scale.
+func BenchmarkForecastSoak(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		multi   float64
+		age     time.Duration
+		workers int
+		ranges  bool
+	}{
+		{"early", 0.067, time.Minute, 0, true}, {"late", 0.23, 30 * time.Minute, 0, true},
+		{"late/workers=1", 0.23, 30 * time.Minute, 1, true}, {"late/noranges", 0.23, 30 * time.Minute, 0, false},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := soakSnapshot(2000, 20000, c.multi, c.age)
+			s.NoRanges, s.ForecastWorkers = !c.ranges, c.workers
+			var p Plan
+			for b.Loop() {
+				p = s.Plan()
+			}
+			b.ReportMetric(float64(len(p.Ranges)), "ranges")
 		})
 	}
 }

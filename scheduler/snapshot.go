@@ -41,6 +41,11 @@ type Snapshot struct {
 	// a long queue after the decisions themselves: the simulator asks for ranges only in the
 	// passes whose ranges it records. The master leaves it false.
 	NoRanges bool
+	// ForecastWorkers bounds how many of the forecast's replays run at once (0: all of them,
+	// side by side, on a queue of parallelReplay jobs or more). The master's forecaster runs
+	// beside the heartbeats and the passes, and its replays are its heaviest work: run on
+	// every core at once, they queued the handlers behind them (issue 16's late turn, README).
+	ForecastWorkers int
 	// RangesFor, when not nil, limits the forecast to the passes that leave one of these jobs
 	// waiting (undecided, or in Waiting): the simulator measures a sample of jobs, and a sampled
 	// job placed at its first pass needs no range. Nil: every pass forecasts (the master).
