@@ -30,6 +30,9 @@ type reservation struct {
 	// onto the slave may still take without delaying it.
 	spareMem int
 
+	// heldBackLine is heldBack's line, made once: thousands of jobs may be held back a pass.
+	heldBackLine string
+
 	// Scratch for mask/unmask: what mask took away, so that unmask gives back exactly that.
 	maskedGPU, maskedCPU []int
 	maskedMem            int
@@ -207,7 +210,10 @@ func (r *reservation) expected() string {
 
 // heldBack is the explanation of a job that would fit now, but only on the head's room.
 func (r *reservation) heldBack() string {
-	return fmt.Sprintf("held back so that job %s can start at %s (it needs the room this job would take)", shortID(r.head), fmtTime(r.start))
+	if r.heldBackLine == "" {
+		r.heldBackLine = fmt.Sprintf("held back so that job %s can start at %s (it needs the room this job would take)", shortID(r.head), fmtTime(r.start))
+	}
+	return r.heldBackLine
 }
 
 func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
