@@ -538,6 +538,15 @@ type scan struct {
 	heldBack bool
 }
 
+// keepScan remembers a scan's outcome for the jobs like the one scanned, until the next
+// assignment (scan.version).
+func (p *planner) keepScan(sk scanKey, sc scan) {
+	if p.scans == nil {
+		p.scans = map[scanKey]scan{}
+	}
+	p.scans[sk] = sc
+}
+
 // decide runs the filters for one job in the order that gives the most useful answer: timing,
 // then the slaves in scope (cluster, pins, private clusters), then what could ever fit (totals),
 // then what fits now (online, accepting, free resources), then the ranking.
@@ -744,11 +753,7 @@ place:
 		if keyed && bookedLine == "" {
 			// Nothing but the head's room fits this need (a job whose room was booked by a
 			// reservation may differ from its like: not kept).
-			sc = scan{version: p.version, heldBack: true, misses: sc.misses[:0], offline: sc.offline[:0], draining: sc.draining[:0]}
-			if p.scans == nil {
-				p.scans = map[scanKey]scan{}
-			}
-			p.scans[sk] = sc
+			p.keepScan(sk, scan{version: p.version, heldBack: true, misses: sc.misses[:0], offline: sc.offline[:0], draining: sc.draining[:0]})
 		}
 		return decision{wait: []string{p.reserved.heldBack()}}
 	}
@@ -759,10 +764,7 @@ place:
 			offline: append(sc.offline[:0], offline...), draining: append(sc.draining[:0], draining...)}
 		sc.why = waiting(&n, pinned, sc.misses, sc.offline, sc.draining)
 		misses, offline, draining = sc.misses, sc.offline, sc.draining
-		if p.scans == nil {
-			p.scans = map[scanKey]scan{}
-		}
-		p.scans[sk] = sc
+		p.keepScan(sk, sc)
 	}
 explain:
 	var why []string
