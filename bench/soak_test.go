@@ -380,7 +380,7 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 			}
 			return d.Seconds() / sp.window.Seconds()
 		}
-		rep.add(result{Scenario: sp.id, Measure: "scheduler loop busy: " + name(1) + ", " + name(n), Value: fmt.Sprintf("%.0f %%, %.0f %%", 100*loopBusy(first), 100*loopBusy(last)),
+		rep.add(result{Scenario: sp.id, Measure: "scheduler loop busy: " + name(1) + ", " + name(n), Value: fmt.Sprintf("%.1f %%, %.1f %%", 100*loopBusy(first), 100*loopBusy(last)),
 			Goal: "≤ 20 %", Met: met(loopBusy(first) <= 0.2 && loopBusy(last) <= 0.2)})
 		rep.add(result{Scenario: sp.id, Measure: "heartbeat p99 at the slaves: " + name(1) + ", " + name(n),
 			Value: ms(percentile(first.beats, 99)) + ", " + ms(percentile(last.beats, 99)), Goal: "≤ 50 ms", Met: within(first.beats, last.beats, 50*time.Millisecond)})
@@ -423,7 +423,7 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 			busy += d
 		}
 		bMean, b99, bMost := bunching(w.beatStarts, t0.Add(time.Duration(k)*sp.window), sp.window, bunchSlot)
-		per = append(per, fmt.Sprintf("%d: %d passes (p99 %s, the loop busy %.0f %%), %d finished, %d queued (%d of 2–4 GPUs), %d heartbeats (p50 %s, p99 %s; sent per 100 ms: mean %.0f, p99 %d, most %d; in the master's handler p50 ≤ %s, p99 ≤ %s; "+
+		per = append(per, fmt.Sprintf("%d: %d passes (p99 %s, the loop busy %.1f %%), %d finished, %d queued (%d of 2–4 GPUs), %d heartbeats (p50 %s, p99 %s; sent per 100 ms: mean %.0f, p99 %d, most %d; in the master's handler p50 ≤ %s, p99 ≤ %s; "+
 			"%d statements of %.1f, taking p50 %s p99 %s, waited for p99 %s), reads p99 %s, submits p99 %s, WAL %s%s, "+
 			"CPU in cores: master %.2f, postgres %.2f, bench %.2f, "+
 			"RSS %s (heap in use %s, live %s, stacks %s; the collector %.0f %% of the master's CPU), %d goroutines, "+

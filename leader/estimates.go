@@ -9,11 +9,19 @@ import (
 )
 
 // EstimateTolerance is how far a queued job's start estimate (and each end of its range) may
-// move before the leader writes it again. Estimates are shown to the minute, and many move a
-// little at every pass (a job still starting is expected to end its maxDuration from now): at
-// B1x's size a pass rewrote the estimates of its 5,000 planned jobs every time (0.4–0.5 s of a
-// 1-s pass) to move them by a second.
+// move before the leader writes it again, at the least (see EstimateShare). Estimates are shown
+// to the minute, and many move a little at every pass (a job still starting is expected to end
+// its maxDuration from now): at B1x's size a pass rewrote the estimates of its 5,000 planned
+// jobs every time (0.4–0.5 s of a 1-s pass) to move them by a second.
 const EstimateTolerance = time.Minute
+
+// EstimateShare is how far, as a share of how far ahead it lies, an estimate may move before it
+// is written again, where that is more than EstimateTolerance: an estimate hours ahead is read
+// to the hour, the forecast's own error is a quarter of the wait (issue 15's Philly replay,
+// err/wait p50 0.21–0.28), and each rewrite is a row and its WAL. The nearer of the written and
+// the new time counts, so that one brought closer is written as soon as it moves by a tenth of
+// its new distance; one minutes ahead keeps the minute.
+const EstimateShare = 0.1
 
 // written is what the leader knows the database holds as the start estimate of queued jobs:
 // an entry per job it wrote or cleared this term (nil: none). A job without an entry is
@@ -21,16 +29,17 @@ const EstimateTolerance = time.Minute
 type written map[string]*job.StartEstimate
 
 // changed returns, among the named jobs, those whose estimate in est (absent: none) differs from
-// what was written by more than the tolerance, or is unknown: the ones to write.
-func (w written) changed(est map[string]job.StartEstimate, among []string) []string {
+// what was written by more than the tolerance at now (closeEstimates), or is unknown: the ones
+// to write.
+func (w written) changed(est map[string]job.StartEstimate, among []string, now time.Time) []string {
 	out := []string{}
 	for _, id := range among {
 		old, known := w[id]
-		now, has := est[id]
+		cur, has := est[id]
 		switch {
 		case !known, (old == nil) != !has:
 			out = append(out, id)
-		case has && !closeEstimates(*old, now):
+		case has && !closeEstimates(*old, cur, now):
 			out = append(out, id)
 		}
 	}
@@ -57,8 +66,14 @@ func (w written) forget(keep func(id string) bool) {
 	}
 }
 
-func closeEstimates(a, b job.StartEstimate) bool {
-	near := func(x, y time.Time) bool { return x.Sub(y).Abs() < EstimateTolerance }
+// closeEstimates says whether a and b, seen at now, are within the tolerance of each other:
+// their starts and each end of their ranges closer than EstimateTolerance, or than
+// EstimateShare of how far ahead of now the nearer of the two lies.
+func closeEstimates(a, b job.StartEstimate, now time.Time) bool {
+	near := func(x, y time.Time) bool {
+		ahead := min(x.Sub(now), y.Sub(now))
+		return x.Sub(y).Abs() < max(EstimateTolerance, time.Duration(EstimateShare*float64(ahead)))
+	}
 	nearPtr := func(x, y *time.Time) bool { return x == nil && y == nil || x != nil && y != nil && near(*x, *y) }
 	return near(a.Start, b.Start) && nearPtr(a.Earliest, b.Earliest) && nearPtr(a.Latest, b.Latest)
 }

@@ -15,20 +15,21 @@ import (
 
 // TestWrittenEstimates: an estimate is written again when it is unknown, appears, disappears,
 // or moves (its start or either end of its range) by the tolerance or more; not when it moves
-// less.
+// less. Seen at a's start: a minute for it and its earliest, six for its latest an hour ahead.
 func TestWrittenEstimates(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	now := t0.Add(time.Hour)
 	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
 	est := func(start, early, late time.Duration) job.StartEstimate {
 		return job.StartEstimate{Start: t0.Add(start), Earliest: at(early), Latest: at(late)}
 	}
 	w := written{}
 	first := map[string]job.StartEstimate{"a": est(time.Hour, 0, 2*time.Hour), "b": {Start: t0}}
-	if got := w.changed(first, []string{"a", "b", "c"}); !slices.Equal(got, []string{"a", "b", "c"}) {
+	if got := w.changed(first, []string{"a", "b", "c"}, now); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("unknown jobs: %v, want all three written", got)
 	}
 	w.record(first, []string{"a", "b", "c"})
-	if got := w.changed(first, []string{"a", "b", "c"}); len(got) != 0 {
+	if got := w.changed(first, []string{"a", "b", "c"}, now); len(got) != 0 {
 		t.Fatalf("nothing moved: %v written", got)
 	}
 	small := time.Minute - time.Second
@@ -37,20 +38,55 @@ func TestWrittenEstimates(t *testing.T) {
 		next map[string]job.StartEstimate
 		want []string
 	}{
-		{"a moves less than the tolerance", map[string]job.StartEstimate{"a": est(time.Hour+small, small, 2*time.Hour-small), "b": {Start: t0}}, []string{}},
+		{"a moves less than the tolerance", map[string]job.StartEstimate{"a": est(time.Hour+small, small, 2*time.Hour-5*time.Minute), "b": {Start: t0}}, []string{}},
 		{"a's start moves a minute", map[string]job.StartEstimate{"a": est(time.Hour+time.Minute, 0, 2*time.Hour), "b": {Start: t0}}, []string{"a"}},
 		{"a's latest moves", map[string]job.StartEstimate{"a": est(time.Hour, 0, 3*time.Hour), "b": {Start: t0}}, []string{"a"}},
+		{"a's latest moves a tenth of an hour", map[string]job.StartEstimate{"a": est(time.Hour, 0, 2*time.Hour+6*time.Minute), "b": {Start: t0}}, []string{"a"}},
 		{"b gains a range", map[string]job.StartEstimate{"a": est(time.Hour, 0, 2*time.Hour), "b": {Start: t0, Earliest: at(0), Latest: at(time.Hour)}}, []string{"b"}},
 		{"b loses its estimate, c gains one", map[string]job.StartEstimate{"a": est(time.Hour, 0, 2*time.Hour), "c": {Start: t0}}, []string{"b", "c"}},
 	}
 	for _, c := range cases {
-		if got := w.changed(c.next, []string{"a", "b", "c"}); !slices.Equal(got, c.want) {
+		if got := w.changed(c.next, []string{"a", "b", "c"}, now); !slices.Equal(got, c.want) {
 			t.Errorf("%s: written %v, want %v", c.name, got, c.want)
 		}
 	}
 	w.forget(func(id string) bool { return id != "a" })
-	if got := w.changed(first, []string{"a", "b"}); !slices.Equal(got, []string{"a"}) {
+	if got := w.changed(first, []string{"a", "b"}, now); !slices.Equal(got, []string{"a"}) {
 		t.Errorf("a forgotten (it left the queue): %v, want it written again", got)
+	}
+}
+
+// TestWrittenEstimatesFarAhead: an estimate hours ahead is written again only when it moves by
+// a tenth of how far ahead it lies (EstimateShare), the nearer of its two times counting, and
+// as its start comes near the tolerance narrows to the minute.
+func TestWrittenEstimatesFarAhead(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
+	est := func(start, early, late time.Duration) map[string]job.StartEstimate {
+		return map[string]job.StartEstimate{"f": {Start: t0.Add(start), Earliest: at(early), Latest: at(late)}}
+	}
+	w := written{}
+	w.record(est(10*time.Hour, 8*time.Hour, 20*time.Hour), []string{"f"})
+	cases := []struct {
+		name  string
+		after time.Duration // from t0 to when the forecast is seen
+		next  map[string]job.StartEstimate
+		write bool
+	}{
+		{"each moves less than a tenth of its distance", 0, est(10*time.Hour+59*time.Minute, 8*time.Hour-40*time.Minute, 20*time.Hour+119*time.Minute), false},
+		{"the start moves by more than a tenth", 0, est(11*time.Hour+time.Minute, 8*time.Hour, 20*time.Hour), true},
+		{"the earliest moves by a tenth of its own distance", 0, est(10*time.Hour, 8*time.Hour+49*time.Minute, 20*time.Hour), true},
+		{"the start brought to half its distance", 0, est(5*time.Hour, 5*time.Hour, 20*time.Hour), true},
+		{"the start later by 58 minutes", 0, est(10*time.Hour+58*time.Minute, 8*time.Hour, 20*time.Hour), false},
+		{"the start sooner by 58 minutes, a tenth of its new distance", 0, est(9*time.Hour+2*time.Minute, 8*time.Hour, 20*time.Hour), true},
+		{"nine and a half hours on, the same move of five minutes", 9*time.Hour + 30*time.Minute, est(10*time.Hour+5*time.Minute, 8*time.Hour, 20*time.Hour), true},
+		{"nine and a half hours on, a move of two minutes", 9*time.Hour + 30*time.Minute, est(10*time.Hour+2*time.Minute, 8*time.Hour, 20*time.Hour), false},
+		{"past its start, a move of a minute", 11 * time.Hour, est(10*time.Hour+time.Minute, 8*time.Hour, 20*time.Hour), true},
+	}
+	for _, c := range cases {
+		if got := w.changed(c.next, []string{"f"}, t0.Add(c.after)); (len(got) == 1) != c.write {
+			t.Errorf("%s: written %v, want written %v", c.name, got, c.write)
+		}
 	}
 }
 

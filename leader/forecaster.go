@@ -56,8 +56,8 @@ func forecastWorkers(procs int) int {
 // estimate written for a job a later pass assigned is skipped by the store (it writes only
 // QUEUED jobs), and the job's entry in the written memory is dropped by a following pass (it
 // is no longer queued). A job assigned and queued again before that may keep no estimate until
-// its forecast moves by EstimateTolerance: a rare, short-lived gap, taken for passes that never
-// wait on a forecast.
+// its forecast moves by the tolerance (closeEstimates): a rare, short-lived gap, taken for
+// passes that never wait on a forecast.
 func (l *Loop) forecaster(ctx context.Context, lead store.Leadership, in <-chan forecastJob) {
 	for {
 		select {
@@ -96,7 +96,7 @@ const EstimatesPerWrite = 500
 // EstimatesPerWrite jobs to a transaction, each proving the lease, and notes each part written
 // as it commits. It returns how many jobs it wrote.
 func (l *Loop) writeForecast(ctx context.Context, lead store.Leadership, plan scheduler.Plan, f forecastJob) (int, error) {
-	est, write := l.estimatesToWrite(plan, f.snap.Queued, f.narrowed)
+	est, write := l.estimatesToWrite(plan, f.snap.Queued, f.narrowed, f.snap.Now)
 	if write == nil {
 		write = queuedIDs(f.snap.Queued)
 	}

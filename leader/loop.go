@@ -1294,7 +1294,7 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 			l.timed("explanations", t)
 			t = time.Now()
 			var err error
-			estimates, wrote, err = l.writeEstimates(ctx, tx, plan, snap.Queued, narrowed)
+			estimates, wrote, err = l.writeEstimates(ctx, tx, plan, snap.Queued, snap.Now, narrowed)
 			l.timed("estimates", t)
 			return err
 		})
@@ -1311,11 +1311,12 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 }
 
 // writeEstimates writes the start estimates of a plan's waiting jobs (queued: the jobs it
-// planned) that changed by more than EstimateTolerance since this term wrote them, everything
-// at the term's first full plan, when nothing is known of what the database holds. It returns
-// the estimates and the jobs written, for recordWritten once the transaction commits.
-func (l *Loop) writeEstimates(ctx context.Context, tx *store.Store, plan scheduler.Plan, queued []scheduler.Job, narrowed bool) (map[string]job.StartEstimate, []string, error) {
-	est, write := l.estimatesToWrite(plan, queued, narrowed)
+// planned at now) that moved by more than the tolerance (closeEstimates) since this term wrote
+// them, everything at the term's first full plan, when nothing is known of what the database
+// holds. It returns the estimates and the jobs written, for recordWritten once the transaction
+// commits.
+func (l *Loop) writeEstimates(ctx context.Context, tx *store.Store, plan scheduler.Plan, queued []scheduler.Job, now time.Time, narrowed bool) (map[string]job.StartEstimate, []string, error) {
+	est, write := l.estimatesToWrite(plan, queued, narrowed, now)
 	if write == nil || len(write) > 0 {
 		if err := tx.SetStartEstimatesAmong(ctx, subEstimates(est, write), write); err != nil {
 			return nil, nil, err
@@ -1328,14 +1329,14 @@ func (l *Loop) writeEstimates(ctx context.Context, tx *store.Store, plan schedul
 }
 
 // estimatesToWrite is a plan's estimates and the jobs whose estimate is to be written
-// (writeEstimates): nil, every queued job, when this term knows nothing of what the database
-// holds.
-func (l *Loop) estimatesToWrite(plan scheduler.Plan, queued []scheduler.Job, narrowed bool) (map[string]job.StartEstimate, []string) {
+// (writeEstimates), the plan made at now: nil, every queued job, when this term knows nothing
+// of what the database holds.
+func (l *Loop) estimatesToWrite(plan scheduler.Plan, queued []scheduler.Job, narrowed bool, now time.Time) (map[string]job.StartEstimate, []string) {
 	est := startEstimates(plan)
 	l.writtenMu.Lock()
 	defer l.writtenMu.Unlock()
 	if narrowed || len(l.written) > 0 {
-		return est, l.written.changed(est, queuedIDs(queued))
+		return est, l.written.changed(est, queuedIDs(queued), now)
 	}
 	return est, nil
 }

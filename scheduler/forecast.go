@@ -93,7 +93,7 @@ func (r RunRatio) clean() RunRatio {
 		if x <= 0 || x > 1 {
 			return 1
 		}
-		return max(x, 0.01)
+		return max(x, minRatio)
 	}
 	r.Mid = fix(r.Mid)
 	r.Low = min(fix(r.Low), r.Mid)
@@ -475,29 +475,39 @@ func medianStarts(runs [][]time.Time, n int) []time.Time {
 	return out
 }
 
-// minRatio is the least share of its maxDuration a job is taken to run: a run time of zero
-// would mean it never ends.
-const minRatio = 0.01
+// minRatio is the least share of its maxDuration a job is taken to run, so that a ratio learned
+// as zero (jobs that failed at once) keeps a run time: zero would mean it never ends. What a
+// waiting job is taken to run is also at least minRunTime.
+const minRatio = 1e-6
+
+// minRunTime is the least time a waiting job is taken to run in a replay (or its maxDuration,
+// when shorter): the least maxDuration a job may ask for (SPEC 3). Until 30 Nov the floor was
+// 1 % of the maxDuration: a job asking for the default two weeks was taken to run at least 3.4
+// hours, fifteen times what B8x's jobs run (13 minutes on average, 0.07 %).
+const minRunTime = time.Minute
 
 // duration is how long a job of that user with that maxDuration is taken to run in a scenario
-// (in drawn replay number draw, from the job's draws u; draw < 0: no draw); 0 means it never
-// ends.
+// (in drawn replay number draw, from the job's draws u; draw < 0: no draw), at least
+// minRunTime; 0 means it never ends.
 func duration(sc, draw int, u *[ForecastSamples]float64, maxDur time.Duration, r RunRatio) time.Duration {
 	if maxDur <= 0 {
 		return 0
 	}
+	ratio, drawn := 1.0, false
 	if draw >= 0 {
-		if x, ok := r.QuantileGiven(-1, u[draw]); ok {
-			return time.Duration(float64(maxDur) * max(x, minRatio))
+		var x float64
+		if x, drawn = r.QuantileGiven(-1, u[draw]); drawn {
+			ratio = max(x, minRatio)
 		}
 	}
-	switch sc {
-	case scLikely:
-		return time.Duration(float64(maxDur) * r.Mid)
-	case scEarly:
-		return time.Duration(float64(maxDur) * r.Low)
+	switch {
+	case drawn:
+	case sc == scLikely:
+		ratio = r.Mid
+	case sc == scEarly:
+		ratio = r.Low
 	}
-	return maxDur
+	return max(time.Duration(float64(maxDur)*ratio), min(minRunTime, maxDur))
 }
 
 // runningEnd is when a running job ends in a scenario (zero: never; in drawn replay number

@@ -388,6 +388,46 @@ func TestForecastDrawnReplays(t *testing.T) {
 	}
 }
 
+// TestForecastShortRunsOfLongMaxDurations: jobs that run minutes of the default two weeks are
+// forecast to run those minutes, not a floor share of the two weeks (it was 1 %, 3.4 hours:
+// B8x's starts lay days ahead and jumped by half their distance between forecasts); a ratio
+// learned as next to nothing still holds a GPU a minute (minRunTime), not no time at all. One
+// GPU, held by a job 5 minutes into its two weeks, and four waiting two-week jobs.
+func TestForecastShortRunsOfLongMaxDurations(t *testing.T) {
+	const twoWeeks = 14 * 24 * time.Hour
+	s := Snapshot{Now: t0, Slaves: []Slave{mkSlave("gpu1", gpus(gpuList(v100, 32, 0, 1)...))}}
+	run := ending("r1", "gpu1", []int{0}, []int{0}, 10, twoWeeks-5*time.Minute)
+	run.Started, run.UserID = t0.Add(-5*time.Minute), 1
+	s.Running = []Placed{run}
+	s.Queued = queueOf(4, maxDur(twoWeeks))
+	ratios := func(lo, hi float64) RunRatios {
+		q := make([]float64, RatioQuantiles+1)
+		for k := range q {
+			q[k] = lo + (hi-lo)*float64(k)/RatioQuantiles
+		}
+		return RunRatios{Global: NewRunRatio((lo+hi)/2, q)}
+	}
+	// Run times even over 8–24 minutes (mean 16): the last waits for r1's rest and three runs.
+	s.Ratios = ratios(8.0/(14*24*60), 24.0/(14*24*60))
+	r := s.Plan().Ranges["q3"]
+	if w := r.Likely.Sub(t0); w < 30*time.Minute || w > 90*time.Minute {
+		t.Errorf("runs of 8–24 minutes: q3's likely start %s ahead (range %+v), want about an hour", w, r)
+	}
+	if w := r.Early.Sub(t0); w < 10*time.Minute || w > r.Likely.Sub(t0) {
+		t.Errorf("runs of 8–24 minutes: q3's early start %s ahead, likely %s", w, r.Likely.Sub(t0))
+	}
+	// Ratios of a millionth of the two weeks (1.2 s): each run holds the GPU the minute.
+	s.Ratios = ratios(1e-7, 1e-6)
+	p := s.Plan()
+	for i, id := range []string{"q0", "q1", "q2", "q3"} {
+		r, ok := p.Ranges[id]
+		end := p.Ranges["q0"].Likely
+		if !ok || r.Likely.Sub(end) < time.Duration(i)*minRunTime || r.Likely.Sub(end) > time.Duration(i)*minRunTime+time.Second {
+			t.Errorf("runs of a second: %s likely at %s (q0 at %s, ok %v), want %d× the minute after q0", id, r.Likely, end, ok, i)
+		}
+	}
+}
+
 // TestForecastDrawsAreStable: a job's draws are its own, the same at every pass, so its likely
 // start moves only when what it waits for does. Twenty queued jobs behind a full slave, passes
 // 5 s apart with nothing else changed: no likely start moves by a minute (the master's

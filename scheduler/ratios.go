@@ -132,15 +132,17 @@ func LearnRatios(samples []RatioSample, minJobs int) RunRatios {
 // RatioHalfLife places after it, so that the mean and the quantiles follow what he runs now. A
 // job still running, or halted, counts as one that runs at least what it ran (Kaplan–Meier: at
 // each ratio an ended job reached, the share still to end falls by that job's weight over the
-// weight of the jobs that reached it, ended or not; what is left when the last ended job has
-// been counted ends at maxDuration): learned from ended jobs alone, the latest of a campaign are
-// its shortest, the long ones started with them not ended yet, and a halt looks like a short
-// run (on the Philly replay, fair-halt, three seeds: 0.29–0.30 of the wait as they ended;
-// counting the running ones 0.27–0.30; and the halted ones too, 0.25–0.28). Its Low, the early end of the ranges, is the lower of its own and
-// wide's (the same group over the whole window, unweighted): a distribution of recent jobs is
-// narrower than the user's habits, and the ranges must hold when he changes them (on the Philly
-// replay, with the recent Low alone, FIFO's share of starts inside the range fell from 94 % to
-// 74 %, a quarter of them before it).
+// weight of the jobs that reached it, ended or not): learned from ended jobs alone, the latest
+// of a campaign are its shortest, the long ones started with them not ended yet, and a halt
+// looks like a short run (on the Philly replay, fair-halt, three seeds: 0.29–0.30 of the wait
+// as they ended; counting the running ones 0.27–0.30; and the halted ones too, 0.25–0.28).
+// What is left when the last ended job has been counted (the jobs running past it) ends as
+// wide's jobs that ran longer did, or on at the rate the others ended (RunRatio.tail). Its
+// Low, the early end of the ranges, is the lower of its own and wide's (the same group over
+// the whole window, unweighted): a distribution of recent jobs is narrower than the user's
+// habits, and the ranges must hold when he changes them (on the Philly replay, with the recent
+// Low alone, FIFO's share of starts inside the range fell from 94 % to 74 %, a quarter of them
+// before it).
 func RecentRatio(latestFirst []RatioRun, wide RunRatio) RunRatio {
 	n := min(len(latestFirst), RatioRecentJobs)
 	type obs struct {
@@ -167,13 +169,12 @@ func RecentRatio(latestFirst []RatioRun, wide RunRatio) RunRatio {
 		}
 		return 1
 	})
-	type point struct{ r, mass float64 }
-	points := make([]point, 0, n+1)
+	points := make([]ratioPoint, 0, n+1+tailPoints)
 	left := 1.0 // the share not ended yet
 	for _, x := range xs {
 		if !x.censored && atRisk > 0 {
 			m := left * x.w / atRisk
-			points = append(points, point{x.r, m})
+			points = append(points, ratioPoint{x.r, m})
 			left -= m
 		}
 		atRisk -= x.w
@@ -182,7 +183,20 @@ func RecentRatio(latestFirst []RatioRun, wide RunRatio) RunRatio {
 		return wide
 	}
 	if left > 1e-12 {
-		points = append(points, point{1, left})
+		// What is left is the share of the jobs still running past the last ended one: from
+		// where they have run to on average, and on at the rate jobs ended up to the longest.
+		var sw, sr float64
+		for _, x := range slices.Backward(xs) {
+			if !x.censored || x.r <= points[len(points)-1].r {
+				break
+			}
+			sw, sr = sw+x.w, sr+x.w*x.r
+		}
+		from := points[len(points)-1].r
+		if sw > 0 {
+			from = max(from, sr/sw)
+		}
+		points = wide.tail(points, from, xs[len(xs)-1].r, left)
 	}
 	// Each point sits at the middle of its mass on the cumulative distribution; a quantile
 	// between two points interpolates between them (with equal weights and nothing running,
@@ -214,6 +228,44 @@ func RecentRatio(latestFirst []RatioRun, wide RunRatio) RunRatio {
 		r.Low = wide.Low
 	}
 	return r
+}
+
+// ratioPoint is a ratio and the share of jobs that end at it (RecentRatio).
+type ratioPoint struct{ r, mass float64 }
+
+// tailPoints is how many points the share of a user's recent jobs left running past the
+// longest that ended is spread over (RunRatio.tail).
+const tailPoints = 10
+
+// tail adds to points, sorted by ratio, the share mass of a user's recent jobs still running
+// past the last of them that ended, having run to from (their mean), spread over tailPoints
+// even steps of what is known of such runs: as r's jobs that ran longer than from ended
+// (QuantileGiven), or, where r knows none, on at the rate the recent jobs ended at up to the
+// longest of them, longest (the Brown–Hollander–Korwar completion: the share 1 − mass ended by
+// then, at a constant rate); never past maxDuration (1), where all of it goes when nothing
+// ended. Put at maxDuration always, as until 30 Nov, it drew whole maxDurations for a user
+// whose latest jobs have mostly not ended: in B8x a user's latest 1,500 jobs started in the last
+// quarter of an hour, a third of them still ran, no job of his had ended later than that, and
+// jobs of 13 minutes (mean) were drawn to run their two weeks one time in three; the likely
+// starts of the jobs behind them lay days ahead (median 7–9 days) of a queue that drained in
+// minutes.
+func (r RunRatio) tail(points []ratioPoint, from, longest, mass float64) []ratioPoint {
+	_, known := r.QuantileGiven(from, 0)
+	rate := -math.Log(mass) / longest // per unit of ratio
+	if !known && (mass >= 1 || !(rate > 0) || math.IsInf(rate, 0)) {
+		return append(points, ratioPoint{1, mass})
+	}
+	at := points[len(points)-1].r
+	for i := range tailPoints {
+		u := (float64(i) + 0.5) / tailPoints
+		x, _ := r.QuantileGiven(from, u)
+		if !known {
+			x = from - math.Log(1-u)/rate
+		}
+		at = min(max(at, x), 1) // sorted, whatever the interpolation gives
+		points = append(points, ratioPoint{at, mass / tailPoints})
+	}
+	return points
 }
 
 func learnEach[K comparable](out map[K]RunRatio, groups map[K][]float64, minJobs int) {

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -219,9 +220,11 @@ func TestRecentRatio(t *testing.T) {
 // TestRecentRatioCountsTheRunning: the latest twenty jobs still run, at 0.5 of their
 // maxDuration so far, behind twenty that ended at 0.2. Learned from the ended ones alone, jobs
 // of this class run 0.2; counted as running at least 0.5 (Kaplan–Meier), the share they weigh
-// is still to end after 0.2, and with no ended job past it, ends at maxDuration. Running jobs
-// behind an ended one at a higher ratio share in it: a job running at 0.3 among jobs that
-// ended at 0.2 and 0.8 moves the mass it would carry to 0.8.
+// is still to end after 0.2, and with no ended job past it, ends from 0.5 on as the window's
+// jobs that ran longer than 0.5 did, or, where it knows none, on at the rate the others ended
+// (RunRatio.tail), never past 1. Running jobs behind an ended one at a higher ratio share in
+// it: a job running at 0.3 among jobs that ended at 0.2 and 0.8 moves the mass it would carry
+// to 0.8.
 func TestRecentRatioCountsTheRunning(t *testing.T) {
 	var latest []RatioRun
 	var runW, allW float64
@@ -235,13 +238,33 @@ func TestRecentRatioCountsTheRunning(t *testing.T) {
 		}
 		latest = append(latest, RatioRun{Ratio: 0.2})
 	}
+	a := 1 - runW/allW // 0.477 of the weight ended at 0.2
+	// Nothing known past 0.2: half of the weight ended by 0.2, so the rest, from 0.5, ends at a
+	// rate of −ln(0.523)/0.5 = 1.3 per maxDuration (mean 0.77 more), half of it cut at 1: at
+	// 0.54, 0.63, 0.72, 0.83, 0.96 and five times 1 (mean 0.868).
 	r := RecentRatio(latest, RunRatio{})
-	a := 1 - runW/allW
-	if want := 0.2*a + 1*(1-a); math.Abs(r.Mid-want) > 1e-9 {
-		t.Errorf("mid %.4f, want %.4f (%.3f of the weight ended at 0.2, the rest at 1)", r.Mid, want, a)
+	if want := 0.2*a + 0.8681*(1-a); math.Abs(r.Mid-want) > 1e-3 {
+		t.Errorf("mid %.4f, want %.4f (%.3f of the weight ended at 0.2, the rest from 0.5 on)", r.Mid, want, a)
 	}
 	if r.Q[0] != 0.2 || r.Q[RatioQuantiles] != 1 {
 		t.Errorf("quantiles %v: want from 0.2 to 1", r.Q)
+	}
+	// The window's jobs ran from 0.1 to 0.6, evenly: those still running at 0.5 end as those
+	// of them that ran longer than 0.5 did, evenly over 0.5–0.6 (mean 0.55), not at
+	// maxDuration. (B8x: jobs of 13 minutes drawn to run their two weeks one time in three.)
+	even := func(lo, hi float64) RunRatio {
+		q := make([]float64, RatioQuantiles+1)
+		for k := range q {
+			q[k] = lo + (hi-lo)*float64(k)/RatioQuantiles
+		}
+		return NewRunRatio((lo+hi)/2, q)
+	}
+	if w := RecentRatio(latest, even(0.1, 0.6)); math.Abs(w.Mid-(0.2*a+0.55*(1-a))) > 1e-9 || w.Q[RatioQuantiles] < 0.59 || w.Q[RatioQuantiles] > 0.6 {
+		t.Errorf("with the window's longer runs: mid %.4f, want %.4f; quantiles %v, want them to end near 0.6", w.Mid, 0.2*a+0.55*(1-a), w.Q)
+	}
+	// The window knows no job longer than 0.5: as knowing nothing.
+	if w := RecentRatio(latest, even(0.05, 0.15)); w.Mid != r.Mid {
+		t.Errorf("the window's runs all shorter: mid %.4f, want %.4f as without them", w.Mid, r.Mid)
 	}
 	// Nothing ended: nothing learned beyond the window's.
 	if r := RecentRatio(latest[:20], NewRunRatio(0.3, nil)); r.Mid != 0.3 {
@@ -281,5 +304,36 @@ func TestLearnRatiosWeighsTheLatest(t *testing.T) {
 	slices.Reverse(s)
 	if r := LearnRatios(s, 20); r.UserClasses[UserClass{1, hour}].Mid > 0.2 {
 		t.Errorf("latest ran 0.1, mid %.3f", r.UserClasses[UserClass{1, hour}].Mid)
+	}
+}
+
+// TestRecentRatioOfShortRunsStillRunning: a user whose latest 1,500 jobs started in the last
+// quarter of an hour, of 13 minutes 20 on average (exponential) out of the default two weeks,
+// as in B8x: a third of them still run, and none of his jobs ran longer than the quarter
+// hour. His ratio is still about 13 minutes, not a third of the jobs at two weeks (mean 4.7
+// days), and the longest he is drawn to run is an hour or so.
+func TestRecentRatioOfShortRunsStillRunning(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	const maxDur = 14 * 24 * time.Hour
+	mean, now := 800*time.Second, 15*time.Minute
+	var runs []RatioRun // latest first
+	var ended []float64
+	for s := now; s >= 0; s -= time.Minute / 100 {
+		d := time.Duration(rng.ExpFloat64() * float64(mean))
+		if s+d <= now {
+			runs = append(runs, RatioRun{Ratio: float64(d) / float64(maxDur)})
+			ended = append(ended, float64(d)/float64(maxDur))
+		} else {
+			runs = append(runs, RatioRun{Ratio: float64(now-s) / float64(maxDur), Censored: true})
+		}
+	}
+	slices.Sort(ended)
+	r := RecentRatio(runs, ratioOf(ended))
+	got := time.Duration(r.Mid * float64(maxDur))
+	top := time.Duration(r.Q[RatioQuantiles] * float64(maxDur))
+	if got < 10*time.Minute || got > 17*time.Minute || top > 2*time.Hour {
+		t.Errorf("%d runs, %d ended: mean run %s, the longest drawn %s; want about %s, and under 2 h", len(runs), len(ended), got, top, mean)
 	}
 }
