@@ -247,8 +247,8 @@ const tailPoints = 10
 // whose latest jobs have mostly not ended: in B8x a user's latest 1,500 jobs started in the last
 // quarter of an hour, a third of them still ran, no job of his had ended later than that, and
 // jobs of 13 minutes (mean) were drawn to run their two weeks one time in three; the likely
-// starts of the jobs behind them lay days ahead (median 7–9 days) of a queue that drained in
-// minutes.
+// starts of the jobs behind them lay days ahead (median 7–9 days, minRunTime's floor already a
+// minute) of a queue that drained in minutes.
 func (r RunRatio) tail(points []ratioPoint, from, longest, mass float64) []ratioPoint {
 	_, known := r.QuantileGiven(from, 0)
 	rate := -math.Log(mass) / longest // per unit of ratio
