@@ -475,9 +475,10 @@ func medianStarts(runs [][]time.Time, n int) []time.Time {
 	return out
 }
 
-// minRatio is the least share of its maxDuration a job is taken to run, so that a ratio learned
-// as zero (jobs that failed at once) keeps a run time: zero would mean it never ends. What a
-// waiting job is taken to run is also at least minRunTime.
+// minRatio is the least a learned ratio is taken as (RunRatio.clean, and a drawn run time), so
+// that a damaged statistic keeps every end after its start. What a waiting job is taken to run
+// is floored by minRunTime besides, which is what bounds it in practice (1e-6 of two weeks is
+// 1.2 s).
 const minRatio = 1e-6
 
 // minRunTime is the least time a waiting job is taken to run in a replay (or its maxDuration,

@@ -389,8 +389,8 @@ func TestForecastDrawnReplays(t *testing.T) {
 }
 
 // TestForecastShortRunsOfLongMaxDurations: jobs that run minutes of the default two weeks are
-// forecast to run those minutes, not a floor share of the two weeks (it was 1 %, 3.4 hours:
-// B8x's starts lay days ahead and jumped by half their distance between forecasts); a ratio
+// forecast to run those minutes, not a floor share of the two weeks (it was 1 %, 3.4 hours: one
+// of the two reasons B8x's starts lay days ahead, RunRatio.tail the other); a ratio
 // learned as next to nothing still holds a GPU a minute (minRunTime), not no time at all. One
 // GPU, held by a job 5 minutes into its two weeks, and four waiting two-week jobs.
 func TestForecastShortRunsOfLongMaxDurations(t *testing.T) {

@@ -242,8 +242,9 @@ const tailPoints = 10
 // even steps of what is known of such runs: as r's jobs that ran longer than from ended
 // (QuantileGiven), or, where r knows none, on at the rate the recent jobs ended at up to the
 // longest of them, longest (the Brown–Hollander–Korwar completion: the share 1 − mass ended by
-// then, at a constant rate); never past maxDuration (1), where all of it goes when nothing
-// ended. Put at maxDuration always, as until 30 Nov, it drew whole maxDurations for a user
+// then, at a constant rate); never past maxDuration (1), where all of it goes when no rate
+// follows (every recent run ended at a ratio of 0). Put at maxDuration always, as until
+// 30 Nov, it drew whole maxDurations for a user
 // whose latest jobs have mostly not ended: in B8x a user's latest 1,500 jobs started in the last
 // quarter of an hour, a third of them still ran, no job of his had ended later than that, and
 // jobs of 13 minutes (mean) were drawn to run their two weeks one time in three; the likely
