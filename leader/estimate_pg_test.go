@@ -108,6 +108,17 @@ func (w *estimateWorld) submit(maxDur time.Duration) string {
 	return j.UUID
 }
 
+// estimated says whether job id has an estimated start with its range.
+func (w *estimateWorld) estimated(id string) bool {
+	w.t.Helper()
+	rec, err := w.st.GetJob(context.Background(), id)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	s := rec.Job.State.Scheduling
+	return s.EstimatedStart != nil && s.EstimatedStartEarliest != nil && s.EstimatedStartLatest != nil
+}
+
 // TestLoopStoresEveryEstimate: one pass of the real loop on Postgres, with a one-GPU slave and
 // four one-hour jobs: the first is assigned, and every one still queued gets an estimated start
 // with its range, an hour apart, in queue order; learned ratios from ended jobs bring the early
@@ -325,14 +336,7 @@ func TestForecastOffThePasses(t *testing.T) {
 			stop()
 		}
 	}()
-	estimated := func(id string) bool {
-		rec, err := w.st.GetJob(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := rec.Job.State.Scheduling
-		return s.EstimatedStart != nil && s.EstimatedStartEarliest != nil && s.EstimatedStartLatest != nil
-	}
+	estimated := w.estimated
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
 		for deadline := time.Now().Add(2 * time.Minute); !ok(); time.Sleep(5 * time.Millisecond) {
@@ -362,6 +366,100 @@ func TestForecastOffThePasses(t *testing.T) {
 	}
 	if passes == 0 {
 		t.Error("no pass logged its phases")
+	}
+}
+
+// TestFarForecast: the forecasts every ForecastEvery cover the first jobs of the queue (here
+// 2, scheduler.ForecastCap in a master); far ones cover all of it, at a term's start and every
+// FarForecastEvery (here shortened). A job beyond the near reach keeps its estimate through
+// the near forecasts between two far ones, and one submitted beyond it gets its estimate from
+// the next far one.
+func TestFarForecast(t *testing.T) {
+	w := newEstimateWorld(t)
+	ctx := context.Background()
+	w.oneGPUSlave()
+	w.submit(time.Hour) // runs
+	var waiting []string
+	for range 5 {
+		waiting = append(waiting, w.submit(time.Hour))
+	}
+	estimated := w.estimated
+	// lead runs a term with far forecasts every farEvery until the returned stop; forecasts
+	// counts the far and the near forecasts written so far.
+	lead := func(farEvery time.Duration) (stop func(), forecasts func() (far, near int), logs *testenv.SyncBuffer) {
+		logs = &testenv.SyncBuffer{}
+		l := leader.NewLoop(w.st, leader.Config{Interval: 10 * time.Millisecond, ForecastEvery: 20 * time.Millisecond},
+			slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), scheduler.NewSignal(), scheduler.NewSignal())
+		l.SetForecastReach(2, farEvery)
+		leadCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- l.Lead(leadCtx, w.lead) }()
+		stop = func() {
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatalf("lead: %v", err)
+			}
+		}
+		forecasts = func() (far, near int) {
+			for _, line := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(line, "forecast written") {
+					if strings.Contains(line, "far=true") {
+						far++
+					} else {
+						near++
+					}
+				}
+			}
+			return far, near
+		}
+		return stop, forecasts, logs
+	}
+	waitFor := func(what string, logs *testenv.SyncBuffer, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(2 * time.Minute); !ok(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waited 2 minutes for %s; log:\n%s", what, logs.String())
+			}
+		}
+	}
+	allEstimated := func(ids []string) func() bool {
+		return func() bool {
+			for _, id := range ids {
+				if !estimated(id) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+
+	// A term whose only far forecast is its first (its first pass is a full one).
+	stop, forecasts, logs := lead(time.Hour)
+	waitFor("every waiting job's estimate, from the term's first (far) forecast", logs, allEstimated(waiting))
+	_, near0 := forecasts()
+	waitFor("five near forecasts more", logs, func() bool { _, near := forecasts(); return near >= near0+5 })
+	stop()
+	if far, _ := forecasts(); far != 1 {
+		t.Fatalf("%d far forecasts, want the term's first alone; log:\n%s", far, logs.String())
+	}
+	if !strings.Contains(logs.String(), "unreached=3") {
+		t.Errorf("no near forecast left 3 jobs beyond its reach; log:\n%s", logs.String())
+	}
+	for i, id := range waiting {
+		if !estimated(id) {
+			t.Errorf("waiting job %d lost its estimate to the near forecasts after the far one", i+1)
+		}
+	}
+
+	// A term with far forecasts every 200 ms: a job submitted behind the others gets its
+	// estimate from the next far forecast, none of the near ones reaching it.
+	stop, forecasts, logs = lead(200 * time.Millisecond)
+	defer stop()
+	waitFor("a far forecast", logs, func() bool { far, _ := forecasts(); return far >= 1 })
+	late := w.submit(time.Hour)
+	waitFor("the late job's estimate", logs, func() bool { return estimated(late) })
+	if far, _ := forecasts(); far < 2 {
+		t.Errorf("the late job was estimated after %d far forecasts, want 2 or more; log:\n%s", far, logs.String())
 	}
 }
 

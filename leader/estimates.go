@@ -23,15 +23,40 @@ const EstimateTolerance = time.Minute
 // its new distance; one minutes ahead keeps the minute.
 const EstimateShare = 0.1
 
+// FarEstimateTolerance and FarEstimateShare are EstimateTolerance and EstimateShare for the
+// estimates a far forecast writes (leader.FarForecastEvery): those of the jobs beyond the
+// first scheduler.ForecastCap of the queue, refreshed once a minute, whose error is a quarter
+// of their wait or more (issue 15's Philly replay). In B8x, the 2–4-GPU jobs of the users
+// with the largest tallies are estimated some ten minutes ahead at every far forecast while
+// lighter users' one-GPU jobs take every GPU freed: at a tenth and a minute, the far forecast
+// wrote 3,000–6,700 estimates a minute, most of them those (30 Nov). The first jobs of the
+// queue, which a far forecast covers too, are written again by the next near forecast when
+// they moved by its tolerance.
+const (
+	FarEstimateTolerance = 5 * time.Minute
+	FarEstimateShare     = 0.25
+)
+
+// tolerance is how far an estimate may move before it is written again: least, or share of
+// how far ahead it lies when that is more (closeEstimates).
+type tolerance struct {
+	least time.Duration
+	share float64
+}
+
+var (
+	nearTolerance = tolerance{EstimateTolerance, EstimateShare}
+	farTolerance  = tolerance{FarEstimateTolerance, FarEstimateShare}
+)
+
 // written is what the leader knows the database holds as the start estimate of queued jobs:
 // an entry per job it wrote or cleared this term (nil: none). A job without an entry is
 // unknown (new, back in the queue, or the term is new) and is always written.
 type written map[string]*job.StartEstimate
 
 // changed returns, among the named jobs, those whose estimate in est (absent: none) differs from
-// what was written by more than the tolerance at now (closeEstimates), or is unknown: the ones
-// to write.
-func (w written) changed(est map[string]job.StartEstimate, among []string, now time.Time) []string {
+// what was written by more than tol at now (closeEstimates), or is unknown: the ones to write.
+func (w written) changed(est map[string]job.StartEstimate, among []string, now time.Time, tol tolerance) []string {
 	out := []string{}
 	for _, id := range among {
 		old, known := w[id]
@@ -39,7 +64,7 @@ func (w written) changed(est map[string]job.StartEstimate, among []string, now t
 		switch {
 		case !known, (old == nil) != !has:
 			out = append(out, id)
-		case has && !closeEstimates(*old, cur, now):
+		case has && !closeEstimates(*old, cur, now, tol):
 			out = append(out, id)
 		}
 	}
@@ -66,13 +91,13 @@ func (w written) forget(keep func(id string) bool) {
 	}
 }
 
-// closeEstimates says whether a and b, seen at now, are within the tolerance of each other:
-// their starts and each end of their ranges closer than EstimateTolerance, or than
-// EstimateShare of how far ahead of now the nearer of the two lies.
-func closeEstimates(a, b job.StartEstimate, now time.Time) bool {
+// closeEstimates says whether a and b, seen at now, are within tol of each other: their starts
+// and each end of their ranges closer than tol.least, or than tol.share of how far ahead of now
+// the nearer of the two lies (EstimateTolerance, EstimateShare).
+func closeEstimates(a, b job.StartEstimate, now time.Time, tol tolerance) bool {
 	near := func(x, y time.Time) bool {
 		ahead := min(x.Sub(now), y.Sub(now))
-		return x.Sub(y).Abs() < max(EstimateTolerance, time.Duration(EstimateShare*float64(ahead)))
+		return x.Sub(y).Abs() < max(tol.least, time.Duration(tol.share*float64(ahead)))
 	}
 	nearPtr := func(x, y *time.Time) bool { return x == nil && y == nil || x != nil && y != nil && near(*x, *y) }
 	return near(a.Start, b.Start) && nearPtr(a.Earliest, b.Earliest) && nearPtr(a.Latest, b.Latest)

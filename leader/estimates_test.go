@@ -25,11 +25,11 @@ func TestWrittenEstimates(t *testing.T) {
 	}
 	w := written{}
 	first := map[string]job.StartEstimate{"a": est(time.Hour, 0, 2*time.Hour), "b": {Start: t0}}
-	if got := w.changed(first, []string{"a", "b", "c"}, now); !slices.Equal(got, []string{"a", "b", "c"}) {
+	if got := w.changed(first, []string{"a", "b", "c"}, now, nearTolerance); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("unknown jobs: %v, want all three written", got)
 	}
 	w.record(first, []string{"a", "b", "c"})
-	if got := w.changed(first, []string{"a", "b", "c"}, now); len(got) != 0 {
+	if got := w.changed(first, []string{"a", "b", "c"}, now, nearTolerance); len(got) != 0 {
 		t.Fatalf("nothing moved: %v written", got)
 	}
 	small := time.Minute - time.Second
@@ -46,12 +46,12 @@ func TestWrittenEstimates(t *testing.T) {
 		{"b loses its estimate, c gains one", map[string]job.StartEstimate{"a": est(time.Hour, 0, 2*time.Hour), "c": {Start: t0}}, []string{"b", "c"}},
 	}
 	for _, c := range cases {
-		if got := w.changed(c.next, []string{"a", "b", "c"}, now); !slices.Equal(got, c.want) {
+		if got := w.changed(c.next, []string{"a", "b", "c"}, now, nearTolerance); !slices.Equal(got, c.want) {
 			t.Errorf("%s: written %v, want %v", c.name, got, c.want)
 		}
 	}
 	w.forget(func(id string) bool { return id != "a" })
-	if got := w.changed(first, []string{"a", "b"}, now); !slices.Equal(got, []string{"a"}) {
+	if got := w.changed(first, []string{"a", "b"}, now, nearTolerance); !slices.Equal(got, []string{"a"}) {
 		t.Errorf("a forgotten (it left the queue): %v, want it written again", got)
 	}
 }
@@ -84,7 +84,7 @@ func TestWrittenEstimatesFarAhead(t *testing.T) {
 		{"past its start, a move of a minute", 11 * time.Hour, est(10*time.Hour+time.Minute, 8*time.Hour, 20*time.Hour), true},
 	}
 	for _, c := range cases {
-		if got := w.changed(c.next, []string{"f"}, t0.Add(c.after)); (len(got) == 1) != c.write {
+		if got := w.changed(c.next, []string{"f"}, t0.Add(c.after), nearTolerance); (len(got) == 1) != c.write {
 			t.Errorf("%s: written %v, want written %v", c.name, got, c.write)
 		}
 	}
@@ -311,5 +311,56 @@ func TestRatiosOfWeighsTheLatest(t *testing.T) {
 	}
 	if c := r.Classes[6]; c.Mid != 0.1 || r.Global.Mid != 0.1 {
 		t.Errorf("class %.3f, global %.3f: want the window's 0.1", c.Mid, r.Global.Mid)
+	}
+}
+
+// TestEstimatedLeavesTheUnreached: a near forecast decides the estimates of the jobs it reached
+// alone, in the order of the snapshot; a far one those of every queued job, the ones beyond
+// its reach cleared.
+func TestEstimatedLeavesTheUnreached(t *testing.T) {
+	queued := []scheduler.Job{{UUID: "a"}, {UUID: "b"}, {UUID: "c"}, {UUID: "d"}}
+	plan := scheduler.Plan{Unreached: []string{"d", "b"}}
+	if got := estimated(queued, plan, false); !slices.Equal(got, []string{"a", "c"}) {
+		t.Errorf("near: %v, want a, c", got)
+	}
+	if got := estimated(queued, plan, true); !slices.Equal(got, []string{"a", "b", "c", "d"}) {
+		t.Errorf("far: %v, want every queued job", got)
+	}
+	if got := estimated(queued, scheduler.Plan{}, false); !slices.Equal(got, []string{"a", "b", "c", "d"}) {
+		t.Errorf("near, every job reached: %v, want every queued job", got)
+	}
+}
+
+// TestWrittenEstimatesOfAFarForecast: a far forecast writes an estimate again only when it
+// moves by FarEstimateShare of how far ahead it lies, and by FarEstimateTolerance at the
+// least: a job behind 5,000 others, estimated ten minutes ahead each minute while the jobs
+// ranked ahead of it take every GPU freed, is not written again at every far forecast.
+func TestWrittenEstimatesOfAFarForecast(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
+	est := func(start time.Duration) map[string]job.StartEstimate {
+		return map[string]job.StartEstimate{"f": {Start: t0.Add(start), Earliest: at(start / 2), Latest: at(14 * 24 * time.Hour)}}
+	}
+	w := written{}
+	w.record(est(10*time.Minute), []string{"f"})
+	for _, c := range []struct {
+		name  string
+		after time.Duration
+		next  map[string]job.StartEstimate
+		near  bool // written by a near forecast
+		far   bool // by a far one
+	}{
+		{"a minute on, ten minutes ahead again", time.Minute, est(11 * time.Minute), true, false},
+		{"four minutes on, ten minutes ahead again", 4 * time.Minute, est(14 * time.Minute), true, false},
+		{"five minutes on, ten minutes ahead again", 5 * time.Minute, est(15 * time.Minute), true, true},
+		{"brought ten minutes closer", 0, est(0), true, true},
+	} {
+		now := t0.Add(c.after)
+		if got := w.changed(c.next, []string{"f"}, now, nearTolerance); (len(got) == 1) != c.near {
+			t.Errorf("%s: a near forecast writes %v, want written %v", c.name, got, c.near)
+		}
+		if got := w.changed(c.next, []string{"f"}, now, farTolerance); (len(got) == 1) != c.far {
+			t.Errorf("%s: a far forecast writes %v, want written %v", c.name, got, c.far)
+		}
 	}
 }

@@ -137,3 +137,9 @@ func (l *Loop) ExplainInParts(ctx context.Context, lead store.Leadership, news, 
 
 // ExplainSplitFrom is how many explanations are written as AssignParts statements at once.
 const ExplainSplitFrom = explainSplitFrom
+
+// SetForecastReach has the forecasts between far ones cover the first near waiting jobs, and
+// far ones come every farEvery at the least (zero: the defaults).
+func (l *Loop) SetForecastReach(near int, farEvery time.Duration) {
+	l.nearReach, l.farEveryAtLeast = near, farEvery
+}

@@ -12,27 +12,59 @@ import (
 )
 
 // forecastJob is a pass's snapshot for the forecaster: the jobs the pass planned, and whether
-// the pass was narrowed (see writeEstimates).
+// the pass was narrowed (see writeEstimates), or the whole queue for a far forecast.
 type forecastJob struct {
 	snap     scheduler.Snapshot
 	narrowed bool
+	far      bool
 	at       time.Time // when the pass handed it off
 }
 
+// A forecast covers the first scheduler.ForecastCap waiting jobs in queue order: enough for
+// the next hours of most queues, and bounded, since the forecaster replays it every
+// Config.ForecastEvery. Far forecasts answer the rest: every FarForecastEvery, or less often
+// when one takes more than FarForecastShare of a core, the forecaster plans the whole queue
+// (up to FarForecastReach jobs), and the jobs beyond the first ForecastCap keep what it wrote
+// until the next (a near forecast leaves them alone: estimated), written again only when they
+// moved by farTolerance. Without them, a job behind 5,000 others had no start estimate at all:
+// in B8x, the 2–4-GPU jobs of the two users with the largest tallies, 4,600 of 8,300 queued by
+// the 30th minute (30 Nov). Planning B8x's queue of 9,000–10,000 jobs took the forecaster
+// 40–430 ms once a minute at 2,000 slaves.
+const (
+	FarForecastEvery = time.Minute
+	FarForecastShare = 0.05
+	FarForecastReach = 100_000
+)
+
+// farEvery is how long after a far forecast the next is due: FarForecastEvery, or the last
+// one's planning time over FarForecastShare when longer.
+func (l *Loop) farEvery() time.Duration {
+	every := FarForecastEvery
+	if l.farEveryAtLeast > 0 {
+		every = l.farEveryAtLeast
+	}
+	return max(every, time.Duration(float64(l.farTook.Load())/FarForecastShare))
+}
+
 // handOff gives the forecaster the snapshot a pass just planned, when it is not busy with the
-// last one (the next pass tries again then). A pass's queue is the leader's memory (a full
-// pass), which the next pass changes in place, or the narrowed plan's jobs, which the next
-// narrowed plan fills again (narrowScratch), and the running jobs' slice is filled again by the
-// next snapshot: the forecaster gets copies.
-func (l *Loop) handOff(snap scheduler.Snapshot, narrowed bool) bool {
+// last one (the next pass tries again then); for a far forecast, with all of the queue (all:
+// the pass's before it was narrowed). A pass's queue is the leader's memory (a full pass),
+// which the next pass changes in place, or the narrowed plan's jobs, which the next narrowed
+// plan fills again (narrowScratch), and the running jobs' slice is filled again by the next
+// snapshot: the forecaster gets copies.
+func (l *Loop) handOff(snap scheduler.Snapshot, all []scheduler.Job, narrowed, far bool) bool {
 	if len(l.forecasts) == cap(l.forecasts) {
 		return false // the last one still waits; passes are the only senders
+	}
+	snap.ForecastReach = l.nearReach
+	if far {
+		snap.Queued, snap.ForecastReach, narrowed = all, FarForecastReach, false
 	}
 	snap.Queued = slices.Clone(snap.Queued)
 	snap.Running = slices.Clone(snap.Running)
 	snap.NoRanges, snap.Sweep, snap.Decide = false, 0, nil
 	snap.ForecastWorkers = forecastWorkers(runtime.GOMAXPROCS(0))
-	l.forecasts <- forecastJob{snap: snap, narrowed: narrowed, at: time.Now()}
+	l.forecasts <- forecastJob{snap: snap, narrowed: narrowed, far: far, at: time.Now()}
 	return true
 }
 
@@ -67,12 +99,15 @@ func (l *Loop) forecaster(ctx context.Context, lead store.Leadership, in <-chan 
 			t := time.Now()
 			plan := f.snap.Plan()
 			planned := time.Since(t)
+			if f.far {
+				l.farTook.Store(int64(planned))
+			}
 			t = time.Now()
 			wrote, err := l.writeForecast(ctx, lead, plan, f)
 			switch {
 			case err == nil:
-				l.log.Debug("forecast written", "plan", planned, "write", time.Since(t), "planned", len(f.snap.Queued),
-					"ranges", len(plan.Ranges), "written", wrote, "after_pass", t.Sub(f.at))
+				l.log.Debug("forecast written", "far", f.far, "plan", planned, "write", time.Since(t), "planned", len(f.snap.Queued),
+					"ranges", len(plan.Ranges), "unreached", len(plan.Unreached), "written", wrote, "after_pass", t.Sub(f.at))
 			case ctx.Err() != nil:
 				return
 			case errors.Is(err, store.ErrNotLeader):
@@ -96,10 +131,11 @@ const EstimatesPerWrite = 500
 // EstimatesPerWrite jobs to a transaction, each proving the lease, and notes each part written
 // as it commits. It returns how many jobs it wrote.
 func (l *Loop) writeForecast(ctx context.Context, lead store.Leadership, plan scheduler.Plan, f forecastJob) (int, error) {
-	est, write := l.estimatesToWrite(plan, f.snap.Queued, f.narrowed, f.snap.Now)
-	if write == nil {
-		write = queuedIDs(f.snap.Queued)
+	tol := nearTolerance
+	if f.far {
+		tol = farTolerance
 	}
+	est, write := l.estimatesToWrite(plan, estimated(f.snap.Queued, plan, f.far), f.narrowed, f.snap.Now, tol)
 	for part := range slices.Chunk(write, EstimatesPerWrite) {
 		err := l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
 			return tx.SetStartEstimatesAmong(ctx, subEstimates(est, part), part)

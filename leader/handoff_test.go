@@ -10,25 +10,34 @@ import (
 // The forecaster gets its own copy of a snapshot's running jobs: the next pass fills the same
 // slice again (Loop.running) while the forecaster may still plan the one handed off; a pass's
 // queue is copied too, a full pass's (the leader's memory) and a narrowed one's (the next
-// narrowed plan fills it again: narrowScratch). Only one forecast waits at a time.
+// narrowed plan fills it again: narrowScratch), and so is the whole queue a far forecast gets.
+// Only one forecast waits at a time.
 func TestHandOffCopiesWhatTheNextPassReuses(t *testing.T) {
-	for _, narrowed := range []bool{false, true} {
+	for _, c := range []struct{ narrowed, far bool }{{false, false}, {true, false}, {true, true}} {
 		l := &Loop{forecasts: make(chan forecastJob, 1)}
 		running := []scheduler.Placed{{JobUUID: "a", SlaveName: "node1"}}
 		queued := []scheduler.Job{{UUID: "q"}}
-		if !l.handOff(scheduler.Snapshot{Running: running, Queued: queued}, narrowed) {
+		all := []scheduler.Job{{UUID: "q"}, {UUID: "w"}}
+		if !l.handOff(scheduler.Snapshot{Running: running, Queued: queued}, all, c.narrowed, c.far) {
 			t.Fatal("nothing handed off to an idle forecaster")
 		}
-		if l.handOff(scheduler.Snapshot{Running: running, Queued: queued}, narrowed) {
+		if l.handOff(scheduler.Snapshot{Running: running, Queued: queued}, all, c.narrowed, c.far) {
 			t.Error("a second snapshot handed off while the first still waits")
 		}
 		f := <-l.forecasts
-		running[0], queued[0] = scheduler.Placed{JobUUID: "b", SlaveName: "node2"}, scheduler.Job{UUID: "r"} // the next pass
+		running[0], queued[0], all[0] = scheduler.Placed{JobUUID: "b", SlaveName: "node2"}, scheduler.Job{UUID: "r"}, scheduler.Job{UUID: "r"} // the next pass
 		if got := f.snap.Running[0]; got.JobUUID != "a" || got.SlaveName != "node1" {
-			t.Errorf("narrowed %v: the forecaster's running job changed with the next pass: %+v", narrowed, got)
+			t.Errorf("%+v: the forecaster's running job changed with the next pass: %+v", c, got)
 		}
-		if f.snap.Queued[0].UUID != "q" {
-			t.Errorf("narrowed %v: the forecaster's queue changed with the next pass: %+v", narrowed, f.snap.Queued[0])
+		want, reach := 1, 0
+		if c.far {
+			want, reach = 2, FarForecastReach
+		}
+		if len(f.snap.Queued) != want || f.snap.Queued[0].UUID != "q" {
+			t.Errorf("%+v: the forecaster's queue is %+v, want %d jobs from q (unchanged by the next pass)", c, f.snap.Queued, want)
+		}
+		if f.far != c.far || f.narrowed != (c.narrowed && !c.far) || f.snap.ForecastReach != reach {
+			t.Errorf("%+v: handed off far %v, narrowed %v, reach %d", c, f.far, f.narrowed, f.snap.ForecastReach)
 		}
 	}
 }
@@ -42,7 +51,7 @@ func TestForecastLeavesACore(t *testing.T) {
 		}
 	}
 	l := &Loop{forecasts: make(chan forecastJob, 1)}
-	l.handOff(scheduler.Snapshot{}, false)
+	l.handOff(scheduler.Snapshot{}, nil, false, false)
 	if f := <-l.forecasts; f.snap.ForecastWorkers != forecastWorkers(runtime.GOMAXPROCS(0)) {
 		t.Errorf("the forecaster's snapshot runs %d replays at once on %d cores", f.snap.ForecastWorkers, runtime.GOMAXPROCS(0))
 	}

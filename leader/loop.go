@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/opengpulab/gpulab/job"
@@ -153,8 +154,15 @@ type Loop struct {
 	// when the last full pass began (see narrow).
 	fresh  map[string]bool
 	fullAt time.Time
-	// forecastAt is when the last pass that forecast began (see Config.ForecastEvery).
-	forecastAt time.Time
+	// forecastAt is when the last pass that forecast began (see Config.ForecastEvery), farAt
+	// when the last that handed off a far forecast did (FarForecastEvery), and farTook how long
+	// the forecaster took to plan that one (set by the forecaster).
+	forecastAt, farAt time.Time
+	farTook           atomic.Int64
+	// nearReach and farEveryAtLeast, when set (tests), replace scheduler.ForecastCap as the
+	// reach of the forecasts between far ones and FarForecastEvery.
+	nearReach       int
+	farEveryAtLeast time.Duration
 	// written are the start estimates this term wrote (see EstimateTolerance), guarded by
 	// writtenMu (the forecaster writes them too); explained the explanations.
 	writtenMu sync.Mutex
@@ -809,6 +817,7 @@ func (l *Loop) pass(ctx context.Context, lead store.Leadership, housekeep bool) 
 	var plan scheduler.Plan
 	var early earlyWrites
 	narrowed := false
+	all := snap.Queued // the whole queue, for a far forecast
 	full := l.fresh == nil || l.cfg.Sweep < 0 || time.Since(l.fullAt) >= l.cfg.FullReadEvery
 	estimate := full || l.cfg.ForecastEvery <= 0 || time.Since(l.forecastAt) >= l.cfg.ForecastEvery
 	// With a forecaster (a leading term), the pass's own plan never forecasts: the forecaster
@@ -841,8 +850,12 @@ func (l *Loop) pass(ctx context.Context, lead store.Leadership, housekeep bool) 
 	ph.Apply, ph.Assigned = time.Since(t), placed
 	if err == nil {
 		ph.Crowded = crowded(snap, plan)
-		if estimate && (!background || l.handOff(snap, narrowed)) {
+		far := background && (full || time.Since(l.farAt) >= l.farEvery())
+		if estimate && (!background || l.handOff(snap, all, narrowed, far)) {
 			l.forecastAt = start
+			if far {
+				l.farAt = start
+			}
 		}
 		l.remember(snap.Queued, plan)
 		l.cfg.Metrics.ObservePass(time.Since(start), placed)
@@ -1294,7 +1307,7 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 			l.timed("explanations", t)
 			t = time.Now()
 			var err error
-			estimates, wrote, err = l.writeEstimates(ctx, tx, plan, snap.Queued, snap.Now, narrowed)
+			estimates, wrote, err = l.writeEstimates(ctx, tx, plan, estimated(snap.Queued, plan, false), snap.Now, narrowed, nearTolerance)
 			l.timed("estimates", t)
 			return err
 		})
@@ -1310,35 +1323,53 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 	return assigned, nil
 }
 
-// writeEstimates writes the start estimates of a plan's waiting jobs (queued: the jobs it
-// planned at now) that moved by more than the tolerance (closeEstimates) since this term wrote
-// them, everything at the term's first full plan, when nothing is known of what the database
-// holds. It returns the estimates and the jobs written, for recordWritten once the transaction
-// commits.
-func (l *Loop) writeEstimates(ctx context.Context, tx *store.Store, plan scheduler.Plan, queued []scheduler.Job, now time.Time, narrowed bool) (map[string]job.StartEstimate, []string, error) {
-	est, write := l.estimatesToWrite(plan, queued, narrowed, now)
-	if write == nil || len(write) > 0 {
+// writeEstimates writes the start estimates of a plan's waiting jobs (ids: those whose
+// estimates the plan made at now decides, estimated) that moved by more than the tolerance
+// (closeEstimates) since this term wrote them, all of them at the term's first full plan, when
+// nothing is known of what the database holds. It returns the estimates and the jobs written,
+// for recordWritten once the transaction commits.
+func (l *Loop) writeEstimates(ctx context.Context, tx *store.Store, plan scheduler.Plan, ids []string, now time.Time, narrowed bool, tol tolerance) (map[string]job.StartEstimate, []string, error) {
+	est, write := l.estimatesToWrite(plan, ids, narrowed, now, tol)
+	if len(write) > 0 {
 		if err := tx.SetStartEstimatesAmong(ctx, subEstimates(est, write), write); err != nil {
 			return nil, nil, err
 		}
 	}
-	if write == nil {
-		write = queuedIDs(queued)
-	}
 	return est, write, nil
 }
 
-// estimatesToWrite is a plan's estimates and the jobs whose estimate is to be written
-// (writeEstimates), the plan made at now: nil, every queued job, when this term knows nothing
-// of what the database holds.
-func (l *Loop) estimatesToWrite(plan scheduler.Plan, queued []scheduler.Job, narrowed bool, now time.Time) (map[string]job.StartEstimate, []string) {
+// estimatesToWrite is a plan's estimates and, of ids (estimated), the jobs whose estimate is
+// to be written (writeEstimates): those that moved by tol, the plan made at now, or all of ids
+// when this term knows nothing of what the database holds.
+func (l *Loop) estimatesToWrite(plan scheduler.Plan, ids []string, narrowed bool, now time.Time, tol tolerance) (map[string]job.StartEstimate, []string) {
 	est := startEstimates(plan)
 	l.writtenMu.Lock()
 	defer l.writtenMu.Unlock()
 	if narrowed || len(l.written) > 0 {
-		return est, l.written.changed(est, queuedIDs(queued), now)
+		return est, l.written.changed(est, ids, now, tol)
 	}
-	return est, nil
+	return est, ids
+}
+
+// estimated are the jobs of queued (a plan's) whose estimates the plan decides: all of them,
+// but for those beyond its forecast's reach (scheduler.Plan.Unreached) unless far. A far
+// forecast (FarForecastEvery) clears the estimates of the jobs it could not reach either; a
+// near one leaves them what the last far one wrote.
+func estimated(queued []scheduler.Job, plan scheduler.Plan, far bool) []string {
+	if far || len(plan.Unreached) == 0 {
+		return queuedIDs(queued)
+	}
+	beyond := make(map[string]bool, len(plan.Unreached))
+	for _, id := range plan.Unreached {
+		beyond[id] = true
+	}
+	ids := make([]string, 0, len(queued))
+	for _, j := range queued {
+		if !beyond[j.UUID] {
+			ids = append(ids, j.UUID)
+		}
+	}
+	return ids
 }
 
 // subEstimates is est for the jobs named (all of it for nil).

@@ -105,7 +105,8 @@ type Range struct {
 	Early, Likely, Late time.Time
 }
 
-// ForecastCap bounds the waiting jobs a pass estimates; those beyond it get no range ("unknown").
+// ForecastCap bounds the waiting jobs a forecast covers, unless the snapshot says otherwise
+// (Snapshot.ForecastReach); those beyond it get no range from it (Plan.Unreached).
 const ForecastCap = 5000
 
 // ForecastSamples is how many replays with drawn run times the likely start is the median of.
@@ -341,13 +342,18 @@ type assignedJob struct {
 	st *slaveState
 }
 
-// forecast replays the waiting jobs (in queue order) and returns a range for each that finds a
-// start, with at most workers replays at once (0: all). The planner's state is only read.
-func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRatios, workers int) map[string]Range {
+// forecast replays the first reach waiting jobs (in queue order; reach 0: ForecastCap) and
+// returns a range for each that finds a start, with at most workers replays at once (0: all),
+// and the waiting jobs beyond its reach. The planner's state is only read.
+func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRatios, workers, reach int) (map[string]Range, []string) {
 	out := map[string]Range{}
 	if len(waiting) == 0 || len(p.slaves) == 0 {
-		return out
+		return out, nil
 	}
+	if reach <= 0 {
+		reach = ForecastCap
+	}
+	var unreached []string
 	// Without a known end nothing is ever given back: no job that waits now gets a start.
 	ends, leaving := false, false
 	for _, st := range p.slaves {
@@ -360,7 +366,7 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 		ends = ends || a.j.Request.Scheduling.MaxDuration > 0
 	}
 	if !ends {
-		return out
+		return out, nil
 	}
 	index := make(map[*slaveState]int, len(p.slaves))
 	for i, st := range p.slaves {
@@ -368,10 +374,14 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 	}
 	// Where distributions are learned, the likely start is the median of drawn replays.
 	drawn := ForecastSamples > 0 && ratios.Global.known()
-	jobs := make([]forecastJob, 0, min(len(waiting), ForecastCap))
+	jobs := make([]forecastJob, 0, min(len(waiting), reach))
 	c := candidates{p: p, scopes: map[scopeKey][]int{}, matching: map[gpuKey][]int{}, cands: map[candKey]candSet{}}
-	for _, j := range waiting {
-		if len(jobs) == ForecastCap {
+	for i, j := range waiting {
+		if len(jobs) == reach {
+			unreached = make([]string, 0, len(waiting)-i)
+			for _, j := range waiting[i:] {
+				unreached = append(unreached, j.UUID)
+			}
 			break
 		}
 		fj := forecastJob{j: j, n: p.needOf(j), r: ratios.of(j.UserID, j.Request.Scheduling.MaxDuration.Std())}
@@ -452,7 +462,7 @@ func (p *planner) forecast(waiting []*Job, assigned []assignedJob, ratios RunRat
 		}
 		out[fj.j.UUID] = Range{Early: early, Likely: likely, Late: late}
 	}
-	return out
+	return out, unreached
 }
 
 // medianStarts is, per job, the median of the starts the drawn replays found (zero where none

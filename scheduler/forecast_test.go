@@ -57,6 +57,28 @@ func TestForecastEveryJob(t *testing.T) {
 	}
 }
 
+// TestForecastReach: a forecast covers the first ForecastReach waiting jobs in queue order and
+// names the others, in order, as beyond its reach; the ranges it gives are those of the whole
+// forecast, which replays the queue in order (a job's start depends only on the jobs ahead).
+func TestForecastReach(t *testing.T) {
+	s := busyTwoGPUs()
+	s.Queued = queueOf(5)
+	whole := s.Plan()
+	if len(whole.Ranges) != 5 || whole.Unreached != nil {
+		t.Fatalf("default reach: %d ranges, unreached %v; want 5 and none", len(whole.Ranges), whole.Unreached)
+	}
+	s.ForecastReach = 3
+	p := s.Plan()
+	if len(p.Ranges) != 3 || !slices.Equal(p.Unreached, []string{"q3", "q4"}) {
+		t.Fatalf("reach 3: ranges %v, unreached %v; want q0–q2, and q3, q4 beyond", p.Ranges, p.Unreached)
+	}
+	for id, r := range p.Ranges {
+		if w := whole.Ranges[id]; !r.Early.Equal(w.Early) || !r.Likely.Equal(w.Likely) || !r.Late.Equal(w.Late) {
+			t.Errorf("%s: range %+v within the reach, %+v in the whole forecast", id, r, whole.Ranges[id])
+		}
+	}
+}
+
 // TestForecastOrder: a job is never estimated to start before one ahead of it in the queue, and
 // in each scenario the range is ordered.
 func TestForecastOrder(t *testing.T) {

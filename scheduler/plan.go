@@ -34,6 +34,10 @@ type Plan struct {
 	// where a start follows from running jobs' maxDurations; jobs naming reservations have none
 	// (their Estimates entry, the reservation's start, says when they may run).
 	Ranges map[string]Range
+	// Unreached are the waiting jobs beyond the forecast's reach (Snapshot.ForecastReach), in
+	// queue order: they have no range for want of a replay, not of a start, so a forecast that
+	// did not reach them says nothing of them (the leader keeps what a farther one wrote).
+	Unreached []string
 	// Halts ask running jobs to stop so that a queued job of higher priority can take their
 	// place (SPEC 7.4, halt.go); the loop moves them to MUSTHALT and records a haltEvent each.
 	// Nil when none.
@@ -127,7 +131,7 @@ func (s Snapshot) Plan() Plan {
 		if s.RangesFor != nil {
 			waiting = upToLast(waiting, s.RangesFor)
 		}
-		out.Ranges = p.forecast(waiting, assigned, s.Ratios, s.ForecastWorkers)
+		out.Ranges, out.Unreached = p.forecast(waiting, assigned, s.Ratios, s.ForecastWorkers, s.ForecastReach)
 		if s.Policy == "" || s.Policy == PolicyFair {
 			p.overtake(out.Ranges, waiting, s)
 		}

@@ -46,6 +46,11 @@ type Snapshot struct {
 	// beside the heartbeats and the passes, and its replays are its heaviest work: run on
 	// every core at once, they queued the handlers behind them (issue 16's late turn, README).
 	ForecastWorkers int
+	// ForecastReach bounds the waiting jobs the forecast covers, first in queue order (0:
+	// ForecastCap); those beyond it are named in Plan.Unreached. The master's forecasts every
+	// few seconds keep to ForecastCap, and a far one now and then covers the whole queue
+	// (leader.FarForecastEvery).
+	ForecastReach int
 	// RangesFor, when not nil, limits the forecast to the passes that leave one of these jobs
 	// waiting (undecided, or in Waiting): the simulator measures a sample of jobs, and a sampled
 	// job placed at its first pass needs no range. Nil: every pass forecasts (the master).
