@@ -27,8 +27,8 @@ type forecastJob struct {
 // (up to FarForecastReach jobs), and the jobs beyond the first ForecastCap keep what it wrote
 // until the next (a near forecast leaves them alone: estimated), written again only when they
 // moved by farTolerance. Without them, a job behind 5,000 others had no start estimate at all:
-// in B8x, the 2–4-GPU jobs of the two users with the largest tallies, 4,600 of 8,300 queued by
-// the 30th minute (30 Nov). Planning B8x's queue of 9,000–10,000 jobs took the forecaster
+// in B8x, some 3,300 of the 8,300 queued by the 30th minute, most of them 2–4-GPU jobs of the
+// two users with the largest tallies (30 Nov). Planning B8x's queue of 9,000–10,000 jobs took the forecaster
 // 40–430 ms once a minute at 2,000 slaves.
 const (
 	FarForecastEvery = time.Minute
