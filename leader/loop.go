@@ -1372,11 +1372,8 @@ func estimated(queued []scheduler.Job, plan scheduler.Plan, far bool) []string {
 	return ids
 }
 
-// subEstimates is est for the jobs named (all of it for nil).
+// subEstimates is est for the jobs named.
 func subEstimates(est map[string]job.StartEstimate, ids []string) map[string]job.StartEstimate {
-	if ids == nil {
-		return est
-	}
 	sub := make(map[string]job.StartEstimate, len(ids))
 	for _, id := range ids {
 		if e, ok := est[id]; ok {
