@@ -22,13 +22,14 @@ type forecastJob struct {
 
 // A forecast covers the first scheduler.ForecastCap waiting jobs in queue order: enough for
 // the next hours of most queues, and bounded, since the forecaster replays it every
-// Config.ForecastEvery. Far forecasts answer the rest: every FarForecastEvery, or less often
-// when one takes more than FarForecastShare of a core, the forecaster plans the whole queue
-// (up to FarForecastReach jobs), and the jobs beyond the first ForecastCap keep what it wrote
-// until the next (a near forecast leaves them alone: estimated), written again only when they
-// moved by farTolerance. Without them, a job behind 5,000 others had no start estimate at all:
-// in B8x, some 3,300 of the 8,300 queued by the 30th minute, most of them 2–4-GPU jobs of the
-// two users with the largest tallies (30 Nov). Planning B8x's queue of 9,000–10,000 jobs took the forecaster
+// Config.ForecastEvery. Far forecasts answer the rest: every FarForecastEvery the forecaster
+// plans the whole queue (up to FarForecastReach jobs), or less often when planning one took
+// longer than FarForecastShare of that time (farEvery: on the clock, its writes not counted).
+// The jobs beyond the first ForecastCap keep what it wrote until the next (a near forecast
+// leaves them alone: estimated), written again only when they moved by farTolerance. Without
+// them, a job behind 5,000 others had no start estimate at all: in B8x, some 3,300 of the
+// 8,300 queued by the 30th minute, most of them 2–4-GPU jobs of the two users with the
+// largest tallies (30 Nov). Planning B8x's queue of 9,000–10,000 jobs took the forecaster
 // 40–430 ms once a minute at 2,000 slaves.
 const (
 	FarForecastEvery = time.Minute
