@@ -33,13 +33,13 @@ func (l *Loop) ReadAgain(ids ...string) { l.queue.readAgain(ids...) }
 // CheckQueueNow runs a check's full read now, as a read starts one beside the passes, and waits
 // for it; the next read compares the memory with it.
 func (l *Loop) CheckQueueNow() {
-	l.queue.check.start(context.Background(), l.st, readMemory(l.st))
+	l.queue.check.start(context.Background(), l.st, readMemory(l.st, 0))
 	l.queue.check.wait()
 }
 
 // StartQueueCheck starts a check's read with ctx, as a read does when a check is due.
 func (l *Loop) StartQueueCheck(ctx context.Context) {
-	l.queue.check.start(ctx, l.st, readMemory(l.st))
+	l.queue.check.start(ctx, l.st, readMemory(l.st, 0))
 }
 
 // WaitQueueCheck waits for a running check to end.
@@ -53,7 +53,7 @@ func (l *Loop) ForgetQueue() { l.queue.reset() }
 // feed.
 func (l *Loop) HoldQueueCheck(start bool) (deliver func()) {
 	if start {
-		l.queue.check.start(context.Background(), l.st, readMemory(l.st))
+		l.queue.check.start(context.Background(), l.st, readMemory(l.st, 0))
 	}
 	l.queue.check.wait()
 	o := <-l.queue.check.out

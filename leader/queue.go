@@ -146,7 +146,7 @@ func (q *queue) next(ctx context.Context, st *store.Store) queueFeed {
 	if q.jobs == nil {
 		return queueFeed{full: true}
 	}
-	done, from := q.check.feed(ctx, st, q.log, "jobs", q.mark, readMemory(st))
+	done, from := q.check.feed(ctx, st, q.log, "jobs", q.mark, readMemory(st, len(q.jobs)))
 	return queueFeed{from: from, also: q.rechecked(), done: done}
 }
 
@@ -164,7 +164,7 @@ func (q *queue) take(ctx context.Context, st *store.Store, n queueFeed, rows, re
 	q.lastRead = readStats{full: n.full}
 	if n.full {
 		t := time.Now()
-		all, err := st.SchedulerJobs(ctx)
+		all, err := st.SchedulerJobs(ctx, len(q.jobs))
 		if err != nil {
 			return nil, heldList{}, err
 		}
@@ -234,10 +234,10 @@ func (h heldList) all() iter.Seq[store.Held] {
 	}
 }
 
-// readMemory is a check's read: every queued and live job, decoded.
-func readMemory(st *store.Store) func(context.Context) (memory, error) {
+// readMemory is a check's read: every queued and live job, decoded; the memory holds n.
+func readMemory(st *store.Store, n int) func(context.Context) (memory, error) {
 	return func(ctx context.Context) (memory, error) {
-		rows, err := st.SchedulerJobs(ctx)
+		rows, err := st.SchedulerJobs(ctx, n)
 		if err != nil {
 			return memory{}, err
 		}

@@ -72,10 +72,11 @@ const schedJobs = `SELECT ` + heldJobColumns + `,
 FROM jobs, LATERAL (SELECT resources AS r) x WHERE `
 
 // SchedulerJobs reads every job the scheduler keeps in memory: the queued ones and those that
-// hold resources on a slave. The full read, at the start of a term and as a periodic check.
-func (s *Store) SchedulerJobs(ctx context.Context) ([]SchedJob, error) {
-	var out []SchedJob
-	err := s.q.SelectContext(ctx, &out, schedJobs+`status = 'QUEUED' OR (status IN `+liveStatuses+` AND resources IS NOT NULL)`)
+// hold resources on a slave. The full read, at the start of a term and as a periodic check;
+// hint is how many there were at the last (0: unknown), to size the answer.
+func (s *Store) SchedulerJobs(ctx context.Context, hint int) ([]SchedJob, error) {
+	out, err := selectMany[SchedJob](ctx, s.q.(*prepared), hint+hint/8,
+		schedJobs+`status = 'QUEUED' OR (status IN `+liveStatuses+` AND resources IS NOT NULL)`)
 	return out, mapErr(err, "read the scheduler's jobs")
 }
 

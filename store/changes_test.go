@@ -344,7 +344,7 @@ func TestReadPassFeeds(t *testing.T) {
 	if !reflect.DeepEqual(none.Jobs, feed) || !has(none.Jobs, fresh.UUID) {
 		t.Errorf("no job named: %v, want %v", ids(none.Jobs), ids(feed))
 	}
-	before, err := st.SchedulerJobs(ctx)
+	before, err := st.SchedulerJobs(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +353,56 @@ func TestReadPassFeeds(t *testing.T) {
 			t.Errorf("a job named %q read without an error", bad)
 		}
 	}
-	if after, err := st.SchedulerJobs(ctx); err != nil || len(after) != len(before) || len(after) != 3 {
+	if after, err := st.SchedulerJobs(ctx, 1); err != nil || len(after) != len(before) || len(after) != 3 {
 		t.Errorf("jobs after the bad names: %v (%v), before them %v", ids(after), err, ids(before))
+	}
+}
+
+// The full read scans its rows in place into a slice it grows itself (selectMany): what it
+// reads must be what sqlx's Select reads of the same jobs (the feed's statement, read from the
+// first mark), whatever the hint, with more rows than the slice is first made for.
+func TestSchedulerJobsReadsWhatTheFeedReads(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	node1(t, st)
+	u, p := fixture(t, st, "alice", "vision")
+	var want []string
+	for i := range 150 {
+		j := createJob(t, st, u, p, job.StatusQueued)
+		switch i % 3 {
+		case 1:
+			placeOn(t, st, j.UUID, i%8, job.StatusRunning)
+		case 2:
+			if _, err := st.TransitionJob(ctx, j.UUID, job.SourcesOf(job.StatusCancelled, job.ActorOwner), job.StatusCancelled, store.Event{Message: "cancelled"}); err != nil {
+				t.Fatal(err)
+			}
+			continue // neither queued nor holding: not read
+		}
+		want = append(want, j.UUID)
+	}
+	feed, err := st.JobsChangedSince(ctx, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed = slices.DeleteFunc(feed, func(j store.SchedJob) bool { return !j.Queued() && !j.Holds })
+	byID := func(a, b store.SchedJob) int { return strings.Compare(a.UUID, b.UUID) }
+	slices.SortFunc(feed, byID)
+	slices.Sort(want)
+	var ids []string
+	for _, j := range feed {
+		ids = append(ids, j.UUID)
+	}
+	if !slices.Equal(ids, want) {
+		t.Fatalf("the feed read %d jobs, want the %d created queued or running", len(feed), len(want))
+	}
+	for _, hint := range []int{0, 1, 99, 1000} {
+		got, err := st.SchedulerJobs(ctx, hint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(got, byID)
+		if !reflect.DeepEqual(got, feed) {
+			t.Errorf("hint %d: the full read differs from the feed's rows:\n got %+v\nwant %+v", hint, got[:min(2, len(got))], feed[:min(2, len(feed))])
+		}
 	}
 }
