@@ -397,9 +397,12 @@ func (s *Store) FindJob(ctx context.Context, idOrPrefix string) (*JobRecord, err
 	if len(id) == 36 {
 		return s.GetJob(ctx, id)
 	}
-	pattern := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(id) + "%"
+	lo, hi, ok := uuidPrefixRange(id)
+	if !ok {
+		return nil, fmt.Errorf("find job %s: %w", idOrPrefix, ErrNotFound)
+	}
 	var rows []jobRow
-	if err := s.q.SelectContext(ctx, &rows, jobSelect+` WHERE j.uuid::text LIKE $1 LIMIT 2`, pattern); err != nil {
+	if err := s.q.SelectContext(ctx, &rows, jobSelect+` WHERE j.uuid BETWEEN $1::uuid AND $2::uuid LIMIT 2`, lo, hi); err != nil {
 		return nil, mapErr(err, "find job "+idOrPrefix)
 	}
 	switch len(rows) {
@@ -409,6 +412,29 @@ func (s *Store) FindJob(ctx context.Context, idOrPrefix string) (*JobRecord, err
 		return s.record(&rows[0])
 	}
 	return nil, fmt.Errorf("find job %s: %w", idOrPrefix, ErrAmbiguous)
+}
+
+// uuidPrefixRange gives the lowest and the highest UUID whose text begins with prefix (lower
+// case), or not ok when no UUID's does. Postgres orders UUIDs as their text orders, so a prefix
+// is a range of the primary key: the index on the UUIDs' text that LIKE needed cost every change
+// of a job's state an index entry more, a third of the WAL of a state change of 16,000 jobs
+// (migration 0025).
+func uuidPrefixRange(prefix string) (lo, hi string, ok bool) {
+	const zero, full = "00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff"
+	if len(prefix) > len(zero) {
+		return "", "", false
+	}
+	for i := range len(prefix) {
+		c := prefix[i]
+		if zero[i] == '-' {
+			if c != '-' {
+				return "", "", false
+			}
+		} else if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return "", "", false
+		}
+	}
+	return prefix + zero[len(prefix):], prefix + full[len(prefix):], true
 }
 
 // JobFilter selects jobs for ListJobs. Zero fields do not filter.

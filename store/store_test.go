@@ -163,6 +163,23 @@ func TestJobRoundTripAndPrefix(t *testing.T) {
 	if rec, err := st.FindJob(ctx, "abcdef1"); err != nil || rec.Job.UUID[:8] != "abcdef11" {
 		t.Fatalf("longer prefix: %v %v", rec, err)
 	}
+	// A prefix is a range of the primary key (no index on the UUIDs' text): one that runs past
+	// a hyphen, and the ends of the range.
+	createJobWithID(t, st, u, p, "abcdef11-ffff-4000-8000-000000000003")
+	if rec, err := st.FindJob(ctx, "abcdef11-0"); err != nil || rec.Job.UUID != "abcdef11-0000-4000-8000-000000000002" {
+		t.Fatalf("prefix past a hyphen: %v %v", rec, err)
+	}
+	if rec, err := st.FindJob(ctx, "ABCDEF11-FFFF"); err != nil || rec.Job.UUID != "abcdef11-ffff-4000-8000-000000000003" {
+		t.Fatalf("upper-case prefix at the range's end: %v %v", rec, err)
+	}
+	if _, err := st.FindJob(ctx, "abcdef11"); !errors.Is(err, store.ErrAmbiguous) {
+		t.Fatalf("prefix of two: got %v, want ErrAmbiguous", err)
+	}
+	for _, none := range []string{"abcdef1-", "abcdef110", "abcdef11-00001"} {
+		if rec, err := st.FindJob(ctx, none); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("prefix %q no UUID has: %v %v, want ErrNotFound", none, rec, err)
+		}
+	}
 }
 
 func TestTransitionIsConditional(t *testing.T) {
