@@ -180,5 +180,5 @@ func (s *Server) routes() http.Handler {
 		root.Handle("GET /metrics", s.cfg.Metrics.Handler())
 	}
 	root.Handle("/", markCalls(s.authenticate(s.csrfProtect(noteRoute(mux)))))
-	return s.recoverer(s.logRequests(s.limitRequests(noteRoute(root))))
+	return growStacks(s.recoverer(s.logRequests(s.limitRequests(noteRoute(root)))))
 }
