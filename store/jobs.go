@@ -430,7 +430,7 @@ func uuidPrefixRange(prefix string) (lo, hi string, ok bool) {
 			if c != '-' {
 				return "", "", false
 			}
-		} else if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+		} else if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return "", "", false
 		}
 	}

@@ -14,9 +14,9 @@ import (
 // them: a heartbeat grew its stack at its deepest, checking its body's JSON (job.CheckJSON)
 // below the dozen frames of the middleware and the server, two or three times over. That was
 // 1.9–2.9 % of the master's CPU in B8x's soak at 2,000 slaves (runtime.newstack, 0.5–0.9 s a
-// minute, 30 Nov). Grown here, a stack is copied once, with a few frames on it: 0.33 s a
-// minute with the long polls' (1 Dec, BenchmarkGrowStacks). HTTP/1.1 requests run in their
-// connection's goroutine, grown by its first request.
+// minute, 30 Nov). Grown here, a stack is copied once, with a few frames on it: newstack took
+// 0.33 s a minute, the long polls' included (1 Dec; BenchmarkGrowStacks shows it in small).
+// HTTP/1.1 requests run in their connection's goroutine, grown by its first request.
 //
 // A long poll (the slave's next) waits up to half a minute with its goroutine parked, one for
 // each slave: its stack keeps the size it needs.
