@@ -451,7 +451,7 @@ func (p *prepared) scanRowsx(ctx context.Context, query string, args []any, each
 // selectMany is SelectContext for a long answer (the scheduler's full read: B1x's 100,000
 // jobs), its rows scanned in place into a slice made for hint rows that doubles when full.
 // sqlx's Select allocates each row apart and appends it by reflection, and a slice past 256
-// elements grows by a quarter: every row was copied some ten times, half of the read's CPU.
+// elements grows by a quarter: every row was copied four or five times, half of the read's CPU.
 func selectMany[T any](ctx context.Context, p *prepared, hint int, query string, args ...any) ([]T, error) {
 	out := make([]T, 0, max(hint, 64))
 	err := p.scanRowsx(ctx, query, args, func(rows *sqlx.Rows) error {

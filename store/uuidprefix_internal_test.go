@@ -8,8 +8,8 @@ import (
 )
 
 // A UUID lies in a prefix's range exactly when its text begins with the prefix, as LIKE
-// 'prefix%' matched it: checked on random UUIDs against prefixes of them, of their neighbours
-// and of random text, and on prefixes no UUID's text begins with.
+// 'prefix%' matched it: checked on random UUIDs against prefixes of them, of other UUIDs and
+// of the two spliced, and on prefixes no UUID's text begins with.
 func TestUUIDPrefixRangeIsLike(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
