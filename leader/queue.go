@@ -234,7 +234,8 @@ func (h heldList) all() iter.Seq[store.Held] {
 	}
 }
 
-// readMemory is a check's read: every queued and live job, decoded; the memory holds n.
+// readMemory is a check's read: every queued and live job, decoded. n, how many jobs the
+// memory holds now, sizes the read (store.SchedulerJobs).
 func readMemory(st *store.Store, n int) func(context.Context) (memory, error) {
 	return func(ctx context.Context) (memory, error) {
 		rows, err := st.SchedulerJobs(ctx, n)
