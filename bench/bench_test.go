@@ -27,7 +27,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// scenario is one benchmark of issue 6.
+// scenario is one benchmark of issue 6 (B1–B8), of issue 16 (B1x, B2x, B8x, and Slurm's S1
+// and S2).
 type scenario struct {
 	id  string
 	run func(t *testing.T, rep *report, sz sizes)
@@ -44,6 +45,10 @@ var scenarios = []scenario{
 	{"B7", runB7},
 	{"B8", runB8},
 	{"B8x", runB8x},
+	// Slurm measured on the same machine (slurm_test.go); each after the scenario it repeats,
+	// whose figures it is compared with when both run.
+	{"S1", runS1},
+	{"S2", runS2},
 }
 
 // sizes are the scenarios' parameters: the issue's in a real run, toy ones in TestSmoke.
@@ -142,7 +147,7 @@ func selected(spec string) ([]scenario, error) {
 		}
 		i := slices.IndexFunc(scenarios, func(s scenario) bool { return strings.EqualFold(s.id, id) })
 		if i < 0 {
-			return nil, fmt.Errorf("unknown scenario %q (B1, B1x, B2, B2x, B3, B4, B5, B7, B8, B8x or all)", id)
+			return nil, fmt.Errorf("unknown scenario %q (B1, B1x, B2, B2x, B3, B4, B5, B7, B8, B8x, S1, S2 or all)", id)
 		}
 		out = append(out, scenarios[i])
 	}

@@ -34,6 +34,26 @@ type report struct {
 	mu    sync.Mutex
 	rows  []result
 	notes []string
+	// refs are figures a later scenario compares with (Slurm's S1 with B1's burst), by name.
+	refs map[string]time.Duration
+}
+
+// setRef keeps a figure for a later scenario of the same run to compare with.
+func (r *report) setRef(name string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.refs == nil {
+		r.refs = map[string]time.Duration{}
+	}
+	r.refs[name] = d
+}
+
+// ref is a figure an earlier scenario of the same run kept (setRef).
+func (r *report) ref(name string) (time.Duration, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d, ok := r.refs[name]
+	return d, ok
 }
 
 func (r *report) add(res result) {

@@ -24,10 +24,34 @@ func b1Fleet(slaves int) fleetSpec {
 	return fleetSpec{Slaves: slaves, GPUs: 8, CPUs: 32, MemoryGiB: 256, Clusters: 5}
 }
 
-// burstJobs makes n queued jobs: 70 % one GPU, 20 % 2–8 GPUs (on one slave), 10 % one GPU
-// pinned to a cluster; 2 CPUs and 8 GB per GPU; owners spread over users.
-func burstJobs(t testing.TB, n, clusters int, users []*user) []bulkJob {
+// burstShape is one job of the burst's mix: its GPUs (2 CPUs and 8 GB each), the cluster it is
+// pinned to (0: any) and its owner, an index into the burst's users.
+type burstShape struct{ GPUs, Cluster, Owner int }
+
+// burstMix draws the burst's n jobs, the same at every run: 70 % one GPU, 20 % 2–8 GPUs (on one
+// slave), 10 % one GPU pinned to one of clusters; owners spread over users. B1 and Slurm's S1
+// place the same mix.
+func burstMix(n, clusters, users int) []burstShape {
 	rng := rand.New(rand.NewPCG(6, 1))
+	out := make([]burstShape, n)
+	for i := range out {
+		gpus, cluster := 1, 0
+		switch i % 10 {
+		case 1, 5:
+			gpus = 2 + rng.IntN(7)
+		case 9:
+			cluster = 1 + rng.IntN(clusters)
+		}
+		out[i] = burstShape{GPUs: gpus, Cluster: cluster, Owner: rng.IntN(users)}
+	}
+	return out
+}
+
+// burstUsers is how many users own a burst of n jobs.
+func burstUsers(n int) int { return min(50, max(n/20, 2)) }
+
+// burstJobs makes n queued jobs of burstMix's mix, owned by users.
+func burstJobs(t testing.TB, n, clusters int, users []*user) []bulkJob {
 	reqs := map[[2]int]job.Request{}
 	req := func(gpus, cluster int) job.Request {
 		k := [2]int{gpus, cluster}
@@ -40,17 +64,10 @@ func burstJobs(t testing.TB, n, clusters int, users []*user) []bulkJob {
 	}
 	base := time.Now().Add(-time.Hour)
 	jobs := make([]bulkJob, n)
-	for i := range jobs {
-		gpus, cluster := 1, 0
-		switch i % 10 {
-		case 1, 5:
-			gpus = 2 + rng.IntN(7)
-		case 9:
-			cluster = 1 + rng.IntN(clusters)
-		}
-		u := users[rng.IntN(len(users))]
+	for i, sh := range burstMix(n, clusters, len(users)) {
+		u := users[sh.Owner]
 		jobs[i] = bulkJob{UUID: newUUID(), Name: fmt.Sprintf("burst-%d", i), User: u, Project: u.Projects[0], Status: job.StatusQueued,
-			Request: req(gpus, cluster), Created: base.Add(time.Duration(i) * time.Millisecond)}
+			Request: req(sh.GPUs, sh.Cluster), Created: base.Add(time.Duration(i) * time.Millisecond)}
 	}
 	return jobs
 }
@@ -74,7 +91,7 @@ func runB1x(t *testing.T, rep *report, sz sizes) {
 func burst(t *testing.T, rep *report, sz sizes, id string, nSlaves, nJobs int) {
 	m := startMaster(t, masterOptions{Loop: loopManual, HeartbeatInterval: sz.heartbeat})
 	spec := b1Fleet(nSlaves)
-	users := make([]*user, min(50, max(nJobs/20, 2)))
+	users := make([]*user, burstUsers(nJobs))
 	for i := range users {
 		users[i] = m.addUser(fmt.Sprintf("u%02d", i), fmt.Sprintf("p%d", i%10))
 	}
@@ -137,6 +154,7 @@ GROUP BY assigned_slave_name HAVING sum(gpus) > $1) x`, spec.GPUs).Scan(&overful
 	planDur := planAlone(f, jobs, spec)
 	floor := floorUpdates(t, m.DBURL, int(assigned))
 
+	rep.setRef(id+" burst", burst)
 	rep.add(result{Scenario: id, Measure: fmt.Sprintf("burst: first pass → last committed assignment (%d slaves × %d GPUs, %d queued jobs)", spec.Slaves, spec.GPUs, len(jobs)),
 		Value: secs(burst), Goal: "≤ 5 s", Met: met(burst <= 5*time.Second),
 		Floor: fmt.Sprintf("%d single-row UPDATEs in 1 tx: %s", assigned, secs(floor)), Ratio: ratio(burst.Seconds(), floor.Seconds())})
@@ -309,6 +327,10 @@ func submitToRunning(t *testing.T, rep *report, sz sizes, id string, slaves, job
 	rep.add(result{Scenario: id, Measure: "submit → assignment received by the slave, p50 / p99",
 		Value: ms(percentile(toDelivered, 50)) + " / " + ms(percentile(toDelivered, 99))})
 	p99 := percentile(toRunning, 99)
+	for name, ds := range map[string][]time.Duration{"assigned": toAssigned, "running": toRunning} {
+		rep.setRef(fmt.Sprintf("%s %s p50", id, name), percentile(ds, 50))
+		rep.setRef(fmt.Sprintf("%s %s p99", id, name), percentile(ds, 99))
+	}
 	rep.add(result{Scenario: id, Measure: "submit → RUNNING committed, p50 / p99", Value: ms(percentile(toRunning, 50)) + " / " + ms(p99),
 		Goal: goalText, Met: met(p99 <= goal && len(toRunning) == n),
 		Floor: floorText, Ratio: ratio(percentile(toRunning, 50).Seconds(), floor.Seconds())})

@@ -26,6 +26,11 @@ command -v chromium >/dev/null || [ -x /usr/bin/chromium ] || missing+=(chromium
 dpkg-query -W -f='${Status}' jupyterhub 2>/dev/null | grep -q 'ok installed' || missing+=(jupyterhub)
 # Job mails go to a real SMTP server, Debian's aiosmtpd (scripts/mailcatcher.py: make run, tests).
 /usr/bin/python3 -c 'import aiosmtpd' 2>/dev/null || missing+=(python3-aiosmtpd)
+# make bench compares with Slurm on the same machine (bench/slurm_test.go: S1, S2), which
+# authenticates with MUNGE.
+command -v sbatch >/dev/null || missing+=(slurm-client)
+[ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] || missing+=(slurmctld slurmd)
+[ -x /usr/sbin/munged ] || missing+=(munge)
 command -v configurable-http-proxy >/dev/null || missing+=(node-configurable-http-proxy)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -61,14 +61,7 @@ func Seed(t testing.TB) uint64 {
 // can take it in the meantime.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil && v > 12000 {
-				low = v
-			}
-		}
-	}
+	low := ephemeralLow()
 	for range 100 {
 		port := 10000 + mathrand.IntN(low-10000)
 		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
@@ -78,4 +71,48 @@ func FreePort(t testing.TB) int {
 	}
 	t.Fatalf("no free port found below %d", low)
 	return 0
+}
+
+// FreePorts returns the first of n consecutive TCP ports of 127.0.0.1 that are free now, below
+// the kernel's ephemeral range as FreePort's: for a program configured with a range rather than
+// a list (Slurm's nodes, one slurmd a port).
+func FreePorts(t testing.TB, n int) int {
+	t.Helper()
+	low := ephemeralLow()
+	if n < 1 || n > low-10000 {
+		t.Fatalf("FreePorts(%d): want 1 to %d", n, low-10000)
+	}
+	for range 100 {
+		first := 10000 + mathrand.IntN(low-10000-n+1)
+		if portsFree(first, n) {
+			return first
+		}
+	}
+	t.Fatalf("no %d consecutive free ports found below %d", n, low)
+	return 0
+}
+
+// portsFree says whether the n ports from first can all be listened on now.
+func portsFree(first, n int) bool {
+	for p := first; p < first+n; p++ {
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			return false
+		}
+		_ = l.Close()
+	}
+	return true
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768 when unreadable).
+func ephemeralLow() int {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 12000 {
+				low = v
+			}
+		}
+	}
+	return low
 }
