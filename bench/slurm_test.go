@@ -12,13 +12,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/opengpulab/gpulab/internal/faults"
 	"github.com/opengpulab/gpulab/internal/testenv"
 )
 
@@ -47,31 +47,16 @@ const slurmQuiet = time.Minute
 // kills the jobs then), bounded so that nothing outlives a test killed before its clean-up.
 const slurmJobSleep = "1800"
 
-// slurmCluster is a Slurm controller and its nodes' slurmd processes, stopped at the test's end.
+// slurmCluster is a Slurm controller and its nodes' slurmd processes, each a faults.Process
+// (killed with what stays in its process group at the test's end, or when the test process
+// dies; its output in the test's output folder).
 type slurmCluster struct {
 	t     testing.TB
 	dir   string
-	log   string // slurmctld's
-	env   []string
-	ctld  *slurmDaemon
-	nodes []*slurmDaemon
-}
-
-// slurmDaemon is one of the cluster's daemons; done is closed when it has exited.
-type slurmDaemon struct {
-	cmd  *exec.Cmd
-	name string
-	done chan struct{}
-	err  error // how it exited, once done is closed
-}
-
-func (d *slurmDaemon) exited() bool {
-	select {
-	case <-d.done:
-		return true
-	default:
-		return false
-	}
+	log   string   // slurmctld's
+	env   []string // added to the environment of every command and daemon: SLURM_CONF
+	ctld  *faults.Process
+	nodes []*faults.Process
 }
 
 // slurmBin finds a Slurm or MUNGE program (the daemons live in /usr/sbin, which a test's PATH
@@ -253,7 +238,7 @@ func startSlurm(t testing.TB, spec fleetSpec, maxJobs int, down bool) *slurmClus
 	if err := os.WriteFile(filepath.Join(dir, "gres.conf"), []byte(gres), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := &slurmCluster{t: t, dir: dir, log: ctldLog, env: append(os.Environ(), "SLURM_CONF="+conf)}
+	s := &slurmCluster{t: t, dir: dir, log: ctldLog, env: []string{"SLURM_CONF=" + conf}}
 	t.Cleanup(s.stop)
 	ctld, _ := slurmBin("slurmctld")
 	s.ctld = s.daemon("slurmctld", ctld, "-D", "-i", "-f", conf)
@@ -279,8 +264,8 @@ func startSlurm(t testing.TB, spec fleetSpec, maxJobs int, down bool) *slurmClus
 			break
 		}
 		for _, d := range append(s.nodes, s.ctld) {
-			if d.exited() {
-				t.Fatalf("Slurm's %s exited at its start (%v): %s", d.name, d.err, s.daemonLog(d))
+			if d.Exited() {
+				t.Fatalf("Slurm's %s exited at its start (%v): %s", filepath.Base(d.LogPath()), d.Wait(context.Background()), s.daemonLog(d))
 			}
 		}
 		if time.Now().After(deadline) {
@@ -304,24 +289,13 @@ func startSlurm(t testing.TB, spec fleetSpec, maxJobs int, down bool) *slurmClus
 }
 
 // daemon starts one of Slurm's daemons in the foreground (it logs to its file; what it says
-// before it has opened that goes to spool/NAME.stderr) and watches for its exit.
-func (s *slurmCluster) daemon(name, bin string, args ...string) *slurmDaemon {
+// before it has opened that is in the process's output).
+func (s *slurmCluster) daemon(name, bin string, args ...string) *faults.Process {
 	// With SIGPIPE ignored, as a shell's trap leaves it through exec: slurmd wrote to a socket
 	// slurmctld had closed before it ignored the signal itself, and a few of 500 died of it at
 	// their start.
-	cmd := exec.Command("/bin/sh", append([]string{"-c", `trap "" PIPE; exec "$0" "$@"`, bin}, args...)...)
-	cmd.Env, cmd.Dir = s.env, s.dir
-	stderr, err := os.Create(filepath.Join(s.dir, "spool", name+".stderr"))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start %s: %v", bin, err)
-	}
-	d := &slurmDaemon{cmd: cmd, name: name, done: make(chan struct{})}
-	go func() { d.err = cmd.Wait(); _ = stderr.Close(); close(d.done) }()
-	return d
+	return faults.StartProcess(s.t, faults.Command{Path: "/bin/sh", Args: append([]string{"-c", `trap "" PIPE; exec "$0" "$@"`, bin}, args...),
+		Env: s.env, Dir: s.dir, Name: "slurm-" + name})
 }
 
 // run runs one of Slurm's commands against this cluster and returns its output.
@@ -334,7 +308,7 @@ func (s *slurmCluster) run(ctx context.Context, name string, args ...string) (st
 	// Here each one parses slurm.conf's 500 nodes, and at B2's 50 a second they took most of
 	// both cores from slurmctld.
 	cmd := exec.CommandContext(ctx, "nice", append([]string{"-n", "19", bin}, args...)...)
-	cmd.Env, cmd.Dir = s.env, s.dir
+	cmd.Env, cmd.Dir = append(os.Environ(), s.env...), s.dir
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -450,14 +424,13 @@ func (s *slurmCluster) logTimes(re *regexp.Regexp, shift func(m []string) (time.
 	return out, sc.Err()
 }
 
-// daemonLog is the end of a daemon's log, for a failure's message.
-func (s *slurmCluster) daemonLog(d *slurmDaemon) string {
-	stderr, _ := os.ReadFile(filepath.Join(s.dir, "spool", d.name+".stderr"))
+// daemonLog is the end of a daemon's output and log, for a failure's message.
+func (s *slurmCluster) daemonLog(d *faults.Process) string {
 	if d == s.ctld {
-		return lastLines(string(stderr), 10) + "\n" + s.logTail(20)
+		return lastLines(d.Output(), 10) + "\n" + s.logTail(20)
 	}
-	data, _ := os.ReadFile(filepath.Join(s.dir, "spool", d.name+".log"))
-	return lastLines(string(stderr), 10) + "\n" + lastLines(string(data), 20)
+	data, _ := os.ReadFile(filepath.Join(s.dir, "spool", strings.TrimPrefix(filepath.Base(d.LogPath()), "slurm-")))
+	return lastLines(d.Output(), 10) + "\n" + lastLines(string(data), 20)
 }
 
 // lastLines is the last n lines of text.
@@ -472,27 +445,12 @@ func (s *slurmCluster) logTail(n int) string {
 	return lastLines(string(data), n)
 }
 
-// stop stops the daemons and then kills what they started: every process working in the
-// cluster's folder (the jobs' slurmstepd, scripts and sleeps run there, as the daemons do).
-// Cancelling thousands of jobs through Slurm first took minutes on the loaded machine (scancel
-// held back by slurmctld's RPC rate limit) and left them running when it timed out.
+// stop kills what the daemons started, once they are killed (their faults.Process clean-ups
+// run before it): every process working in the cluster's folder, where the jobs' slurmstepd,
+// scripts and sleeps run (they leave the daemons' process groups). Cancelling thousands of
+// jobs through Slurm first took minutes on the loaded machine (scancel held back by
+// slurmctld's RPC rate limit) and left them running when it timed out.
 func (s *slurmCluster) stop() {
-	var wg sync.WaitGroup
-	for _, d := range append(s.nodes, s.ctld) {
-		if d == nil {
-			continue
-		}
-		wg.Go(func() {
-			_ = d.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-d.done:
-			case <-time.After(30 * time.Second):
-				_ = d.cmd.Process.Kill()
-				<-d.done
-			}
-		})
-	}
-	wg.Wait()
 	for range 20 {
 		if killUnder(s.dir) == 0 {
 			return
@@ -621,7 +579,6 @@ func runS2(t *testing.T, rep *report, sz sizes) {
 	submitted := newTimeMap()
 	var errs counter
 	var firstErr error
-	var mu sync.Mutex
 	out := filepath.Join(s.dir, "out")
 	cpu := newSlurmCPU(s)
 	start := time.Now()
@@ -630,9 +587,7 @@ func runS2(t *testing.T, rep *report, sz sizes) {
 		id, err := s.sbatch(context.Background(), jobArgs(burstShape{GPUs: 1}, s.dir, filepath.Join(out, "%j"), "date +%s.%N; sleep "+slurmJobSleep)...)
 		if err != nil {
 			if errs.Add(1) == 1 {
-				mu.Lock()
-				firstErr = err
-				mu.Unlock()
+				firstErr = err // the only writer; read once openLoop has waited for every call
 			}
 			return
 		}
@@ -747,10 +702,10 @@ func newSlurmCPU(s *slurmCluster) *slurmCPU {
 }
 
 func (c *slurmCPU) sample() (ctld, all time.Duration) {
-	ctld, _, _ = cpuTimes(c.s.ctld.cmd.Process.Pid, true)
+	ctld, _, _ = cpuTimes(c.s.ctld.Pid(), true)
 	all = ctld
 	for _, n := range c.s.nodes {
-		d, _, _ := cpuTimes(n.cmd.Process.Pid, true)
+		d, _, _ := cpuTimes(n.Pid(), true)
 		all += d
 	}
 	return ctld, all
