@@ -134,6 +134,60 @@ func floorUpdates(t testing.TB, dbURL string, n int) time.Duration {
 	return time.Since(start)
 }
 
+// floorBeats is a heartbeat's least work at rate a second for measure (after warm): GET on the
+// empty handler over one of conns keep-alive connections, then a one-row UPDATE of a slaves-sized
+// table committed without waiting for the disk in the same statement (as the heartbeat's own
+// statement is), on a pool of dbConns connections, each call in its own goroutine (open
+// loop: a slow answer does not slow the rate). Latencies are of the two together.
+func floorBeats(t testing.TB, m *master, u *user, rate float64, rows, conns, dbConns int, warm, measure time.Duration) loadResult {
+	t.Helper()
+	ctx := context.Background()
+	db := openDB(t, m.DBURL, dbConns)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS bench_floor_beats (id INT PRIMARY KEY, at TIMESTAMPTZ, payload JSONB)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO bench_floor_beats (id) SELECT g FROM generate_series(1, $1::int) g ON CONFLICT DO NOTHING`, rows); err != nil {
+		t.Fatal(err)
+	}
+	clients := make([]*http.Client, conns)
+	for i := range clients {
+		clients[i] = &http.Client{Transport: m.transport(&u.TLS, 1), Timeout: time.Minute}
+	}
+	payload := `{"usage":{"gpus":[0.97,0.95,0.99,0.96,0.98,0.97,0.94,0.99]},"jobs":8}`
+	n := int(rate * (warm + measure).Seconds())
+	skip := int(rate * warm.Seconds())
+	res := loadResult{Window: measure}
+	var mu sync.Mutex
+	start := time.Now()
+	openLoop(rate, n, func(i int) {
+		t0 := time.Now()
+		err := get(ctx, clients[i%conns], m.Floor+"/", nil)
+		if err == nil {
+			_, err = db.ExecContext(ctx, `WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
+UPDATE bench_floor_beats SET at = now(), payload = $2 FROM async WHERE id = $1`, 1+i%rows, payload)
+		}
+		d := time.Since(t0)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case i < skip:
+		case err != nil:
+			res.Errors++
+			if res.FirstErr == nil {
+				res.FirstErr = err
+			}
+		default:
+			res.N++
+			res.Lat = append(res.Lat, d)
+		}
+	})
+	res.Window = max(time.Since(start)-warm, time.Millisecond)
+	if res.FirstErr != nil {
+		t.Fatalf("floor heartbeats: %v", res.FirstErr)
+	}
+	return res
+}
+
 func openDB(t testing.TB, dbURL string, conns int) *sql.DB {
 	t.Helper()
 	db, err := sql.Open("postgres", dbURL)
