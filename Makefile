@@ -108,7 +108,7 @@ bench: deps ## run the benchmarks (SCENARIOS=B1,B2,… or all; LABEL=text) on Po
 	  if [ -z "$$url" ]; then url=$$(PG_EXTRA_OPTS="$(BENCH_PG_OPTS)" scripts/pg.sh start $(TMP)/pgbench $(BENCH_PGPORT)) || exit 1; fi; \
 	  set -o pipefail; \
 	  DATABASE_URL="$$url" GPULAB_BENCH="$(SCENARIOS)" GPULAB_BENCH_LABEL="$(LABEL)" \
-	  GPULAB_BENCH_COMMAND="make bench SCENARIOS=$(SCENARIOS)$(if $(LABEL), LABEL=…)$(if $(GPULAB_BENCH_SOAK), GPULAB_BENCH_SOAK=$(GPULAB_BENCH_SOAK))" \
+	  GPULAB_BENCH_COMMAND="make bench SCENARIOS=$(SCENARIOS)$(if $(LABEL), LABEL=…)$(if $(GPULAB_BENCH_SOAK), GPULAB_BENCH_SOAK=$(GPULAB_BENCH_SOAK))$(if $(GPULAB_BENCH_B8X_SLAVES), GPULAB_BENCH_B8X_SLAVES=$(GPULAB_BENCH_B8X_SLAVES))" \
 	  $(GO) test ./bench -run '^TestScenarios$$' -count=1 -timeout 3h -v | tee $(TMP)/bench/run.log
 
 .PHONY: run
