@@ -127,6 +127,16 @@ func LearnRatios(samples []RatioSample, minJobs int) RunRatios {
 	return out
 }
 
+// recentWeights are RecentRatio's weights by position, latest first: 2^(−i/RatioHalfLife),
+// computed once. The simulator learns the ratios again every few simulated minutes, and
+// math.Exp2 over up to RatioRecentJobs runs at each call was 3 % of a Philly replay.
+var recentWeights = func() (w [RatioRecentJobs]float64) {
+	for i := range w {
+		w[i] = math.Exp2(-float64(i) / RatioHalfLife)
+	}
+	return w
+}()
+
 // RecentRatio is a user's ratio for one class from his latest jobs by start, the latest first
 // (at most RatioRecentJobs of them are read): each weighs half as much as the job started
 // RatioHalfLife places after it, so that the mean and the quantiles follow what he runs now. A
@@ -152,7 +162,7 @@ func RecentRatio(latestFirst []RatioRun, wide RunRatio) RunRatio {
 	xs := make([]obs, n)
 	atRisk := 0.0
 	for i := range n {
-		w := math.Exp2(-float64(i) / RatioHalfLife)
+		w := recentWeights[i]
 		xs[i] = obs{min(1, max(0, latestFirst[i].Ratio)), w, latestFirst[i].Censored}
 		atRisk += w
 	}
