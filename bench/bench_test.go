@@ -214,5 +214,9 @@ func TestSmoke(t *testing.T) {
 		if r.Value == "" {
 			t.Errorf("%s %s: no value", r.Scenario, r.Measure)
 		}
+		// B8x's heartbeat goal is compared with the heartbeat's floor measured after its soak.
+		if strings.HasPrefix(r.Measure, "heartbeat p99 at the slaves") && !strings.Contains(r.Floor, "p99") {
+			t.Errorf("%s %s: no heartbeat floor (%q)", r.Scenario, r.Measure, r.Floor)
+		}
 	}
 }

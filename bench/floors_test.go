@@ -30,10 +30,7 @@ import (
 // middleware or handlers), over conns keep-alive connections with a user certificate.
 func floorHTTPS(t testing.TB, m *master, u *user, conns int, warm, measure time.Duration) loadResult {
 	t.Helper()
-	clients := make([]*http.Client, conns)
-	for i := range clients {
-		clients[i] = &http.Client{Transport: m.transport(&u.TLS, 1), Timeout: time.Minute}
-	}
+	clients := floorClients(m, u, conns)
 	res := closedLoop(conns, warm, measure, func(ctx context.Context, w, i int) error {
 		return get(ctx, clients[w], m.Floor+"/", nil)
 	})
@@ -41,6 +38,16 @@ func floorHTTPS(t testing.TB, m *master, u *user, conns int, warm, measure time.
 		t.Fatalf("floor HTTPS: %v", res.FirstErr)
 	}
 	return res
+}
+
+// floorClients are conns keep-alive clients of the master with u's certificate, one
+// connection each, for the floors' requests to its empty handler.
+func floorClients(m *master, u *user, conns int) []*http.Client {
+	clients := make([]*http.Client, conns)
+	for i := range clients {
+		clients[i] = &http.Client{Transport: m.transport(&u.TLS, 1), Timeout: time.Minute}
+	}
+	return clients
 }
 
 // get does a GET and reads the whole answer, which must be 200.
@@ -149,14 +156,11 @@ func floorBeats(t testing.TB, m *master, u *user, rate float64, rows, conns, dbC
 	if _, err := db.ExecContext(ctx, `INSERT INTO bench_floor_beats (id) SELECT g FROM generate_series(1, $1::int) g ON CONFLICT DO NOTHING`, rows); err != nil {
 		t.Fatal(err)
 	}
-	clients := make([]*http.Client, conns)
-	for i := range clients {
-		clients[i] = &http.Client{Transport: m.transport(&u.TLS, 1), Timeout: time.Minute}
-	}
+	clients := floorClients(m, u, conns)
 	payload := `{"usage":{"gpus":[0.97,0.95,0.99,0.96,0.98,0.97,0.94,0.99]},"jobs":8}`
 	n := int(rate * (warm + measure).Seconds())
 	skip := int(rate * warm.Seconds())
-	res := loadResult{Window: measure}
+	var res loadResult
 	var mu sync.Mutex
 	start := time.Now()
 	openLoop(rate, n, func(i int) {
