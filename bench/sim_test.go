@@ -41,7 +41,7 @@ func runB7(t *testing.T, rep *report, sz sizes) {
 		m, a := r.Metrics, r.Accuracy
 		rep.add(result{Scenario: "B7", Measure: fmt.Sprintf("replay %s: avg JCT · p99 wait · Jain · halts/job · estimates in range", p.Name),
 			Value: fmt.Sprintf("%.0f s · %.0f s · %.3f · %.3f · %.0f %%", m.AvgJCT.Seconds(), m.P99Wait.Seconds(), m.Jain, m.HaltsPerJob, 100*a.InRange)})
-		rep.add(result{Scenario: "B7", Measure: fmt.Sprintf("replay %s: wall time (%d Plan calls)", p.Name, r.PlanCalls), Value: secs(r.Wall),
+		rep.add(result{Scenario: "B7", Measure: fmt.Sprintf("replay %s: wall time (%d Plan calls, %d planned again whole)", p.Name, r.PlanCalls, r.Replans), Value: secs(r.Wall),
 			Goal: "≤ 20 s", Met: met(r.Wall <= 20*time.Second)})
 		rep.note("B7", "%s: %d jobs, avg wait %.0f s, p95 wait %.0f s, bounded slowdown %.2f, GPU util %.1f %%, halted before minDuration %d, lost %d jobs (%.0f GPU-h), grace %.1f GPU-h, interactive failed %d; estimates at submission: %d waited, err p50 %.0f s, p90 %.0f s, err/wait p50 %.3f, %.1f %% in range",
 			p.Name, m.Jobs, m.AvgWait.Seconds(), m.P95Wait.Seconds(), m.AvgSlowdown, 100*m.Utilisation, r.HaltedEarly, r.Lost, r.LostGPUTime.Hours(),

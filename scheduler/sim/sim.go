@@ -119,8 +119,9 @@ type Result struct {
 	// GraceGPUTime the halt graces of restartable victims (their only loss).
 	Lost                      int
 	LostGPUTime, GraceGPUTime time.Duration
-	// PlanCalls is how many times Plan ran: the simulator's cost driver.
-	PlanCalls int
+	// PlanCalls is how many passes ran Plan: the simulator's cost driver. Replans is how many
+	// of those ran it a second time, with the whole queue (see roomLeft).
+	PlanCalls, Replans int
 	// Metrics summarise Outcomes.
 	Metrics Metrics
 	// Wall is the wall-clock time the run took; the only field that differs between two runs.
@@ -410,28 +411,28 @@ func Run(cfg Config, jobs []TraceJob) Result {
 		if !changed || len(queued) == 0 {
 			continue
 		}
-		// Only jobs that fit on the emptiest slave now can be assigned, and a job that cannot
-		// be assigned changes nothing for the others (unless it may halt, or is interactive and
-		// must fail), so leaving the rest out of the snapshot gives the same decisions at a
-		// fraction of the cost.
-		maxFree, anyInteractive, anyExpired := 0, false, false
+		// Only jobs that fit on the emptiest slave now can be assigned, so a pass where none
+		// does (none interactive, which must fail, or expired, and nothing to halt) decides
+		// nothing. But every queued job is a candidate of a pass that can: one that cannot be
+		// assigned may be the backfill head, whose room is then kept from the jobs behind it
+		// (scheduler/backfill.go). Without it here a 2–4-GPU job at the head of the queue was left
+		// out of every pass until a slave had its GPUs free at once, and the jobs behind took
+		// each GPU as it freed, as the master's passes do not let them (trim keeps the pass
+		// small).
+		maxFree := 0
 		for _, f := range free {
 			maxFree = max(maxFree, f)
 		}
-		cand = cand[:0]
 		anyFits := false // some job fits the emptiest slave, is interactive or expired
 		for _, q := range queued {
-			inter := q.Request.Scheduling.Interactive
-			anyInteractive = anyInteractive || inter
-			fits := inter || q.Request.Resources.GPUs <= maxFree || expired(q, now)
-			anyFits = anyFits || fits
-			if halting || fits {
-				cand = append(cand, q)
-				anyExpired = anyExpired || expired(q, now)
+			if q.Request.Scheduling.Interactive || q.Request.Resources.GPUs <= maxFree || expired(q, now) {
+				anyFits = true
+				break
 			}
 		}
+		cand = append(cand[:0], queued...)
 		// A pass that can decide nothing still forecasts when estimates are due (estimate.go).
-		forecastOnly := len(cand) == 0 || (maxFree == 0 && !halting && !anyInteractive && !anyExpired)
+		forecastOnly := len(cand) == 0 || (!anyFits && !halting)
 		forecast := !cfg.NoEstimates && est.wants(now)
 		if forecastOnly && !forecast {
 			continue
@@ -481,6 +482,24 @@ func Run(cfg Config, jobs []TraceJob) Result {
 			snap.RangesFor = est.rangesFor(now, seen, firstRun)
 		}
 		plan := snap.Plan()
+		if trimmed := len(cand) < len(queued); trimmed && !forecastOnly && roomLeft(plan, free, slaveIdx, queued, cand) {
+			// The jobs trim left out could take what the pass left free: room a backfill head
+			// kept from the jobs behind it, which a job ending before the head's start may take
+			// wherever it waits in the queue. Planned again with every queued job.
+			given = slices.Grow(given[:0], len(queued))[:len(queued)]
+			givenBuf = given
+			for i, q := range queued {
+				given[i] = *q
+			}
+			snap.Queued = given
+			if forecast {
+				snap.Waiting = nil
+				seen = considered(given, nil)
+				snap.RangesFor = est.rangesFor(now, seen, firstRun)
+			}
+			plan = snap.Plan()
+			res.Replans++
+		}
 		if !forecastOnly {
 			res.PlanCalls++
 		}
@@ -583,12 +602,14 @@ func Run(cfg Config, jobs []TraceJob) Result {
 // as many one-GPU jobs as there are free GPUs have had their turn, every GPU is taken and the
 // rest of the queue only gets explanations, which the simulator ignores, or fails if
 // interactive, so interactive jobs are always kept. That holds only without running-job caps
-// (a capped user's one-GPU job waits with GPUs free), so Run trims only then. It is not exact:
-// backfill keeps the first blocked job's planned room (Placed.Ends are known), so a one-GPU job
-// may be held back with GPUs free; reach more jobs are kept after the cut for that, and for
-// halting (the first of those that could make room; see haltReach). trim sorts by Plan's own
-// queue order (scheduler.QueueKey). TestTrimClose checks that trimmed and untrimmed runs come
-// out alike.
+// (a capped user's one-GPU job waits with GPUs free), so Run trims only then. Backfill breaks
+// it: the first blocked job's planned room (Placed.Ends are known) is kept from the jobs behind
+// it that would end after its start, so one-GPU jobs may be held back with GPUs free, which a
+// short job anywhere further back may take. reach more jobs are kept after the cut, and a pass
+// that leaves GPUs free that a job left out could use is planned again whole (roomLeft);
+// halting looks further (the first of those that could make room; see haltReach) and is not
+// made exact. trim sorts by Plan's own queue order (scheduler.QueueKey). TestTrimClose checks
+// that trimmed and untrimmed runs come out alike.
 func trim(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64, free []int, reach int) []*scheduler.Job {
 	total := 0
 	for _, f := range free {
@@ -628,6 +649,29 @@ func trim(cand []*scheduler.Job, p scheduler.Policy, tallies map[int64]float64, 
 		}
 	}
 	return out
+}
+
+// roomLeft says whether some queued job the pass was not given (cand is what it was) needs no
+// more GPUs than a slave has left free after the plan's assignments.
+func roomLeft(plan scheduler.Plan, free []int, slaveIdx map[string]int, queued, cand []*scheduler.Job) bool {
+	left := slices.Clone(free)
+	for _, a := range plan.Assignments {
+		left[slaveIdx[a.SlaveName]] -= len(a.GPUs)
+	}
+	most := slices.Max(left)
+	if most <= 0 {
+		return false
+	}
+	given := make(map[*scheduler.Job]bool, len(cand))
+	for _, c := range cand {
+		given[c] = true
+	}
+	for _, q := range queued {
+		if !given[q] && q.Request.Resources.GPUs <= most {
+			return true
+		}
+	}
+	return false
 }
 
 // orderKeys is cand's keys in the policy's queue order (scheduler.QueueKey; without
