@@ -250,3 +250,47 @@ func TestRests(t *testing.T) {
 		}
 	}
 }
+
+// TestNarrowKeepsWhatMustBeDecided: a job waiting for time alone is left out unless it is
+// fresh, interactive or past its notAfter; every other job is kept; decide names the fresh jobs
+// and is the pass's own (the loop changes fresh while the forecaster may still read the plan).
+func TestNarrowKeepsWhatMustBeDecided(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	later, past := now.Add(time.Hour), now.Add(-time.Minute)
+	queued := func(id string, s job.Scheduling) scheduler.Job {
+		return scheduler.Job{UUID: id, Request: job.Request{Resources: job.Resources{GPUs: 1}, Scheduling: s}}
+	}
+	snap := scheduler.Snapshot{Now: now, Queued: []scheduler.Job{
+		queued("plain", job.Scheduling{}),
+		queued("waits", job.Scheduling{NotBefore: &later}),
+		queued("waits-fresh", job.Scheduling{NotBefore: &later}),
+		queued("waits-interactive", job.Scheduling{NotBefore: &later, Interactive: true}),
+		queued("waits-expired", job.Scheduling{NotBefore: &later, NotAfter: &past}),
+		queued("fresh", job.Scheduling{}),
+		queued("due", job.Scheduling{NotBefore: &past}),
+	}}
+	fresh := map[string]bool{"waits-fresh": true, "fresh": true, "gone": true}
+	jobs, decide := narrow(snap, fresh)
+	var ids []string
+	for _, j := range jobs {
+		ids = append(ids, j.UUID)
+	}
+	if want := []string{"plain", "waits-fresh", "waits-interactive", "waits-expired", "fresh", "due"}; !slices.Equal(ids, want) {
+		t.Errorf("kept %v, want %v", ids, want)
+	}
+	for _, id := range []string{"waits-fresh", "fresh"} {
+		if !decide[id] {
+			t.Errorf("fresh job %s not in decide %v", id, decide)
+		}
+	}
+	if decide["plain"] || decide["waits"] {
+		t.Errorf("decide %v names jobs already planned", decide)
+	}
+	delete(fresh, "fresh")
+	if !decide["fresh"] {
+		t.Error("decide shares its map with fresh")
+	}
+	if jobs, decide := narrow(snap, nil); len(jobs) != 5 || decide == nil || len(decide) != 0 {
+		t.Errorf("without fresh jobs: kept %d, decide %v; want 5 and an empty map", len(jobs), decide)
+	}
+}
