@@ -210,13 +210,23 @@ func TestSmoke(t *testing.T) {
 	}
 	wg.Wait()
 	t.Log("\n" + rep.table())
+	loads := map[string]bool{}
 	for _, r := range rep.rows {
 		if r.Value == "" {
 			t.Errorf("%s %s: no value", r.Scenario, r.Measure)
 		}
+		// A soak says how much work its first and last windows had (its load drifts).
+		if strings.HasPrefix(r.Measure, "the load: ") && strings.Count(r.Value, "CPU a job: master ") == 2 {
+			loads[r.Scenario] = true
+		}
 		// B8x's heartbeat goal is compared with the heartbeat's floor measured after its soak.
 		if strings.HasPrefix(r.Measure, "heartbeat p99 at the slaves") && !strings.Contains(r.Floor, "p99") {
 			t.Errorf("%s %s: no heartbeat floor (%q)", r.Scenario, r.Measure, r.Floor)
+		}
+	}
+	for _, id := range []string{"B8", "B8x"} {
+		if !loads[id] {
+			t.Errorf("%s: no row for the load of its first and last windows", id)
 		}
 	}
 }

@@ -409,6 +409,21 @@ func soak(t *testing.T, rep *report, sz sizes, sp soakSpec) {
 		rep.add(result{Scenario: sp.id, Measure: "master CPU (all of it) per 1,000 heartbeats sent, over the soak",
 			Value: fmt.Sprintf("%.2f s (%d heartbeats, %.0f /s)", (masterCPU1-masterCPU0).Seconds()/(float64(nBeats)/1000), nBeats, float64(nBeats)/soaked.Seconds())})
 	}
+	// The load itself drifts: the multi-GPU jobs that gather in the queue (queuedMulti) leave
+	// their GPUs to one-GPU jobs, so more jobs run at once and more end (and are replaced) a
+	// minute, with as many heartbeats. The CPU per job ended tells a master that slows down
+	// from one given more to do.
+	load := func(w soakWindow) string {
+		per := func(d time.Duration) string {
+			if w.finished == 0 {
+				return "—"
+			}
+			return ms(d / time.Duration(w.finished))
+		}
+		return fmt.Sprintf("%d (CPU a job: master %s, Postgres %s)", w.finished, per(w.master), per(w.pg))
+	}
+	rep.add(result{Scenario: sp.id, Measure: "the load: jobs finished and replaced: " + name(1) + " → " + name(n),
+		Value: load(first) + " → " + load(last), Ratio: ratio(float64(last.finished), float64(first.finished))})
 	rep.add(result{Scenario: sp.id, Measure: "Postgres WAL written: " + name(1) + " → " + name(n),
 		Value: fmt.Sprintf("%.0f → %.0f KiB/s", float64(first.wal.bytes)/1024/sp.window.Seconds(), float64(last.wal.bytes)/1024/sp.window.Seconds())})
 	r := float64(last.mem.RSSBytes) / float64(max(first.mem.RSSBytes, 1))
