@@ -841,7 +841,7 @@ func (l *Loop) pass(ctx context.Context, lead store.Leadership, housekeep bool) 
 			return early.err
 		}
 	} else {
-		plan, snap.Queued, narrowed = planNarrowed(snap, l.fresh, l.cfg.Sweep, &l.scratch)
+		plan, snap.Queued, narrowed = planNarrowed(snap, l.fresh, l.queue.job, l.cfg.Sweep, &l.scratch)
 		ph.Plan = time.Since(t)
 	}
 	ph.Planned = len(snap.Queued)

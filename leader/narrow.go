@@ -1,7 +1,6 @@
 package leader
 
 import (
-	"maps"
 	"slices"
 
 	"github.com/opengpulab/gpulab/scheduler"
@@ -36,16 +35,14 @@ const DefaultSweep = scheduler.ForecastCap
 // halts for them, and failing those that became impossible (their cluster or the only slaves
 // able to take them removed): all done by the next full pass (Config.FullReadEvery).
 //
-// fresh are the queued jobs no pass of this term planned: few (the new ones). decide is a copy
-// of it (the plan may be handed to the forecaster, while the loop changes fresh): a job named
-// there that is not queued is never looked up. A queued job is looked up in fresh only when it
-// waits for time alone: with 10,000 jobs queued and new ones arriving at every pass (B8x), the
-// look-up of every one of them was a fifteenth of the pass's CPU.
-func narrow(snap scheduler.Snapshot, fresh map[string]bool) (jobs []scheduler.Job, decide map[string]bool) {
-	decide = maps.Clone(fresh)
-	if decide == nil {
-		decide = map[string]bool{}
-	}
+// fresh are the queued jobs no pass of this term planned: few (the new ones); job finds a
+// queued job by uuid (the queue's memory), not ok when it is not queued. decide gives their
+// places in jobs (scheduler.Snapshot.Decide), found by their place in the queue's order
+// (submitted, then uuid: compareJobs) from the few fresh jobs, never by looking every queued
+// job up in fresh: with 10,000 jobs queued and new ones arriving at every pass (B8x), that
+// look-up was a tenth of the pass's CPU. A queued job is looked up in fresh only when it waits
+// for time alone.
+func narrow(snap scheduler.Snapshot, fresh map[string]bool, job func(id string) (scheduler.Job, bool)) (jobs []scheduler.Job, decide []int) {
 	// The queue is copied only from the first job left out: most passes leave none out, and a
 	// copy of 20,000 jobs at every pass was a fifth of what the loop allocated (B8x).
 	jobs = snap.Queued
@@ -65,7 +62,29 @@ func narrow(snap scheduler.Snapshot, fresh map[string]bool) (jobs []scheduler.Jo
 			jobs = append(jobs, *j)
 		}
 	}
+	decide = make([]int, 0, len(fresh))
+	for id := range fresh {
+		if i, ok := placeIn(jobs, id, job); ok {
+			decide = append(decide, i)
+		}
+	}
+	slices.Sort(decide) // the map's order is random; the plan's input need not be
 	return jobs, decide
+}
+
+// placeIn finds the queued job id in jobs, which the queue keeps in compareJobs's order: by
+// a binary search for the job as the queue holds it, or, should jobs not be in that order, by
+// looking at each. Not ok when id is not queued.
+func placeIn(jobs []scheduler.Job, id string, job func(id string) (scheduler.Job, bool)) (int, bool) {
+	j, ok := job(id)
+	if !ok {
+		return 0, false
+	}
+	if i, found := slices.BinarySearchFunc(jobs, j, compareJobs); found {
+		return i, true // compareJobs is 0 for the same uuid only
+	}
+	i := slices.IndexFunc(jobs, func(x scheduler.Job) bool { return x.UUID == id })
+	return i, i >= 0
 }
 
 // narrowScratch is what planNarrowed fills again at every pass rather than allocating it: a
@@ -83,8 +102,8 @@ type narrowScratch struct {
 // in scratch's slice when some were skipped (scratch nil: a new one).
 // When the plan halts a running job for a job after the first it left out, which the full plan
 // might have given to that one, it plans the whole queue instead (narrowed false).
-func planNarrowed(snap scheduler.Snapshot, fresh map[string]bool, sweep int, scratch *narrowScratch) (plan scheduler.Plan, jobs []scheduler.Job, narrowed bool) {
-	jobs, decide := narrow(snap, fresh)
+func planNarrowed(snap scheduler.Snapshot, fresh map[string]bool, job func(id string) (scheduler.Job, bool), sweep int, scratch *narrowScratch) (plan scheduler.Plan, jobs []scheduler.Job, narrowed bool) {
+	jobs, decide := narrow(snap, fresh, job)
 	sub := snap
 	sub.Queued, sub.Sweep, sub.Decide = jobs, sweep, decide
 	plan = sub.Plan()

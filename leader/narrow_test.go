@@ -114,7 +114,7 @@ func TestNarrowedPlanPlacesWhatTheFullPlanPlaces(t *testing.T) {
 		full := snap.Plan()
 		halts += len(full.Halts)
 		assigned += len(full.Assignments)
-		got, jobs, narrowed := planNarrowed(snap, fresher, 3, &scratch)
+		got, jobs, narrowed := planNarrowed(snap, fresher, queuedIn(snap), 3, &scratch)
 		if !slices.ContainsFunc(jobs, func(j scheduler.Job) bool { return j.UUID == fresh }) {
 			t.Fatalf("round %d: job %s, never planned, was left out", round, fresh)
 		}
@@ -165,7 +165,7 @@ func TestRememberPlanned(t *testing.T) {
 // leaves out (all of them when it leaves none out): the plan decides for them exactly what the
 // full plan decides.
 func earlyJobs(snap scheduler.Snapshot, fresh map[string]bool, sweep int) map[string]bool {
-	jobs, decide := narrow(snap, fresh)
+	jobs, decide := narrow(snap, fresh, queuedIn(snap))
 	sub := snap
 	sub.Queued, sub.Sweep, sub.Decide = jobs, sweep, decide
 	plan := sub.Plan()
@@ -252,14 +252,16 @@ func TestRests(t *testing.T) {
 }
 
 // TestNarrowKeepsWhatMustBeDecided: a job waiting for time alone is left out unless it is
-// fresh, interactive or past its notAfter; every other job is kept; decide names the fresh jobs
-// and is the pass's own (the loop changes fresh while the forecaster may still read the plan).
+// fresh, interactive or past its notAfter; every other job is kept; decide gives the places of
+// the fresh jobs that are queued in the jobs kept, and is the pass's own.
 func TestNarrowKeepsWhatMustBeDecided(t *testing.T) {
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	later, past := now.Add(time.Hour), now.Add(-time.Minute)
 	queued := func(id string, s job.Scheduling) scheduler.Job {
 		return scheduler.Job{UUID: id, Request: job.Request{Resources: job.Resources{GPUs: 1}, Scheduling: s}}
 	}
+	// Not in the queue's order (the same submission time, uuids unsorted): places are found by
+	// looking at each job.
 	snap := scheduler.Snapshot{Now: now, Queued: []scheduler.Job{
 		queued("plain", job.Scheduling{}),
 		queued("waits", job.Scheduling{NotBefore: &later}),
@@ -270,7 +272,7 @@ func TestNarrowKeepsWhatMustBeDecided(t *testing.T) {
 		queued("due", job.Scheduling{NotBefore: &past}),
 	}}
 	fresh := map[string]bool{"waits-fresh": true, "fresh": true, "gone": true}
-	jobs, decide := narrow(snap, fresh)
+	jobs, decide := narrow(snap, fresh, queuedIn(snap))
 	var ids []string
 	for _, j := range jobs {
 		ids = append(ids, j.UUID)
@@ -278,19 +280,74 @@ func TestNarrowKeepsWhatMustBeDecided(t *testing.T) {
 	if want := []string{"plain", "waits-fresh", "waits-interactive", "waits-expired", "fresh", "due"}; !slices.Equal(ids, want) {
 		t.Errorf("kept %v, want %v", ids, want)
 	}
-	for _, id := range []string{"waits-fresh", "fresh"} {
-		if !decide[id] {
-			t.Errorf("fresh job %s not in decide %v", id, decide)
+	if want := []int{1, 4}; !slices.Equal(decide, want) {
+		t.Errorf("decide %v, want %v (waits-fresh and fresh among the jobs kept)", decide, want)
+	}
+	if jobs, decide := narrow(snap, nil, queuedIn(snap)); len(jobs) != 5 || len(decide) != 0 {
+		t.Errorf("without fresh jobs: kept %d, decide %v; want 5 and none", len(jobs), decide)
+	}
+}
+
+// TestNarrowFindsFreshJobsInOrder: in a queue in the queue's order (as the loop's memory keeps
+// it), the fresh jobs' places are found by a binary search, among jobs left out before them,
+// equal submission times and uuids that share a prefix, and a fresh job no longer queued is
+// not placed; the same places as by looking at each job. Its seed is printed.
+func TestNarrowFindsFreshJobsInOrder(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 21))
+	now := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	later := now.Add(time.Hour)
+	for round := range 50 {
+		n := 1 + rng.IntN(400)
+		snap := scheduler.Snapshot{Now: now}
+		for i := range n {
+			j := scheduler.Job{UUID: fmt.Sprintf("%08x-job-%d", rng.IntN(64), i), Submitted: now.Add(-time.Duration(rng.IntN(50)) * time.Second),
+				Request: job.Request{Resources: job.Resources{GPUs: 1}}}
+			if rng.IntN(3) == 0 {
+				j.Request.Scheduling.NotBefore = &later // left out unless fresh
+			}
+			snap.Queued = append(snap.Queued, j)
+		}
+		slices.SortFunc(snap.Queued, compareJobs)
+		fresh := map[string]bool{"gone": true}
+		for range rng.IntN(20) {
+			fresh[snap.Queued[rng.IntN(n)].UUID] = true
+		}
+		lookups := 0
+		inOrder := func(id string) (scheduler.Job, bool) {
+			lookups++
+			return queuedIn(snap)(id)
+		}
+		jobs, decide := narrow(snap, fresh, inOrder)
+		var want []int
+		for i, j := range jobs {
+			if fresh[j.UUID] {
+				want = append(want, i)
+			}
+		}
+		if !slices.Equal(decide, want) {
+			t.Fatalf("round %d: decide %v, want %v", round, decide, want)
+		}
+		if lookups != len(fresh) {
+			t.Fatalf("round %d: %d look-ups in the queue's memory for %d fresh jobs", round, lookups, len(fresh))
+		}
+		for _, i := range decide {
+			if at, ok := placeIn(slices.Clone(jobs), jobs[i].UUID, queuedIn(snap)); !ok || at != i {
+				t.Fatalf("round %d: %s placed at %d, %v; want %d", round, jobs[i].UUID, at, ok, i)
+			}
 		}
 	}
-	if decide["plain"] || decide["waits"] {
-		t.Errorf("decide %v names jobs already planned", decide)
-	}
-	delete(fresh, "fresh")
-	if !decide["fresh"] {
-		t.Error("decide shares its map with fresh")
-	}
-	if jobs, decide := narrow(snap, nil); len(jobs) != 5 || decide == nil || len(decide) != 0 {
-		t.Errorf("without fresh jobs: kept %d, decide %v; want 5 and an empty map", len(jobs), decide)
+}
+
+// queuedIn finds a queued job of snap by uuid, as the queue's memory does for the loop.
+func queuedIn(snap scheduler.Snapshot) func(id string) (scheduler.Job, bool) {
+	return func(id string) (scheduler.Job, bool) {
+		for _, j := range snap.Queued {
+			if j.UUID == id {
+				return j, true
+			}
+		}
+		return scheduler.Job{}, false
 	}
 }

@@ -109,6 +109,12 @@ func (q *queue) queued(id string) bool {
 	return ok
 }
 
+// job is the memory's queued job id, not ok when it holds none.
+func (q *queue) job(id string) (scheduler.Job, bool) {
+	j, ok := q.jobs[id]
+	return j, ok
+}
+
 // readAgain makes the next read read these jobs whatever the feed says: a pass's conditional
 // write found them in another state than the snapshot's.
 func (q *queue) readAgain(ids ...string) {

@@ -85,9 +85,18 @@ func (s Snapshot) Plan() Plan {
 	var waiting []*Job
 	var assigned []assignedJob
 	swept := 0
+	var named map[*Job]bool
+	if s.Sweep > 0 && len(s.Decide) > 0 {
+		named = make(map[*Job]bool, len(s.Decide))
+		for _, i := range s.Decide {
+			if i >= 0 && i < len(s.Queued) {
+				named[&s.Queued[i]] = true // the addresses queueOrder gives
+			}
+		}
+	}
 	for _, j := range queueOrder(s) {
 		fits := false
-		if s.Sweep > 0 && !p.mustDecide(j, s.Decide) {
+		if s.Sweep > 0 && !p.mustDecide(j, named) {
 			if fits = p.mayStart(j); !fits {
 				if swept >= s.Sweep {
 					out.Skipped = append(out.Skipped, j.UUID)
@@ -139,12 +148,12 @@ func (s Snapshot) Plan() Plan {
 	return out
 }
 
-// mustDecide says whether a narrowed plan decides j whatever its counts: named in decide,
-// interactive (one that cannot start fails, unless a halt makes room), or past its notAfter
-// (it fails).
-func (p *planner) mustDecide(j *Job, decide map[string]bool) bool {
+// mustDecide says whether a narrowed plan decides j whatever its counts: named (Snapshot.Decide,
+// by address), interactive (one that cannot start fails, unless a halt makes room), or past its
+// notAfter (it fails).
+func (p *planner) mustDecide(j *Job, named map[*Job]bool) bool {
 	sch := j.Request.Scheduling
-	return decide[j.UUID] || sch.Interactive || sch.NotAfter != nil && p.now.After(*sch.NotAfter)
+	return named[j] || sch.Interactive || sch.NotAfter != nil && p.now.After(*sch.NotAfter)
 }
 
 // fitKey is what mayStart's answer depends on besides the slaves' free counts: the job's

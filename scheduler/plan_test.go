@@ -1,9 +1,14 @@
 package scheduler
 
 import (
+	"fmt"
 	"maps"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/opengpulab/gpulab/job"
+	"github.com/opengpulab/gpulab/protocol"
 )
 
 // hold is a running job holding GPUs, CPU ids and memory on a slave.
@@ -491,5 +496,31 @@ func TestPlanEmpty(t *testing.T) {
 	}
 	if !maps.Equal(outcome(p), map[string]string{}) {
 		t.Fatal("outcome of an empty plan is not empty")
+	}
+}
+
+// TestPlanDecidesByPlace: a narrowed plan whose sweep is spent still decides (explains) the jobs
+// whose places Decide gives, and no others it could not start.
+func TestPlanDecidesByPlace(t *testing.T) {
+	now := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	gpus := make([]protocol.GPU, 1)
+	gpus[0] = protocol.GPU{Index: 0, UUID: "GPU-s1-0", Model: "A100-80GB", MemoryMiB: 80 << 10}
+	snap := Snapshot{Now: now, Policy: PolicyFair, Clusters: map[int]Cluster{1: {ID: 1}}, Tallies: map[int64]float64{},
+		Slaves: []Slave{{Name: "s1", InstanceID: "i-s1", ClusterID: 1, Online: true, Accepting: true, CPUs: 8, MemoryGb: 64, CudaMajor: 12, GPUs: gpus}},
+		Running: []Placed{{JobUUID: "run", SlaveName: "s1", UserID: 2, ProjectID: 1, GPUIndices: []int{0}, CPUIDs: []int{0},
+			MemoryGb: 4, Started: now.Add(-time.Hour), Ends: now.Add(24 * time.Hour)}},
+		NoRanges: true, Sweep: 1}
+	for i := range 6 {
+		snap.Queued = append(snap.Queued, Job{UUID: fmt.Sprintf("q%d", i), UserID: 1, ProjectID: 1, Submitted: now.Add(time.Duration(i) * time.Second),
+			Request: job.Request{Resources: job.Resources{GPUs: 1, CPUs: 1, CPUMemoryGb: 4}, Scheduling: job.Scheduling{MaxDuration: job.Duration(time.Hour)}}})
+	}
+	snap.Decide = []int{4, -1, 99}
+	plan := snap.Plan()
+	decided := slices.Sorted(maps.Keys(plan.Explanations))
+	if want := []string{"q0", "q4"}; !slices.Equal(decided, want) {
+		t.Errorf("explained %v, want %v (the sweep's one and the one named by place)", decided, want)
+	}
+	if want := []string{"q1", "q2", "q3", "q5"}; !slices.Equal(plan.Skipped, want) {
+		t.Errorf("skipped %v, want %v", plan.Skipped, want)
 	}
 }

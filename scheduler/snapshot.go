@@ -65,9 +65,12 @@ type Snapshot struct {
 	// would have given a job left out a halt (Plan.HaltAfterCut says when that may be) or the
 	// backfill head lies beyond the sweep. Zero: every job is decided (the simulator).
 	Sweep int
-	// Decide names jobs a narrowed plan decides whatever their counts (the leader's jobs never
-	// planned before: a new job gets its explanation, or its failure, at once).
-	Decide map[string]bool
+	// Decide are the places in Queued of jobs a narrowed plan decides whatever their counts (the
+	// leader's jobs never planned before: a new job gets its explanation, or its failure, at
+	// once). Places, not uuids: the plan marks these jobs by address, where a set of uuids had
+	// every queued job's uuid looked up in it at every pass, its bytes read from wherever they
+	// lie (B8x at 2,000 slaves: 10,000 queued, 180–330 passes a minute, a tenth of the pass's CPU).
+	Decide []int
 	// Reservations are the current and future reservations.
 	Reservations []Reservation
 	// Clusters are the existing clusters by id; a job naming another id fails.
