@@ -72,29 +72,75 @@ func TestMergeSorted(t *testing.T) {
 	}
 }
 
-// What is held is walked oldest first, what ended jobs still hold among the live jobs'; and each
-// running job's indices are its own, whatever is appended to another's.
+// What is held is walked oldest first, what ended jobs still hold among the live jobs'; each
+// running job's indices are its own, whatever is appended to another's; a live job not yet
+// RUNNING ends at the latest its maxDuration after the pass, a RUNNING one after its start.
 func TestHeldWalkedInOrder(t *testing.T) {
 	t0 := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
-	held := func(id string, at int, gpus ...int64) store.SchedJob {
-		return store.SchedJob{Held: store.Held{UUID: id, GPUIDs: gpus, CPUIDs: []int64{int64(at)}}, Created: t0.Add(time.Duration(at) * time.Second)}
+	held := func(id string, at int, gpus ...int) store.SchedJob {
+		return store.SchedJob{Held: store.Held{UUID: id, SlaveName: "s-" + id, GPUIDs: gpus, CPUIDs: []int{at}, MaxDuration: 3600},
+			Created: t0.Add(time.Duration(at) * time.Second)}
 	}
-	h := heldList{live: []store.SchedJob{held("a", 1, 0), held("c", 3, 1, 2), held("e", 5)},
+	running := held("c", 3, 1, 2)
+	running.Status, running.RunningAt = job.StatusRunning, sql.NullTime{Time: t0, Valid: true}
+	h := heldList{live: []heldJob{{SchedJob: held("a", 1, 0)}, {SchedJob: running}, {SchedJob: held("e", 5)}},
 		releasing: []store.SchedJob{held("b", 2, 3), held("d", 4, 4), held("f", 6, 5)}}
-	var ids []string
-	var placed []scheduler.Placed
-	var slab idSlab
+	var walked []string
 	for x := range h.all() {
-		ids = append(ids, x.UUID)
-		placed = append(placed, placedOf(x, t0, &slab))
+		walked = append(walked, x.UUID)
 	}
-	if want := []string{"a", "b", "c", "d", "e", "f"}; !slices.Equal(ids, want) || h.len() != 6 {
-		t.Fatalf("walked %v (len %d), want %v", ids, h.len(), want)
+	view := &slaveView{gen: 1}
+	for pass, now := range []time.Time{t0.Add(time.Minute), t0.Add(time.Hour)} {
+		placed := h.placed(nil, now, view)
+		var ids []string
+		for _, p := range placed {
+			ids = append(ids, p.JobUUID)
+		}
+		if want := []string{"a", "b", "c", "d", "e", "f"}; !slices.Equal(ids, want) || !slices.Equal(walked, want) || h.len() != 6 {
+			t.Fatalf("pass %d: walked %v and placed %v (len %d), want %v", pass, walked, ids, h.len(), want)
+		}
+		if want := now.Add(time.Hour); !placed[0].Ends.Equal(want) || !placed[4].Ends.Equal(want) {
+			t.Errorf("pass %d at %v: jobs not RUNNING yet end at %v and %v, want %v", pass, now, placed[0].Ends, placed[4].Ends, want)
+		}
+		if want := t0.Add(time.Hour); !placed[2].Ends.Equal(want) || !placed[2].Started.Equal(t0) {
+			t.Errorf("pass %d: the RUNNING job started %v and ends %v, want %v and %v", pass, placed[2].Started, placed[2].Ends, t0, want)
+		}
+		placed[0].GPUIndices = append(placed[0].GPUIndices, 9)
+		placed[2].CPUIDs = append(placed[2].CPUIDs, 9)
+		if !slices.Equal(placed[1].GPUIndices, []int{3}) || !slices.Equal(placed[2].GPUIndices, []int{1, 2}) || !slices.Equal(placed[3].GPUIndices, []int{4}) ||
+			!slices.Equal(h.live[0].GPUIDs, store.Ints{0}) || !slices.Equal(h.live[1].CPUIDs, store.Ints{3}) {
+			t.Errorf("pass %d: an append to one job's indices changed another's, or the memory's: %+v", pass, placed)
+		}
 	}
-	placed[0].GPUIndices = append(placed[0].GPUIndices, 9)
-	placed[2].CPUIDs = append(placed[2].CPUIDs, 9)
-	if !slices.Equal(placed[1].GPUIndices, []int{3}) || !slices.Equal(placed[2].GPUIndices, []int{1, 2}) || !slices.Equal(placed[3].GPUIndices, []int{4}) {
-		t.Errorf("an append to one job's indices changed another's: %+v", placed)
+}
+
+// A running job's slave hint is its slave's place in the view's index, found again when the
+// view changed: a pass with a view made since would otherwise point the planner at another
+// slave's place (which the planner checks, and then looks the name up).
+func TestHeldSlaveHintFollowsTheView(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+	view := func(gen uint32, names ...string) *slaveView {
+		var ss []scheduler.Slave
+		for _, n := range names {
+			ss = append(ss, scheduler.Slave{Name: n, InstanceID: "i-" + n, Online: true, Accepting: true})
+		}
+		return &slaveView{slaves: ss, index: scheduler.NewSlaveIndex(ss, nil), gen: gen}
+	}
+	h := heldList{live: []heldJob{{SchedJob: store.SchedJob{Held: store.Held{UUID: "j", SlaveName: "s2", Status: job.StatusRunning}, Created: t0}}}}
+	for _, step := range []struct {
+		view *slaveView
+		want int
+	}{
+		{view(1, "s1", "s2", "s3"), 2},       // s2 second, plus one
+		{view(1, "s0", "s1", "s2", "s3"), 2}, // the same view number: kept (a view is made anew only with a new number)
+		{view(2, "s0", "s1", "s2", "s3"), 3}, // a slave joined
+		{view(3, "s1", "s3"), 0},             // its slave left
+		{view(4, "s2"), 1},                   // back
+	} {
+		p := h.placed(nil, t0, step.view)[0]
+		if p.SlaveHint != step.want || p.SlaveName != "s2" {
+			t.Fatalf("in view %d of %d slaves: hint %d on %q, want %d on s2", step.view.gen, len(step.view.slaves), p.SlaveHint, p.SlaveName, step.want)
+		}
 	}
 }
 
@@ -194,8 +240,8 @@ func TestQueueChangesFollowed(t *testing.T) {
 // field added to a job's row or to scheduler.Job is compared (or this test names it).
 func TestSameNoticesEveryField(t *testing.T) {
 	t0 := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
-	held := store.SchedJob{Held: store.Held{UUID: "a", UserID: 1, ProjectID: 2, Status: job.StatusRunning, SlaveName: "s", GPUIDs: []int64{1},
-		CPUIDs: []int64{2}, MemoryGb: 3, RunningAt: sql.NullTime{Time: t0, Valid: true}, MinDuration: 4, MaxDuration: 5, Bucket: "b",
+	held := store.SchedJob{Held: store.Held{UUID: "a", UserID: 1, ProjectID: 2, Status: job.StatusRunning, SlaveName: "s", GPUIDs: []int{1},
+		CPUIDs: []int{2}, MemoryGb: 3, RunningAt: sql.NullTime{Time: t0, Valid: true}, MinDuration: 4, MaxDuration: 5, Bucket: "b",
 		Reservations: []string{"r"}}, Created: t0}
 	queued := scheduler.Job{UUID: "a", Submitted: t0, UserID: 1, ProjectID: 2, OracleDuration: 3, Attained: 4}
 	for _, path := range leafFields(reflect.TypeOf(held), nil) {
@@ -253,5 +299,42 @@ func alter(t *testing.T, v reflect.Value) {
 		v.Set(reflect.ValueOf(v.Interface().(time.Time).Add(time.Second)))
 	default:
 		t.Fatalf("alter: a field of kind %v", v.Kind())
+	}
+}
+
+// overdue names the live jobs that will have run past their maxDuration (since RUNNING) by the
+// time given, and no other: not one still starting, not one with time left, not an ended one.
+func TestOverdueNamesTheJobsPastTheirMaxDuration(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	row := func(id string, status job.Status, ranFor time.Duration, maxDur int64) store.SchedJob {
+		r := store.SchedJob{Held: store.Held{UUID: id, Status: status, MaxDuration: maxDur}, Created: t0.Add(-24 * time.Hour), Holds: true}
+		if ranFor > 0 {
+			r.RunningAt = sql.NullTime{Time: t0.Add(-ranFor), Valid: true}
+		}
+		return r
+	}
+	q := newQueue(time.Hour, nil, nil)
+	if ids, known := q.overdue(t0); known || ids != nil {
+		t.Fatalf("an empty memory: overdue %v, known %v; want nothing known (every running job asked about)", ids, known)
+	}
+	mem, err := fullMemory([]store.SchedJob{
+		row("past", job.StatusRunning, 2*time.Hour, 3600),
+		row("halting-past", job.StatusHalting, 2*time.Hour, 3600),
+		row("musthalt-past", job.StatusMustHalt, 2*time.Hour, 3600),
+		row("time-left", job.StatusRunning, 30*time.Minute, 3600),
+		row("starting", job.StatusStarting, 0, 3600),
+		row("assigned", job.StatusAssigned, 0, 60),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.replace(mem)
+	ids, known := q.overdue(t0)
+	slices.Sort(ids)
+	if want := []string{"halting-past", "musthalt-past", "past"}; !known || !slices.Equal(ids, want) {
+		t.Errorf("overdue %v (known %v), want %v", ids, known, want)
+	}
+	if ids, _ := q.overdue(t0.Add(time.Hour)); len(ids) != 4 {
+		t.Errorf("an hour later: overdue %v, want the three and time-left", ids)
 	}
 }

@@ -3,6 +3,8 @@ package leader
 import (
 	"database/sql"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,7 +25,7 @@ func BenchmarkJobsStep(b *testing.B) {
 	}
 	heldRow := func(i int, st job.Status) store.SchedJob {
 		return store.SchedJob{Held: store.Held{UUID: fmt.Sprintf("h-%08d", i), UserID: int64(i % 100), ProjectID: int64(i % 20), Status: st,
-			SlaveName: fmt.Sprintf("sim-%d", i/8), GPUIDs: []int64{int64(i % 8)}, CPUIDs: []int64{int64(i % 8), int64(i%8 + 8)}, MemoryGb: 16,
+			SlaveName: fmt.Sprintf("sim-%d", i/8), GPUIDs: []int{i % 8}, CPUIDs: []int{i % 8, i%8 + 8}, MemoryGb: 16,
 			RunningAt: sql.NullTime{Time: t0, Valid: st == job.StatusRunning}, MaxDuration: 3600},
 			Created: t0.Add(time.Duration(i) * time.Millisecond), Holds: true}
 	}
@@ -41,6 +43,13 @@ func BenchmarkJobsStep(b *testing.B) {
 	q := &queue{memory: mem}
 	next, nextHeld := 200000, 37000
 	now := t0.Add(time.Hour)
+	var slaves []scheduler.Slave
+	for i := range 37000 / 8 {
+		slaves = append(slaves, scheduler.Slave{Name: fmt.Sprintf("sim-%d", i), InstanceID: "i"})
+	}
+	slices.SortFunc(slaves, func(a, b scheduler.Slave) int { return strings.Compare(a.Name, b.Name) })
+	view := &slaveView{slaves: slaves, index: scheduler.NewSlaveIndex(slaves, nil), gen: 1}
+	var running []scheduler.Placed
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
@@ -56,12 +65,12 @@ func BenchmarkJobsStep(b *testing.B) {
 			nextHeld++
 		}
 		for _, h := range q.holders[:100] { // ended
-			r := h
+			r := h.SchedJob
 			r.Status, r.Holds = job.StatusFinished, false
 			changed = append(changed, r)
 		}
 		for _, h := range q.holders[100:800] { // a state change
-			r := h
+			r := h.SchedJob
 			r.Status = job.StatusStarting
 			changed = append(changed, r)
 		}
@@ -69,12 +78,7 @@ func BenchmarkJobsStep(b *testing.B) {
 			b.Fatal(err)
 		}
 		q.takeChanges()
-		held := heldList{live: q.holders}
-		running := make([]scheduler.Placed, 0, held.len())
-		var ids idSlab
-		for h := range held.all() {
-			running = append(running, placedOf(h, now, &ids))
-		}
+		running = heldList{live: q.holders}.placed(running[:0], now, view)
 	}
 }
 
@@ -87,7 +91,7 @@ func BenchmarkCheckCompare(b *testing.B) {
 		rows = append(rows, store.SchedJob{Held: store.Held{UUID: fmt.Sprintf("q-%08d", i), Status: job.StatusQueued}, Created: t0, Request: req})
 	}
 	for i := range 37000 {
-		rows = append(rows, store.SchedJob{Held: store.Held{UUID: fmt.Sprintf("h-%08d", i), Status: job.StatusRunning, GPUIDs: []int64{1}, CPUIDs: []int64{1, 2}},
+		rows = append(rows, store.SchedJob{Held: store.Held{UUID: fmt.Sprintf("h-%08d", i), Status: job.StatusRunning, GPUIDs: []int{1}, CPUIDs: []int{1, 2}},
 			Created: t0, Holds: true})
 	}
 	a, _ := fullMemory(rows)

@@ -55,6 +55,30 @@ type SlaveIndex struct {
 	gpuFree, cpuFree []bool
 	models           []string       // distinct lower-case GPU models; a model id indexes it
 	byName           map[string]int // the first slave of each name, in the sorted order
+	first            []bool         // whether each slave is the first of its name
+}
+
+// Place is where the first slave named name is in the index, plus one, and the name as the
+// index holds it; zero and "" when none is: a running job's Placed.SlaveHint and SlaveName.
+// A Placed whose SlaveName is the index's own string is matched to its hint without reading the
+// name's bytes (two strings that share their bytes compare equal at once).
+func (ix *SlaveIndex) Place(name string) (int, string) {
+	if ix == nil {
+		return 0, ""
+	}
+	if k, ok := ix.byName[name]; ok {
+		return k + 1, ix.slaves[k].Name
+	}
+	return 0, ""
+}
+
+// hinted is where r's slave is by its hint, when the hint names the first slave of r's name.
+func (ix *SlaveIndex) hinted(r *Placed) (int, bool) {
+	k := r.SlaveHint - 1
+	if k < 0 || k >= len(ix.slaves) || !ix.first[k] || ix.slaves[k].Name != r.SlaveName {
+		return 0, false
+	}
+	return k, true
 }
 
 // NewSlaveIndex derives a SlaveIndex. The snapshot that carries it must have these very
@@ -88,7 +112,7 @@ func NewSlaveIndex(slaves []Slave, clusters map[int]Cluster) *SlaveIndex {
 	ix.gpuFree, ix.cpuFree = gpuFreeBuf, cpuFreeBuf
 	ix.states = make([]slaveState, len(slaves))
 	var modelIDs map[string]int
-	ix.byName = make(map[string]int, len(slaves))
+	ix.byName, ix.first = make(map[string]int, len(slaves)), make([]bool, len(slaves))
 	for i := range slaves {
 		st := &ix.states[i]
 		st.s, st.pos = &slaves[i], int32(i)
@@ -147,6 +171,7 @@ func NewSlaveIndex(slaves []Slave, clusters map[int]Cluster) *SlaveIndex {
 		}
 		if _, dup := ix.byName[st.s.Name]; !dup {
 			ix.byName[st.s.Name] = i
+			ix.first[i] = true
 		}
 	}
 	return ix
@@ -258,9 +283,11 @@ func newPlanner(s Snapshot) *planner {
 	haltables := 0
 	for i := range s.Running {
 		r := &s.Running[i]
-		k, ok := byName[r.SlaveName]
+		k, ok := ix.hinted(r)
 		if !ok {
-			continue
+			if k, ok = byName[r.SlaveName]; !ok {
+				continue
+			}
 		}
 		where[i] = p.slaves[k]
 		nHeld[k]++

@@ -1,9 +1,13 @@
 package scheduler
 
 import (
+	"cmp"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
+	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
 )
 
@@ -96,5 +100,29 @@ func TestFairRank(t *testing.T) {
 	}
 	if r := FairRank(-5, 0); r != 14*24 {
 		t.Fatalf("rank of a negative tally and no maxDuration: %v, want %v", r, 14*24)
+	}
+}
+
+// A queue key orders by submission as the jobs' times do (time.Time.Compare), whatever the
+// times: before 1970, the zero time, the same second with other nanoseconds, other locations.
+func TestQueueKeyOrdersBySubmission(t *testing.T) {
+	seed := testenv.Seed(t)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	base := []time.Time{{}, time.Date(1969, 12, 31, 23, 59, 59, 999_999_999, time.UTC), time.Unix(0, 0), t0, t0.Add(time.Nanosecond),
+		t0.In(time.FixedZone("x", 3600)), time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s := Snapshot{Now: t0, Policy: PolicyFIFO}
+	for range 20000 {
+		a := Job{UUID: fmt.Sprint(rng.IntN(3)), Submitted: base[rng.IntN(len(base))].Add(time.Duration(rng.IntN(3)-1) * time.Duration(rng.Int64N(int64(time.Hour))))}
+		b := Job{UUID: fmt.Sprint(rng.IntN(3)), Submitted: base[rng.IntN(len(base))]}
+		if rng.IntN(4) == 0 {
+			b.Submitted = a.Submitted.Add(time.Duration(rng.IntN(3) - 1))
+		}
+		want := a.Submitted.Compare(b.Submitted)
+		if want == 0 {
+			want = cmp.Compare(a.UUID, b.UUID)
+		}
+		if got := s.QueueKey(&a).Compare(s.QueueKey(&b)); got != want {
+			t.Fatalf("seed %d: %v (%s) against %v (%s): key order %d, want %d", seed, a.Submitted, a.UUID, b.Submitted, b.UUID, got, want)
+		}
 	}
 }

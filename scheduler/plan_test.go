@@ -524,3 +524,45 @@ func TestPlanDecidesByPlace(t *testing.T) {
 		t.Errorf("skipped %v, want %v", plan.Skipped, want)
 	}
 }
+
+// A running job's slave hint is trusted only where it names the first slave of the job's name:
+// a hint left from another index (a slave came or went since), one out of range, or one at a
+// second slave of the same name (a new instance) is looked up by name instead, so the job's
+// GPU stays taken on its own slave whatever the hint says.
+func TestPlanChecksSlaveHints(t *testing.T) {
+	one := func(name, instance string) Slave {
+		s := mkSlave(name, gpus(gpuList(a100, 80, 0, 1)...))
+		s.InstanceID = instance
+		return s
+	}
+	three := []Slave{one("s1", "i1"), one("s2", "i2"), one("s3", "i3")}
+	twins := []Slave{one("s1", "i1"), one("s2", "i2"), one("s2", "i2-new")}
+	for _, tc := range []struct {
+		name   string
+		slaves []Slave
+		hint   int    // the job on s2's
+		taken  string // the slave another job, without hint, holds
+		want   string // the instance the queued job goes to: the one left free
+	}{
+		{"right", three, 2, "s3", "i1"},
+		{"none", three, 0, "s3", "i1"},
+		{"another slave's place", three, 1, "s3", "i1"},
+		{"past the end", three, 9, "s3", "i1"},
+		{"negative", three, -3, "s3", "i1"},
+		{"the second of its name", twins, 3, "s1", "i2-new"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := Snapshot{Now: t0, Policy: PolicyFair, Clusters: map[int]Cluster{1: {ID: 1}}, Slaves: tc.slaves,
+				Running: []Placed{
+					{JobUUID: "on-s2", SlaveName: "s2", UserID: 2, ProjectID: 1, GPUIndices: []int{0}, CPUIDs: []int{0}, MemoryGb: 4, Started: t0.Add(-time.Hour), SlaveHint: tc.hint},
+					{JobUUID: "other", SlaveName: tc.taken, UserID: 2, ProjectID: 1, GPUIndices: []int{0}, CPUIDs: []int{0}, MemoryGb: 4, Started: t0.Add(-time.Hour)},
+				},
+				Queued: []Job{mkJob("q", 1, 1, 4)}}
+			snap.Index = NewSlaveIndex(snap.Slaves, snap.Clusters)
+			plan := snap.Plan()
+			if len(plan.Assignments) != 1 || plan.Assignments[0].SlaveInstanceID != tc.want {
+				t.Fatalf("assignments %+v, want the job on instance %s", plan.Assignments, tc.want)
+			}
+		})
+	}
+}

@@ -202,6 +202,11 @@ type Placed struct {
 	// Releasing marks what a job that ended (or was queued again) still holds until its slave
 	// confirms the container gone: taken, on its way out (Halting), counted against no cap.
 	Releasing bool
+	// SlaveHint, when not zero, is where the job's slave is in the snapshot's slave index, plus
+	// one (SlaveIndex.Place): the leader keeps it with each running job, so that a pass does not
+	// look every running job's slave up by name (15,000–37,000 look-ups a pass at B8x's size).
+	// Plan checks it against SlaveName, and looks the name up when they differ.
+	SlaveHint int
 }
 
 // Limits are the running-job caps of SPEC 7.2; zero means no cap.

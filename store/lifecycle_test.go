@@ -117,7 +117,7 @@ func TestResourcesHeldUntilReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := heldBy(t, st)
-	if h, ok := held[cancelled.UUID]; !ok || !h.Releasing || !slices.Equal([]int64(h.GPUIDs), []int64{0}) || h.SlaveName != "node1" {
+	if h, ok := held[cancelled.UUID]; !ok || !h.Releasing || !slices.Equal(h.GPUIDs, store.Ints{0}) || h.SlaveName != "node1" {
 		t.Fatalf("a cancelled running job does not hold its GPU until released: %+v", held)
 	}
 	if _, ok := held[finished.UUID]; ok {

@@ -572,8 +572,8 @@ type Held struct {
 	ProjectID    int64          `db:"project_id"`
 	Status       job.Status     `db:"status"`
 	SlaveName    string         `db:"slave"`
-	GPUIDs       pq.Int64Array  `db:"gpu_ids"`
-	CPUIDs       pq.Int64Array  `db:"cpu_ids"`
+	GPUIDs       Ints           `db:"gpu_ids"`
+	CPUIDs       Ints           `db:"cpu_ids"`
 	MemoryGb     int            `db:"memory_gb"`
 	RunningAt    sql.NullTime   `db:"running_at"` // when it reached RUNNING, if it has
 	MinDuration  int64          `db:"min_duration_s"`

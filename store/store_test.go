@@ -529,7 +529,7 @@ func TestListHeld(t *testing.T) {
 		t.Fatalf("held %+v %v", held, err)
 	}
 	h := held[0]
-	if h.UUID != j.UUID || h.SlaveName != "node1" || !slices.Equal(h.GPUIDs, []int64{2, 3}) || !slices.Equal(h.CPUIDs, []int64{0, 1}) ||
+	if h.UUID != j.UUID || h.SlaveName != "node1" || !slices.Equal(h.GPUIDs, store.Ints{2, 3}) || !slices.Equal(h.CPUIDs, store.Ints{0, 1}) ||
 		h.MemoryGb != 5 || h.RunningAt.Valid || h.Status != job.StatusAssigned || h.UserID != u.ID || h.ProjectID != p.ID ||
 		h.MaxDuration != int64(j.Request.Scheduling.MaxDuration.Std()/time.Second) || !h.Interactive {
 		t.Fatalf("assigned job held: %+v", h)
