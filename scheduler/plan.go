@@ -333,20 +333,15 @@ func sortQueue(s Snapshot, out []*Job) {
 // (the simulator sorts at every event). The simulator's trim orders its queue with it too, so
 // that its order is Plan's.
 type QueueKey struct {
-	Job  *Job
-	rank float64       // FairRank (fair), attained-service level (las)
-	dur  time.Duration // maxDuration (fair), the real run time (sjf-oracle)
-	// sec and nsec are the job's submission time (Unix): most comparisons of a fair queue reach
-	// it (one user's jobs of one maxDuration tie before it), and reading it from the job was a
-	// read of memory far away for each, the jobs lying wherever the queue's memory has them.
-	sec   int64
-	nsec  int32
-	group int32 // lower first: interactive jobs, then (fair) those holding an active reservation
+	Job   *Job
+	group int           // lower first: interactive jobs, then (fair) those holding an active reservation
+	rank  float64       // FairRank (fair), attained-service level (las)
+	dur   time.Duration // maxDuration (fair), the real run time (sjf-oracle)
 }
 
 // QueueKey is j's key under the snapshot's policy, tallies and reservations.
 func (s *Snapshot) QueueKey(j *Job) QueueKey {
-	k := QueueKey{Job: j, sec: j.Submitted.Unix(), nsec: int32(j.Submitted.Nanosecond())}
+	k := QueueKey{Job: j}
 	inter := j.Request.Scheduling.Interactive
 	switch s.Policy {
 	case PolicyFIFO:
@@ -382,10 +377,7 @@ func (a QueueKey) Compare(b QueueKey) int {
 	if c := cmp.Compare(a.dur, b.dur); c != 0 {
 		return c
 	}
-	if c := cmp.Compare(a.sec, b.sec); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(a.nsec, b.nsec); c != 0 {
+	if c := a.Job.Submitted.Compare(b.Job.Submitted); c != 0 {
 		return c
 	}
 	return cmp.Compare(a.Job.UUID, b.Job.UUID)
