@@ -26,8 +26,9 @@ func (a *Ints) Scan(src any) error {
 	default:
 		return fmt.Errorf("read an integer array from %T", src)
 	}
-	inner, ok := bytes.CutPrefix(text, []byte("{"))
-	if inner, ok = bytes.CutSuffix(inner, []byte("}")); !ok {
+	inner, open := bytes.CutPrefix(text, []byte("{"))
+	inner, closed := bytes.CutSuffix(inner, []byte("}"))
+	if !open || !closed {
 		return fmt.Errorf("read an integer array from %q: not {…}", text)
 	}
 	if len(inner) == 0 {

@@ -23,7 +23,7 @@ func TestIntsScan(t *testing.T) {
 			t.Errorf("Scan(%q) = %v, %v; want %v", tc.src, got, err, tc.want)
 		}
 	}
-	for _, bad := range []any{[]byte("{1,NULL}"), []byte("1,2"), []byte("{1,2"), []byte("{{1},{2}}"), []byte("{1,,2}"), 42} {
+	for _, bad := range []any{[]byte("{1,NULL}"), []byte("1,2"), []byte("{1,2"), []byte("1,2}"), []byte("{"), []byte("{{1},{2}}"), []byte("{1,,2}"), 42} {
 		var got Ints
 		if err := got.Scan(bad); err == nil {
 			t.Errorf("Scan(%v) = %v, want an error", bad, got)
