@@ -305,4 +305,17 @@ func (p *portal) focusSurvivesRefresh(running string) {
 	if focused != "" {
 		p.t.Errorf("after a live refresh of the job page the focus is on %q, not on the Cancel button it was on", focused)
 	}
+	// While a live refresh is in flight (htmx marks the polling element), the buttons inside it
+	// stay as they are: dimmed, they flickered every 3 s, and axe's contrast check failed when it
+	// ran during a refresh.
+	opacity, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](`(() => {
+		const live = document.getElementById("job-live");
+		live.classList.add("htmx-request");
+		const o = getComputedStyle(live.querySelector("[data-testid=action-cancel]")).opacity;
+		live.classList.remove("htmx-request");
+		return o;
+	})()`))
+	if err != nil || opacity != "1" {
+		p.t.Errorf("during a live refresh the Cancel button's opacity is %q (%v), want 1", opacity, err)
+	}
 }
