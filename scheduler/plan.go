@@ -81,7 +81,14 @@ type Failure struct {
 func (s Snapshot) Plan() Plan {
 	p := newPlanner(s)
 	defer p.release()
-	out := Plan{Explanations: map[string][]string{}, Estimates: map[string]time.Time{}}
+	// The explanations' map sized for the jobs the plan will decide (every queued one, or about
+	// the sweep's and the named ones when narrowed): grown from empty, its rehashing was half of
+	// filling it (0.27 of 0.73 s of the master's CPU a minute at 2,000 slaves, bench/ B8x).
+	explained := len(s.Queued)
+	if s.Sweep > 0 {
+		explained = min(explained, s.Sweep+len(s.Decide))
+	}
+	out := Plan{Explanations: make(map[string][]string, explained), Estimates: map[string]time.Time{}}
 	var waiting []*Job
 	var assigned []assignedJob
 	swept := 0
