@@ -2,6 +2,7 @@ package leader
 
 import (
 	"context"
+	"iter"
 	"slices"
 	"time"
 
@@ -142,4 +143,27 @@ const ExplainSplitFrom = explainSplitFrom
 // far ones come every farEvery at the least (zero: the defaults).
 func (l *Loop) SetForecastReach(near int, farEvery time.Duration) {
 	l.nearReach, l.farEveryAtLeast = near, farEvery
+}
+
+// all yields everything held, oldest first, as the store reads it (the tests' view; a pass
+// uses placed).
+func (h heldList) all() iter.Seq[store.Held] {
+	return func(yield func(store.Held) bool) {
+		i := 0
+		for _, r := range h.releasing {
+			for ; i < len(h.live) && compareHeld(&h.live[i].SchedJob, &r) <= 0; i++ {
+				if !yield(h.live[i].Held) {
+					return
+				}
+			}
+			if !yield(r.Held) {
+				return
+			}
+		}
+		for _, l := range h.live[i:] {
+			if !yield(l.Held) {
+				return
+			}
+		}
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/maphash"
-	"iter"
 	"log/slog"
 	"runtime"
 	"slices"
@@ -240,33 +239,12 @@ func (h heldList) placed(out []scheduler.Placed, now time.Time, view *slaveView)
 	return out
 }
 
-// all yields everything held, oldest first.
-func (h heldList) all() iter.Seq[store.Held] {
-	return func(yield func(store.Held) bool) {
-		i := 0
-		for _, r := range h.releasing {
-			for ; i < len(h.live) && compareHeld(&h.live[i].SchedJob, &r) <= 0; i++ {
-				if !yield(h.live[i].Held) {
-					return
-				}
-			}
-			if !yield(r.Held) {
-				return
-			}
-		}
-		for _, l := range h.live[i:] {
-			if !yield(l.Held) {
-				return
-			}
-		}
-	}
-}
-
 // heldJob is a live job's row as the memory keeps it, with where its slave was in the slave
 // index of the view it was last planned with: the planner looked every running job's slave up
 // by name at every pass (0.26 s of the master's CPU a minute at 2,000 slaves, bench/ B8x;
 // scheduler.Placed.SlaveHint). The rows lie side by side in the memory's list, so a pass reads
-// them in order (each in a heap object of its own, the pass read slower than it made them anew).
+// them in order: kept in heap objects of their own (tried), a pass read them more slowly than it
+// had made them anew.
 type heldJob struct {
 	store.SchedJob
 	// hint is the slave's place in the index of the view numbered view (slaveView.gen), plus
