@@ -152,6 +152,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list containers: %w", err)
 	}
+	containers = a.removeUnstarted(ctx, containers)
 	a.setContainers(containers)
 	// A slave that restarts while cut off from every master must not let the containers it
 	// found run on past the fence time: the master gives their jobs up after it.
@@ -177,6 +178,32 @@ func (a *Agent) Run(ctx context.Context) error {
 	duties.Wait()
 	a.wg.Wait()
 	return nil
+}
+
+// removeUnstarted removes the containers a previous agent created and never started (it died
+// between the two calls): their jobs never ran. Gone before the registration, they are not in
+// it, so the master queues their jobs again at once. Left for reattach, they were listed in the
+// registration and the master waited the missing grace before it queued them: on a loaded
+// slave the STARTING lease could run out first, and the job, which never ran, ended FAILED
+// (seen in CI's chaos slave-kill). One the engine will not remove now is kept: it is listed
+// and reattach reaps it, as before.
+func (a *Agent) removeUnstarted(ctx context.Context, containers []container.Container) []container.Container {
+	kept := make([]container.Container, 0, len(containers))
+	for _, c := range containers {
+		if c.State != "created" {
+			kept = append(kept, c)
+			continue
+		}
+		if err := a.rt.Remove(ctx, c.ID); err != nil {
+			a.log.Warn("removing a container created and never started failed; it is reaped after the registration",
+				"job", c.JobUUID, "attempt", c.Attempt, "container", shortID(c.ID), "err", err)
+			kept = append(kept, c)
+			continue
+		}
+		a.log.Info("removed a container created and never started: the start was cut short by the slave's restart",
+			"job", c.JobUUID, "attempt", c.Attempt, "container", shortID(c.ID))
+	}
+	return kept
 }
 
 // fenceUnregistered stops the running containers found at start if no master has answered the
@@ -247,9 +274,10 @@ func (a *Agent) reattach(ctx context.Context, containers []container.Container, 
 			continue
 		}
 		if c.State == "created" {
-			// The previous agent died between creating the container and starting it: the job
-			// never ran. Reported done, its exit code (0, never set) would read as a success;
-			// removed, the slave no longer holds the job and the master queues it again.
+			// The previous agent died between creating the container and starting it, and
+			// removeUnstarted could not remove it: the job never ran. Reported done, its exit
+			// code (0, never set) would read as a success; removed, the slave no longer holds
+			// the job and the master queues it again (after the missing grace).
 			a.reap(ctx, c, "created but never started: the start was cut short by the slave's restart")
 			continue
 		}

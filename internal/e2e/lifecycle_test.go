@@ -113,7 +113,8 @@ func TestSlaveRestartKeepsJobAndLog(t *testing.T) {
 
 // A slave killed between creating a job's container and starting it leaves a container that
 // never ran. The restarted slave must not report it done (its exit code reads 0, a success):
-// it removes it, and the master queues the job again, which then runs.
+// it removes it before it registers, and the master queues the job again at the registration
+// (not after the missing grace, which the STARTING lease could outlast), and it then runs.
 func TestSlaveRestartWithContainerNeverStarted(t *testing.T) {
 	e := newEnv(t)
 	s := e.startSlave(slaveOpts{name: "s1", cluster: 1})
@@ -150,6 +151,9 @@ func TestSlaveRestartWithContainerNeverStarted(t *testing.T) {
 		}
 		return evs[job.StatusQueued] >= 2
 	})
+	if ev := e.events(id); !strings.Contains(ev, "restarted and found no container of the job") {
+		t.Fatalf("the job was not queued again at the slave's registration: %s", ev)
+	}
 	e.waitFor(id, job.StatusRunning)
 	waitUntil(t, "the job's new container running", func() bool { return e.containerRunning(id) })
 	if evs := e.statusEvents(id); evs[job.StatusFinished] > 0 || evs[job.StatusFailed] > 0 {
