@@ -81,3 +81,28 @@ func (s *Store) WaitWakes() {
 
 // WakesAsked is how many scheduler wakes were asked for so far.
 func (s *Store) WakesAsked() int64 { return s.wakes.requested.Load() }
+
+// HoldSubmits keeps the submission queue from sending anything: submissions wait until
+// release, which sends them as a busy master would, together. waiting says how many wait.
+func (s *Store) HoldSubmits() (waiting func() int, release func()) {
+	q := s.submits
+	q.mu.Lock()
+	held := q.inFlight - q.running
+	q.running = q.inFlight
+	q.mu.Unlock()
+	waiting = func() int {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return len(q.waiting)
+	}
+	release = func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		q.running -= held
+		for q.running < q.inFlight && len(q.waiting) > 0 {
+			q.running++
+			go q.send()
+		}
+	}
+	return waiting, release
+}

@@ -325,35 +325,25 @@ func (s *Store) SubmitJob(ctx context.Context, j *job.Job, userID, projectID int
 		return "", fmt.Errorf("encode request of job %s: %w", j.UUID, err)
 	}
 	r := j.Request
-	var clusterID sql.NullInt64
-	if r.Resources.ClusterID > 0 {
-		clusterID = sql.NullInt64{Int64: int64(r.Resources.ClusterID), Valid: true}
-	}
-	var initial sql.NullString
-	restartCount := 0
+	row := submitRow{uuid: j.UUID, name: j.Name, description: j.Description, env: j.DeploymentEnvironment, request: req,
+		userID: userID, email: j.Owner.UserEmail, projectID: projectID, status: string(j.State.Status),
+		interactive: r.Scheduling.Interactive, restartable: r.Scheduling.Restartable, clusterID: r.Resources.ClusterID,
+		gpus: r.Resources.GPUs, cpus: r.Resources.CPUs, memoryGb: r.Resources.CPUMemoryGb,
+		minSecs: int64(time.Duration(r.Scheduling.MinDuration) / time.Second), maxSecs: int64(time.Duration(r.Scheduling.MaxDuration) / time.Second),
+		reservations: r.Scheduling.ReservationIDs, message: message, key: key}
 	if j.RestartInfo != nil {
-		initial = sql.NullString{String: j.RestartInfo.InitialJobUUID, Valid: true}
-		restartCount = j.RestartInfo.RestartCount
-	}
-	reservations := r.Scheduling.ReservationIDs
-	if reservations == nil {
-		reservations = []string{}
+		row.initial, row.restartCount = j.RestartInfo.InitialJobUUID, j.RestartInfo.RestartCount
 	}
 	var created time.Time
-	err = s.q.GetContext(ctx, &created, insertJob, j.UUID, j.Name, j.Description, j.DeploymentEnvironment, req,
-		userID, j.Owner.UserEmail, projectID, string(j.State.Status), r.Scheduling.Interactive, r.Scheduling.Restartable,
-		clusterID, r.Resources.GPUs, r.Resources.CPUs, r.Resources.CPUMemoryGb,
-		int64(time.Duration(r.Scheduling.MinDuration)/time.Second), int64(time.Duration(r.Scheduling.MaxDuration)/time.Second),
-		pq.Array(reservations), initial, restartCount, message, key)
-	if errors.Is(err, sql.ErrNoRows) && key != "" {
-		var existing string
-		err := s.q.GetContext(ctx, &existing, `SELECT uuid::text FROM jobs WHERE user_id = $1 AND submit_key = $2`, userID, key)
-		return existing, mapErr(err, "find the job of submission "+key)
+	var existing string
+	if s.submits != nil && s.tx == nil && row.batchable() {
+		created, existing, err = s.submits.submit(ctx, row)
+	} else {
+		created, existing, err = s.insertOne(ctx, &row)
 	}
-	if err != nil {
-		return "", mapErr(err, "create job "+j.UUID)
+	if err != nil || existing != "" {
+		return existing, err
 	}
-	s.WakeScheduler() // on whichever master leads: a new job to plan
 	j.State.Created, j.State.Updated = created, created
 	j.State.EventTimes = map[job.Status]time.Time{j.State.Status: created}
 	return "", nil

@@ -66,8 +66,9 @@ type Store struct {
 	clusters *clusterCache
 	projects *projectCache // ProjectsByID's, shared likewise
 	leases   Leases
-	url      string     // for LISTEN connections
-	beats    *beatQueue // heartbeats waiting to be recorded together; nil inside WithTx
+	url      string       // for LISTEN connections
+	beats    *beatQueue   // heartbeats waiting to be recorded together; nil inside WithTx
+	submits  *submitQueue // submissions waiting to be stored together; nil inside WithTx
 	usage    *usageBuffer
 	conns    *connQueue  // the pool's places (connQueue: in turn, newest first when overloaded); nil inside WithTx
 	wakes    *wakeSender // the scheduler's notifications (WakeScheduler); nil in the heartbeats' store
@@ -114,6 +115,7 @@ func OpenPool(ctx context.Context, url string, conns int) (*Store, error) {
 	// heartbeat is what keeps a slave's jobs alive; it must not queue behind reads and submits.
 	beatDB := newPool(pc, beatsInFlight)
 	s.beats = newBeatQueue(&Store{db: beatDB, q: &prepared{querier: beatDB, cache: newStmtCache(beatDB)}, decoded: s.decoded, listed: s.listed, identities: s.identities, names: s.names, clusters: s.clusters, projects: s.projects, leases: s.leases, url: url})
+	s.submits = newSubmitQueue(s)
 	s.usage = newUsageBuffer(s.appendUsage)
 	s.wakes = newWakeSender(s.notifyScheduler, wakeEvery)
 	return s, nil
