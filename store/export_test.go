@@ -28,28 +28,7 @@ func (s *Store) HeartbeatCommitMode(ctx context.Context, b Beat) (string, error)
 
 // HoldBeats keeps the heartbeat queue from sending anything: heartbeats wait until release,
 // which sends them as a busy master would, together. waiting says how many wait.
-func (s *Store) HoldBeats() (waiting func() int, release func()) {
-	q := s.beats
-	q.mu.Lock()
-	held := q.inFlight - q.running
-	q.running = q.inFlight
-	q.mu.Unlock()
-	waiting = func() int {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		return len(q.waiting)
-	}
-	release = func() {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		q.running -= held
-		for q.running < q.inFlight && len(q.waiting) > 0 {
-			q.running++
-			go q.send()
-		}
-	}
-	return waiting, release
-}
+func (s *Store) HoldBeats() (waiting func() int, release func()) { return s.beats.hold() }
 
 // ListedStats counts the listed jobs the two-step list found kept (hits) and read whole.
 func (s *Store) ListedStats() (hits, misses int64) {
@@ -82,10 +61,12 @@ func (s *Store) WaitWakes() {
 // WakesAsked is how many scheduler wakes were asked for so far.
 func (s *Store) WakesAsked() int64 { return s.wakes.requested.Load() }
 
-// HoldSubmits keeps the submission queue from sending anything: submissions wait until
-// release, which sends them as a busy master would, together. waiting says how many wait.
-func (s *Store) HoldSubmits() (waiting func() int, release func()) {
-	q := s.submits
+// HoldSubmits is HoldBeats for the submission queue.
+func (s *Store) HoldSubmits() (waiting func() int, release func()) { return s.submits.hold() }
+
+// hold keeps the queue from sending anything until release, which sends what waits as a busy
+// master would, together; waiting says how many wait.
+func (q *groupQueue[C]) hold() (waiting func() int, release func()) {
 	q.mu.Lock()
 	held := q.inFlight - q.running
 	q.running = q.inFlight

@@ -870,13 +870,15 @@ func (s *Store) SubmitJobWithin(ctx context.Context, j *job.Job, userID, project
 			return mapErr(err, "lock jobs named "+lim.Name)
 		}
 		if key != "" {
-			err := tx.q.GetContext(ctx, &existing, `SELECT uuid::text FROM jobs WHERE user_id = $1 AND submit_key = $2`, userID, key)
+			var err error
+			existing, err = tx.jobOfKey(ctx, userID, key)
 			if err == nil {
 				return nil
 			}
-			if !errors.Is(err, sql.ErrNoRows) {
-				return mapErr(err, "find the job of submission "+key)
+			if !errors.Is(err, ErrNotFound) {
+				return err
 			}
+			existing = ""
 		}
 		var n int
 		if err := tx.q.GetContext(ctx, &n, `SELECT count(*) FROM jobs WHERE user_id = $1 AND name = $2 AND status = ANY($3)`,

@@ -6,44 +6,32 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/lib/pq"
 )
 
-// submitQueue gathers the submissions that arrive while earlier ones are being stored, so that
-// they are stored together: one INSERT of many jobs and their first events, one commit. At 16
-// clients (bench/ B5) a statement and a commit a job cost Postgres 0.85 ms of CPU a submission,
-// most of it per statement and per commit rather than per row (on this 2-core machine pgbench
-// stored 3,100–3,500 jobs a second one a statement, 11,800–13,100 eight a statement), and held
-// the master at 1,100 submissions a second.
-//
-// It works as the heartbeats' beatQueue: no submission waits for a batch to fill. At most
-// inFlight statements run at a time; a submission that finds one free is sent at once with
-// whatever else waits (up to max), so a lone client's submission is stored alone, as before,
-// and only concurrent ones share a statement. A submission whose caller gave up before its
-// batch was sent is left out; one given up on after may still be stored, as a lone statement
-// whose client went away may have committed (its Idempotency-Key, when it sent one, finds it).
-// Jobs stored together have the same created_at (the transaction's time): they were submitted
-// at the same time.
+// submitQueue stores submissions together (groupQueue): the submissions that arrive while
+// earlier ones are being stored go in one INSERT of many jobs and their first events, one
+// commit. At 16 clients (bench/ B5) a statement and a commit a job cost Postgres 0.85 ms of CPU
+// a submission, most of it per statement and per commit rather than per row (on this 2-core
+// machine pgbench stored 3,100–3,500 jobs a second one a statement, 11,800–13,100 eight a
+// statement), and held the master at 1,100 submissions a second. A lone client's submission is
+// stored alone, as before. One given up on after its batch left may still be stored, as a lone
+// statement whose client went away may have committed (its Idempotency-Key, when it sent one,
+// finds it). Jobs stored together have the same created_at (the transaction's time): they were
+// submitted at the same time.
 type submitQueue struct {
-	s        *Store
-	inFlight int
-	max      int
-	timeout  time.Duration
-
-	mu      sync.Mutex
-	waiting []*submitCall
-	running int
+	groupQueue[*submitCall]
+	s *Store
 
 	statements, stored atomic.Int64 // for SubmitStats
 }
 
 // Submission batching defaults: two statements in flight (one being written while the next
 // gathers), up to 100 jobs each (a request's JSON is at most maxJobBody; 100 are a few MB), and
-// a batch's own deadline, which no one caller's context sets since it carries others.
+// a batch's own deadline.
 const (
 	submitsInFlight = 2
 	submitsMax      = 100
@@ -51,15 +39,15 @@ const (
 )
 
 func newSubmitQueue(s *Store) *submitQueue {
-	return &submitQueue{s: s, inFlight: submitsInFlight, max: submitsMax, timeout: submitsTimeout}
+	q := &submitQueue{s: s}
+	q.groupQueue = groupQueue[*submitCall]{inFlight: submitsInFlight, max: submitsMax, timeout: submitsTimeout, write: q.storeBatch}
+	return q
 }
 
 // submitCall is one submission waiting for its batch.
 type submitCall struct {
-	ctx     context.Context
+	call
 	row     submitRow
-	done    chan struct{}
-	queued  time.Time
 	created time.Time
 	// existing is the job an earlier submission with the same key made ("" when this one
 	// stored its job).
@@ -98,70 +86,17 @@ func (r *submitRow) batchable() bool {
 
 // submit queues a submission and waits for its batch's outcome, or for ctx.
 func (q *submitQueue) submit(ctx context.Context, row submitRow) (created time.Time, existing string, err error) {
-	c := &submitCall{ctx: ctx, row: row, done: make(chan struct{}), queued: time.Now()}
-	q.mu.Lock()
-	q.waiting = append(q.waiting, c)
-	if q.running < q.inFlight {
-		q.running++
-		go q.send()
-	}
-	q.mu.Unlock()
-	select {
-	case <-c.done:
-		addStatement(ctx, time.Since(c.queued))
-		return c.created, c.existing, c.err
-	case <-ctx.Done():
+	c := &submitCall{call: newCall(ctx), row: row}
+	if !q.do(c) {
 		return time.Time{}, "", mapErr(ctx.Err(), "create job "+row.uuid)
 	}
+	return c.created, c.existing, c.err
 }
 
-// send stores batches of the waiting submissions until none is left.
-func (q *submitQueue) send() {
-	for {
-		batch := q.take()
-		if batch == nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), q.timeout)
-		q.store(ctx, batch)
-		cancel()
-		for _, c := range batch {
-			close(c.done)
-		}
-	}
-}
-
-// take removes up to max waiting submissions, oldest first, dropping those whose callers gave
-// up; nil (and one statement fewer running) when none waits.
-func (q *submitQueue) take() []*submitCall {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	var batch []*submitCall
-	left := q.waiting[:0]
-	for _, c := range q.waiting {
-		switch {
-		case c.ctx.Err() != nil:
-			c.err = mapErr(c.ctx.Err(), "create job "+c.row.uuid)
-			close(c.done)
-		case len(batch) == q.max:
-			left = append(left, c)
-		default:
-			batch = append(batch, c)
-		}
-	}
-	clear(q.waiting[len(left):])
-	q.waiting = left
-	if len(batch) == 0 {
-		q.running--
-		return nil
-	}
-	return batch
-}
-
-// store stores a batch in one statement and sets each call's outcome. When the statement
+// storeBatch stores a batch in one statement and sets each call's outcome. When the statement
 // fails on what a job holds (a constraint, a value), nothing of it was stored and each job is
 // stored alone, so that one bad job fails alone; any other failure is every job's.
-func (q *submitQueue) store(ctx context.Context, batch []*submitCall) {
+func (q *submitQueue) storeBatch(ctx context.Context, batch []*submitCall) {
 	s := q.s
 	if len(batch) == 1 {
 		c := batch[0]
@@ -190,12 +125,11 @@ func (q *submitQueue) store(ctx context.Context, batch []*submitCall) {
 			continue
 		}
 		if c.row.key == "" {
-			c.err = fmt.Errorf("create job %s: the statement stored it not", c.row.uuid)
+			c.err = fmt.Errorf("create job %s: not stored by its batch's statement", c.row.uuid)
 			continue
 		}
 		// Not stored: a job of the same user and key exists (made before, or by this batch).
-		err := s.q.GetContext(ctx, &c.existing, `SELECT uuid::text FROM jobs WHERE user_id = $1 AND submit_key = $2`, c.row.userID, c.row.key)
-		c.err = mapErr(err, "find the job of submission "+c.row.key)
+		c.existing, c.err = s.jobOfKey(ctx, c.row.userID, c.row.key)
 	}
 	if len(created) > 0 {
 		s.WakeScheduler()
@@ -227,15 +161,21 @@ func (s *Store) insertOne(ctx context.Context, r *submitRow) (time.Time, string,
 		clusterID, r.gpus, r.cpus, r.memoryGb, r.minSecs, r.maxSecs,
 		pq.Array(reservations), initial, r.restartCount, r.message, r.key)
 	if errors.Is(err, sql.ErrNoRows) && r.key != "" {
-		var existing string
-		err := s.q.GetContext(ctx, &existing, `SELECT uuid::text FROM jobs WHERE user_id = $1 AND submit_key = $2`, r.userID, r.key)
-		return time.Time{}, existing, mapErr(err, "find the job of submission "+r.key)
+		existing, err := s.jobOfKey(ctx, r.userID, r.key)
+		return time.Time{}, existing, err
 	}
 	if err != nil {
 		return time.Time{}, "", mapErr(err, "create job "+r.uuid)
 	}
 	s.WakeScheduler() // on whichever master leads: a new job to plan
 	return created, "", nil
+}
+
+// jobOfKey is the job a user's submission with Idempotency-Key key made (ErrNotFound: none).
+func (s *Store) jobOfKey(ctx context.Context, userID int64, key string) (string, error) {
+	var id string
+	err := s.q.GetContext(ctx, &id, `SELECT uuid::text FROM jobs WHERE user_id = $1 AND submit_key = $2`, userID, key)
+	return id, mapErr(err, "find the job of submission "+key)
 }
 
 // insertJobs is insertJob for many jobs, each column an array (unnest): one statement and one
