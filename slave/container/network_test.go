@@ -123,6 +123,65 @@ func TestJobNetworkCheckedOnce(t *testing.T) {
 	}
 }
 
+// TestPrepareMakesTheJobNetwork: Prepare (gpulab-slave's start-up) finds or makes the jobs'
+// network, with inter-container traffic off, before any job; the slave's first start then
+// does not check it again under the host-wide lock (it starts while another process holds it).
+func TestPrepareMakesTheJobNetwork(t *testing.T) {
+	name := testenv.Name("gpulab-netprep")
+	e := newEnv(t, func(c *Config) {
+		h := *c.Hardening
+		h.Network = name
+		c.Hardening = &h
+	})
+	t.Cleanup(func() { removeNetworks(t, e, name) })
+	if n := len(networksNamed(t, e, name)); n != 0 {
+		t.Fatalf("%d networks named %s before Prepare, want none", n, name)
+	}
+	if err := e.rt.Prepare(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	nets := networksNamed(t, e, name)
+	if len(nets) != 1 {
+		t.Fatalf("%d networks named %s after Prepare, want 1", len(nets), name)
+	}
+	n, err := e.cli.NetworkInspect(context.Background(), nets[0].ID, network.InspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Options[iccOption] != "false" {
+		t.Fatalf("the network's options are %v: inter-container traffic is not off", n.Options)
+	}
+	unlock, err := lockHostWide("gpulab-network-" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var started *Started
+	go func() {
+		defer close(done)
+		var err error
+		if started, err = e.rt.Start(context.Background(), e.assignment("true")); err != nil {
+			t.Errorf("Start: %v", err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		unlock()
+		<-done
+		t.Fatal("the first start after Prepare waited for the host-wide lock of the jobs' network")
+	}
+	unlock()
+	if started != nil {
+		if code := e.wait(started.ContainerID); code != 0 {
+			t.Fatalf("exit code %d", code)
+		}
+		if err := e.rt.Remove(context.Background(), started.ContainerID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // refuseCreateOnce is the engine, but for one container create, once armed, that it refuses
 // as not found: what an engine that checks the network at the create (not the start) says
 // when the jobs' network is gone.

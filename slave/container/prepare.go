@@ -23,12 +23,21 @@ import (
 const LabelNetwork = "gpulab.network"
 
 // Prepare checks the slave's hardening against the engine once: it drops the rootfs size
-// where the storage driver cannot bound it (with a log line: jobs still run) and loads the
-// record of private images. Start calls it; gpulab-slave calls it at start-up so that a
-// mistake shows before the first job.
+// where the storage driver cannot bound it (with a log line: jobs still run), loads the
+// record of private images and finds (or makes) the jobs' network. Start does the same
+// lazily; gpulab-slave calls it at start-up so that a mistake shows before the first job, and
+// so that a slave's first jobs do not each wait for these engine calls (the network's check
+// runs under a lock shared by the host's slaves: B3's ten slaves, all taking their first job
+// at once, waited for one another's docker info and network inspect).
 func (r *Runtime) Prepare(ctx context.Context) error {
-	_, err := r.prepare(ctx)
-	return err
+	h, err := r.prepare(ctx)
+	if err != nil {
+		return err
+	}
+	if err := r.ensureNetwork(ctx, h.Network); err != nil {
+		return fmt.Errorf("the jobs' network: %w", err)
+	}
+	return nil
 }
 
 // prepare returns the hardening in force, finding it out on the first call that succeeds.
