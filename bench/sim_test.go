@@ -18,7 +18,10 @@ import (
 // replay's time.
 func runB7(t *testing.T, rep *report, sz sizes) {
 	if _, err := os.Stat(sz.b7Trace); err != nil {
-		t.Skipf("trace %s not found (GPULAB_BENCH_TRACE names another): %v", sz.b7Trace, err)
+		// A failure, not a skip: a run asked for B7 (by name or "all") must not end in a record
+		// whose heading names B7 and holds none of its rows (a clone outside the folder that
+		// holds shared/ found no trace, and the run looked complete).
+		t.Fatalf("trace %s not found (a clone of the repository beside shared/ finds it; GPULAB_BENCH_TRACE names another): %v", sz.b7Trace, err)
 	}
 	start := time.Now()
 	jobs, st, err := sim.ReadTraceFile(sz.b7Trace, sim.TraceOptions{Limit: sz.b7Limit})
