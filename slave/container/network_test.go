@@ -54,6 +54,19 @@ func TestDuplicateJobNetworksMended(t *testing.T) {
 	}
 }
 
+// newNetworkEnv is newEnv with jobs' network of its own (a name of this test process's, from
+// prefix), removed after the test.
+func newNetworkEnv(t *testing.T, prefix string) (*env, string) {
+	name := testenv.Name(prefix)
+	e := newEnv(t, func(c *Config) {
+		h := *c.Hardening
+		h.Network = name
+		c.Hardening = &h
+	})
+	t.Cleanup(func() { removeNetworks(t, e, name) })
+	return e, name
+}
+
 func networksNamed(t *testing.T, e *env, name string) []network.Summary {
 	t.Helper()
 	list, err := e.cli.NetworkList(context.Background(), network.ListOptions{Filters: filters.NewArgs(filters.Arg("name", name))})
@@ -79,13 +92,7 @@ func removeNetworks(t *testing.T, e *env, name string) {
 // again under the host-wide lock (a start succeeds while another process holds that lock),
 // and a network removed behind the slave's back is made again by the next start.
 func TestJobNetworkCheckedOnce(t *testing.T) {
-	name := testenv.Name("gpulab-netonce")
-	e := newEnv(t, func(c *Config) {
-		h := *c.Hardening
-		h.Network = name
-		c.Hardening = &h
-	})
-	t.Cleanup(func() { removeNetworks(t, e, name) })
+	e, name := newNetworkEnv(t, "gpulab-netonce")
 	run := func() {
 		t.Helper()
 		s := e.start(e.assignment("true"))
@@ -127,13 +134,7 @@ func TestJobNetworkCheckedOnce(t *testing.T) {
 // network, with inter-container traffic off, before any job; the slave's first start then
 // does not check it again under the host-wide lock (it starts while another process holds it).
 func TestPrepareMakesTheJobNetwork(t *testing.T) {
-	name := testenv.Name("gpulab-netprep")
-	e := newEnv(t, func(c *Config) {
-		h := *c.Hardening
-		h.Network = name
-		c.Hardening = &h
-	})
-	t.Cleanup(func() { removeNetworks(t, e, name) })
+	e, name := newNetworkEnv(t, "gpulab-netprep")
 	if n := len(networksNamed(t, e, name)); n != 0 {
 		t.Fatalf("%d networks named %s before Prepare, want none", n, name)
 	}
@@ -202,13 +203,7 @@ func (d *refuseCreateOnce) ContainerCreate(ctx context.Context, config *containe
 // when the jobs' network is gone, the start checks the network again, makes it, and creates
 // the container again.
 func TestStartMakesTheNetworkAgainWhenCreateSaysItIsGone(t *testing.T) {
-	name := testenv.Name("gpulab-netcreate")
-	e := newEnv(t, func(c *Config) {
-		h := *c.Hardening
-		h.Network = name
-		c.Hardening = &h
-	})
-	t.Cleanup(func() { removeNetworks(t, e, name) })
+	e, name := newNetworkEnv(t, "gpulab-netcreate")
 	d := &refuseCreateOnce{Docker: e.cli}
 	e.rt = New(d, e.cfg, nil)
 	run := func() {
