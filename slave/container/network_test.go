@@ -54,7 +54,7 @@ func TestDuplicateJobNetworksMended(t *testing.T) {
 	}
 }
 
-// newNetworkEnv is newEnv with jobs' network of its own (a name of this test process's, from
+// newNetworkEnv is newEnv with a jobs' network of its own (a name of this test process's, from
 // prefix), removed after the test.
 func newNetworkEnv(t *testing.T, prefix string) (*env, string) {
 	name := testenv.Name(prefix)
