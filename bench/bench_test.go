@@ -66,8 +66,9 @@ type sizes struct {
 	// B2x: slaves, jobs submitted, the submit rate and the jobs queued behind them.
 	b2xSlaves, b2xJobs, b2xBacklog int
 	b2xRate                        float64
-	// B3: sequential and concurrent busybox jobs; raw `docker run`s for the floor.
-	b3Seq, b3Conc, b3Raw int
+	// B3: sequential and concurrent busybox jobs; raw `docker run`s for the floor; the
+	// rounds of concurrent jobs, each between two batches of as many concurrent raw runs.
+	b3Seq, b3Conc, b3Raw, b3Rounds int
 	// B4: jobs in the database, connections, warm-up and measured time per endpoint.
 	b4Jobs, b4Conns     int
 	b4Warm, b4Measure   time.Duration
@@ -92,7 +93,7 @@ func fullSizes() sizes {
 		b1xSlaves: 5000, b1xJobs: 100000,
 		b2Slaves: 500, b2Jobs: 1500, b2Rate: 50,
 		b2xSlaves: 1000, b2xJobs: 6000, b2xRate: 200, b2xBacklog: 20000,
-		b3Seq: 100, b3Conc: 20, b3Raw: 20,
+		b3Seq: 100, b3Conc: 20, b3Raw: 20, b3Rounds: 3,
 		b4Jobs: 100000, b4Conns: 64, b4Warm: 2 * time.Second, b4Measure: 10 * time.Second,
 		b5Warm: 2 * time.Second, b5Measure: 10 * time.Second,
 		floorWarm: time.Second, floorDur: 5 * time.Second,
@@ -123,7 +124,7 @@ func smokeSizes() sizes {
 		b1xSlaves: 6, b1xJobs: 60,
 		b2Slaves: 4, b2Jobs: 10, b2Rate: 50,
 		b2xSlaves: 4, b2xJobs: 10, b2xRate: 50, b2xBacklog: 20,
-		b3Seq: 1, b3Conc: 1, b3Raw: 1,
+		b3Seq: 1, b3Conc: 1, b3Raw: 1, b3Rounds: 1,
 		b4Jobs: 300, b4Conns: 4, b4Warm: 100 * time.Millisecond, b4Measure: 300 * time.Millisecond,
 		b5Warm: 100 * time.Millisecond, b5Measure: 300 * time.Millisecond,
 		floorWarm: 100 * time.Millisecond, floorDur: 200 * time.Millisecond,
