@@ -243,14 +243,23 @@ func TestLoopStretchesByArrivals(t *testing.T) {
 }
 
 // TestLearnedOffThePasses: while it leads, the loop reads the run-time ratios and the arrivals in
-// the background (at a month of a busy site's jobs the ratios take a second to read); a pass
-// reads them itself only when it has none, however stale they are. Jobs that end meanwhile reach
-// the ratios at a later background read; without the background (a pass alone), a pass reads
-// stale ones itself.
+// the background (at a month of a busy site's jobs the ratios take a second to read), and its
+// passes read none, not even the first (their plans do not forecast): the forecaster reads
+// them before its first forecast, and the background after that, however stale they are. Jobs
+// that end meanwhile reach the ratios at a later background read; without the background (a
+// pass alone), a pass reads stale ones itself.
 func TestLearnedOffThePasses(t *testing.T) {
 	w := newEstimateWorld(t)
-	var passes atomic.Int32
-	l := w.loop(leader.Config{Interval: 10 * time.Millisecond, OnPass: func(time.Time, time.Duration, error) { passes.Add(1) }}, nil)
+	var passes, reading atomic.Int32
+	var l *leader.Loop
+	l = w.loop(leader.Config{Interval: 10 * time.Millisecond, OnPass: func(time.Time, time.Duration, error) {
+		passes.Add(1)
+		for _, st := range l.LastPass().Steps { // OnPass runs on the loop's goroutine, after the pass
+			if st.Step == "run ratios" {
+				reading.Add(1)
+			}
+		}
+	}}, nil)
 	lead := func() (stop func()) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -274,11 +283,17 @@ func TestLearnedOffThePasses(t *testing.T) {
 	// what the first one read.
 	l.LearnEvery(time.Hour, time.Millisecond)
 	stop := lead()
-	waitFor("ten passes", func() bool { return passes.Load() >= 10 })
+	waitFor("ten passes and the first forecast's read", func() bool {
+		r, _, _ := l.Learned()
+		return passes.Load() >= 10 && !r.IsZero()
+	})
 	stop()
+	if n := reading.Load(); n > 0 {
+		t.Errorf("%d passes of a leading term asked for the ratios and the arrivals, want none (the forecaster reads them)", n)
+	}
 	first, reads, _ := l.Learned()
 	if reads != 1 {
-		t.Errorf("the passes read the ratios %d times themselves, want once (the first pass)", reads)
+		t.Errorf("the ratios were read %d times outside the background, want once (the first forecast)", reads)
 	}
 	// Twenty ended jobs, then a background that looks every 10 ms: it reads them.
 	for range leader.RatioMinJobs {
@@ -296,7 +311,7 @@ func TestLearnedOffThePasses(t *testing.T) {
 	})
 	stop()
 	if _, reads, _ := l.Learned(); reads != 1 {
-		t.Errorf("the passes read the ratios %d times themselves, want once (the first pass)", reads)
+		t.Errorf("the ratios were read %d times outside the background, want once (the first term's first forecast)", reads)
 	}
 	// No background now: a pass reads stale ones itself.
 	waitFor("the ratios to be stale", func() bool {

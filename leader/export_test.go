@@ -94,12 +94,13 @@ func (l *Loop) ForecastNow() { l.forecastAt = time.Time{} }
 // older than `after` (RatioRefresh), for tests that cannot wait minutes.
 func (l *Loop) LearnEvery(every, after time.Duration) { l.learnEvery, l.learnAfter = every, after }
 
-// Learned says when the ratios were last read (the database's clock), how many reads the
-// passes made themselves, and the global ratio read.
-func (l *Loop) Learned() (ratiosAt time.Time, passReads int, global scheduler.RunRatio) {
+// Learned says when the ratios were last read (the database's clock), how many reads were
+// made when needed (by a pass alone or the forecaster), not in the background, and the
+// global ratio read.
+func (l *Loop) Learned() (ratiosAt time.Time, demandReads int, global scheduler.RunRatio) {
 	l.learned.mu.Lock()
 	defer l.learned.mu.Unlock()
-	return l.learned.ratiosAt, l.learned.passReads, l.learned.ratios.Global
+	return l.learned.ratiosAt, l.learned.demandReads, l.learned.ratios.Global
 }
 
 // PassBetweenHousekeepings is a pass of Run's that comes within HousekeepEvery of the last

@@ -98,6 +98,7 @@ func (l *Loop) forecaster(ctx context.Context, lead store.Leadership, in <-chan 
 			return
 		case f := <-in:
 			t := time.Now()
+			f.snap.Ratios, f.snap.Arrivals = l.forForecast(ctx, f.snap.Now)
 			plan := f.snap.Plan()
 			planned := time.Since(t)
 			if f.far {

@@ -254,20 +254,24 @@ const (
 
 // learned are the forecast's inputs that come from aggregates over many jobs: the run-time
 // ratios (a month of ended jobs, and each user's latest per class) and the recent arrivals (a
-// day of submissions), each read at most every RatioRefresh. While a term lasts they are read
-// in the background (Loop.learn), not by a pass: at a month of a busy site's jobs the ratios'
-// read takes a second or more, and a pass that waited for it every five minutes was the pass
-// p99. A pass reads them itself only when it has none (the first pass of the loop) or, without
-// the background reader (a pass run alone, as tests do), when they are stale.
+// day of submissions), each read at most every RatioRefresh. Only a plan with ranges uses them
+// (scheduler.Plan's forecast), and in a leading term that is the forecaster's, never a pass's:
+// while a term lasts they are read in the background (Loop.learn), and the forecaster reads
+// those it has none of before its first forecast (Loop.forForecast). At a month of a busy
+// site's jobs the ratios' read takes a second or more: a pass that waited for it every five
+// minutes was the pass p99, and the first pass of a term, which read them before it planned,
+// placed nothing for that long after a failover (B1x's 100,000 recent submissions: 0.2 s alone,
+// 0.5 s beside 5,000 heartbeating slaves, 2 Dec). A pass run alone (tests) plans its own ranges
+// and reads them itself when they are stale (Loop.forPass).
 type learned struct {
 	mu         sync.Mutex
-	background bool // Loop.learn runs
 	ratios     scheduler.RunRatios
 	ratiosAt   time.Time
 	arrived    []scheduler.Arrival
 	arrivalsAt time.Time
-	// passReads counts the reads a pass made itself (for tests).
-	passReads int
+	// demandReads counts the reads made when they were needed (by a pass alone or by the
+	// forecaster), not in the background (for tests).
+	demandReads int
 }
 
 // due says what is due for a read at now, read every `every`: ratios, arrivals. g.mu is held.
@@ -275,16 +279,26 @@ func (g *learned) due(now time.Time, every time.Duration) (bool, bool) {
 	return g.ratiosAt.IsZero() || now.Sub(g.ratiosAt) >= every, g.arrivalsAt.IsZero() || now.Sub(g.arrivalsAt) >= every
 }
 
-// forPass returns the inputs for a pass at now, reading what the pass must read itself.
+// forPass returns the inputs for a pass run alone at now, reading those due first (a leading
+// term's passes read none: learned).
 func (l *Loop) forPass(ctx context.Context, now time.Time) (scheduler.RunRatios, []scheduler.Arrival) {
+	return l.learnedAt(ctx, now, func(g *learned) (bool, bool) { return g.due(now, l.learnAfter) })
+}
+
+// forForecast returns the inputs for the forecaster's plan of a snapshot taken at now, reading
+// those not read yet first (the term's first forecast, unless an earlier term read them); the
+// background keeps them fresh after that.
+func (l *Loop) forForecast(ctx context.Context, now time.Time) (scheduler.RunRatios, []scheduler.Arrival) {
+	return l.learnedAt(ctx, now, func(g *learned) (bool, bool) { return g.ratiosAt.IsZero(), g.arrivalsAt.IsZero() })
+}
+
+// learnedAt returns the learned inputs, after reading as of now those that need says to read.
+func (l *Loop) learnedAt(ctx context.Context, now time.Time, need func(*learned) (bool, bool)) (scheduler.RunRatios, []scheduler.Arrival) {
 	g := &l.learned
 	g.mu.Lock()
-	ratios, arrivals := g.due(now, l.learnAfter)
-	if g.background {
-		ratios, arrivals = g.ratiosAt.IsZero(), g.arrivalsAt.IsZero()
-	}
+	ratios, arrivals := need(g)
 	if ratios || arrivals {
-		g.passReads++
+		g.demandReads++
 	}
 	g.mu.Unlock()
 	if ratios || arrivals {
@@ -299,14 +313,6 @@ func (l *Loop) forPass(ctx context.Context, now time.Time) (scheduler.RunRatios,
 // learnEvery (a minute) and reads what is older than RatioRefresh, off the passes.
 func (l *Loop) learn(ctx context.Context) {
 	g := &l.learned
-	g.mu.Lock()
-	g.background = true
-	g.mu.Unlock()
-	defer func() {
-		g.mu.Lock()
-		g.background = false
-		g.mu.Unlock()
-	}()
 	tick := time.NewTicker(l.learnEvery)
 	defer tick.Stop()
 	for {
@@ -1123,9 +1129,13 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 		snap.Clusters[c.ID] = scheduler.Cluster{ID: c.ID, Private: c.Private, Projects: read.Owners[c.ID], GuestLimit: time.Duration(c.GuestLimitS) * time.Second}
 	}
 	l.timed("read", t)
-	t = time.Now()
-	snap.Ratios, snap.Arrivals = l.forPass(ctx, now)
-	l.timed("run ratios", t)
+	if l.forecasts == nil {
+		// A pass run alone plans its own ranges (pass); a leading term's forecaster reads
+		// these for its plan of the snapshot (forForecast).
+		t = time.Now()
+		snap.Ratios, snap.Arrivals = l.forPass(ctx, now)
+		l.timed("run ratios", t)
+	}
 	t = time.Now()
 	slaves, err := l.fleet.take(ctx, l.st, fn, read.Slaves, mark)
 	if err != nil {
