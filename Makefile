@@ -16,6 +16,9 @@ RUN_DIR    := $(TMP)/run
 RUN_PORT   ?= 8443
 BENCH_PGPORT ?= 55433
 SCENARIOS  ?= all
+# The record's line of text: LABEL=…, or GPULAB_BENCH_LABEL from the environment, which the
+# bench reads when run without make.
+LABEL      ?= $(GPULAB_BENCH_LABEL)
 JUPYTERHUB ?= 1
 
 # With no DATABASE_URL, a throwaway Postgres cluster lives in .tmp/pg (tests use fsync=off).
