@@ -97,8 +97,10 @@ func (l *Loop) forecaster(ctx context.Context, lead store.Leadership, in <-chan 
 		case <-ctx.Done():
 			return
 		case f := <-in:
-			t := time.Now()
+			// Read first (at a term's first forecast) and not timed with the plan: farTook
+			// spaces the far forecasts by what planning costs.
 			f.snap.Ratios, f.snap.Arrivals = l.forForecast(ctx, f.snap.Now)
+			t := time.Now()
 			plan := f.snap.Plan()
 			planned := time.Since(t)
 			if f.far {
