@@ -83,7 +83,7 @@ func startRealSlave(t testing.TB, m *master, d *client.Client, name string) {
 		_ = logFile.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		cs, err := d.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "gpulab.slave="+name))})
+		cs, err := slaveContainers(ctx, d, name)
 		if err == nil {
 			for _, c := range cs {
 				_ = d.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
@@ -281,6 +281,12 @@ func phases(t testing.TB, m *master, submitted map[string]time.Time) string {
 		ms(percentile(gaps[1], 50)), ms(percentile(gaps[2], 50)), ms(percentile(gaps[3], 50)))
 }
 
+// slaveContainers lists the containers of the slave named name, running or not, by the label
+// its runtime puts on each.
+func slaveContainers(ctx context.Context, d *client.Client, name string) ([]container.Summary, error) {
+	return d.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "gpulab.slave="+name))})
+}
+
 // waitNoContainers waits until the named slaves hold no container.
 func waitNoContainers(t testing.TB, d *client.Client, slaves []string) {
 	t.Helper()
@@ -288,7 +294,7 @@ func waitNoContainers(t testing.TB, d *client.Client, slaves []string) {
 	defer cancel()
 	for _, name := range slaves {
 		for {
-			cs, err := d.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", "gpulab.slave="+name))})
+			cs, err := slaveContainers(ctx, d, name)
 			if err != nil {
 				t.Fatalf("containers of slave %s not removed: %v", name, err)
 			}
