@@ -519,41 +519,28 @@ func (h *Handlers) pendingWork(ctx context.Context, slave string, req protocol.N
 			offer = append(offer, j.UUID)
 		}
 	}
-	recs, err := h.store.GetJobs(ctx, offer) // one read for them all
+	// One statement reads them all and starts their assigned lease (store.Leases): the work
+	// is handed over. Should the answer not reach the slave, its next poll offers them again.
+	handed, err := h.store.HandOver(ctx, slave, offer)
 	if err != nil {
 		return work, err
 	}
 	for i, j := range live {
-		rec := recs[j.UUID]
-		if rec == nil || rec.Job.State.Status != job.StatusAssigned {
+		hj := handed[j.UUID]
+		if hj == nil || hj.Job.State.Status != job.StatusAssigned {
 			continue // not to offer, or moved (or gone) since the list
 		}
-		if rec.Job.State.Scheduling.AssignedInstanceID != req.InstanceID {
+		if hj.Job.State.Scheduling.AssignedInstanceID != req.InstanceID {
 			// Assigned to an earlier instance of this slave: offered again, the slave is the same machine.
-			h.log.DebugContext(ctx, "offering a job assigned to an earlier instance", "job", rec.Job.UUID, "slave", slave)
+			h.log.DebugContext(ctx, "offering a job assigned to an earlier instance", "job", hj.Job.UUID, "slave", slave)
 		}
-		a, err := assignment(rec, i)
+		a, err := assignment(hj.JobRecord, i)
 		if err != nil {
 			return work, err
 		}
-		if rec.Attempt > 1 {
-			// Placed again: its log goes on after what the earlier attempts wrote.
-			if a.Log.NextSeq, a.Log.Size, err = h.store.JobLogState(ctx, j.UUID); err != nil {
-				return work, err
-			}
-		}
+		// Placed again: its log goes on after what the earlier attempts wrote.
+		a.Log.NextSeq, a.Log.Size = hj.LogNextSeq, hj.LogSize
 		work.Assignments = append(work.Assignments, a)
-	}
-	if len(work.Assignments) > 0 {
-		// The assigned lease runs from here (store.Leases). Not recorded, the job keeps the
-		// longer lease it had: the work is handed over all the same.
-		ids := make([]string, len(work.Assignments))
-		for i, a := range work.Assignments {
-			ids[i] = a.Job.UUID
-		}
-		if err := h.store.HandedOver(ctx, slave, ids); err != nil {
-			h.log.WarnContext(ctx, "recording the hand-over of jobs failed", "slave", slave, "jobs", len(ids), "err", err)
-		}
 	}
 	return work, nil
 }
@@ -588,43 +575,69 @@ func writeConflict(w http.ResponseWriter, c protocol.Conflict) {
 	writeJSON(w, http.StatusConflict, c)
 }
 
-// slaveJob reads where a job is and checks it is on the calling slave; another slave's job (or
-// one placed again and not yet given out) is a conflict without its state, worded exactly as
-// for a job that does not exist, so a slave certificate cannot probe other slaves' jobs. It
+// slaveJob reads where a job is and checks it is on the calling slave (placeConflict). It
 // reads only the job's place and state (store.JobPlace), not the whole job.
 //
 // For a call of CertCheckedByHandler it checks the caller's certificate first: in JobPlace's
 // statement, or in one of its own when the uuid is refused before.
 func (h *Handlers) slaveJob(ctx context.Context, c *Caller, id string) (store.JobPlace, error) {
-	if _, err := uuid.Parse(id); err != nil {
-		return store.JobPlace{}, h.certFirst(ctx, c, fieldError("jobUuid", "is not a job uuid"))
+	if err := h.jobUUID(ctx, c, id); err != nil {
+		return store.JobPlace{}, err
 	}
 	p, err := h.store.JobPlace(ctx, id, c.CertToCheck)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return p, certError(err)
 	}
-	if err != nil || p.Slave != c.SlaveName {
-		return store.JobPlace{}, &conflictError{protocol.Conflict{JobUUID: id, Message: fmt.Sprintf("job %s is not on slave %s", id, c.SlaveName)}}
+	if err := placeConflict(c.SlaveName, id, p, err == nil); err != nil {
+		return store.JobPlace{}, err
+	}
+	return p, nil
+}
+
+// jobUUID refuses a job uuid that is not one, after the caller's certificate (certFirst).
+func (h *Handlers) jobUUID(ctx context.Context, c *Caller, id string) error {
+	if _, err := uuid.Parse(id); err != nil {
+		return h.certFirst(ctx, c, fieldError("jobUuid", "is not a job uuid"))
+	}
+	return nil
+}
+
+// placeConflict is the conflict of a slave's call about job id found at p (found false: no such
+// job): another slave's job (or one placed again and not yet given out) is a conflict without
+// its state, worded exactly as for a job that does not exist, so a slave certificate cannot
+// probe other slaves' jobs. nil when the job is the slave's to act on.
+func placeConflict(slave, id string, p store.JobPlace, found bool) error {
+	if !found || p.Slave != slave {
+		return &conflictError{protocol.Conflict{JobUUID: id, Message: fmt.Sprintf("job %s is not on slave %s", id, slave)}}
 	}
 	if p.Status == job.StatusAssigned && p.SlaveDisabled {
 		// A disabled slave takes no job: one a scheduler pass assigned to it just before it was
 		// disabled stays untaken (its lease queues it again), though the slave learns its uuid
 		// from its heartbeat's view; it may neither start it nor log into it nor end it.
-		return store.JobPlace{}, &conflictError{protocol.Conflict{JobUUID: id, Status: p.Status, Attempt: p.Attempt,
-			Message: fmt.Sprintf("slave %s is disabled: it takes no job", c.SlaveName)}}
+		return &conflictError{protocol.Conflict{JobUUID: id, Status: p.Status, Attempt: p.Attempt,
+			Message: fmt.Sprintf("slave %s is disabled: it takes no job", slave)}}
 	}
-	return p, nil
+	return nil
 }
 
 // slaveChange makes a slave's state change and answers it: a change already made (a retry after
 // a lost reply) is a success with the job's state, a real conflict a 409 with the state the
-// master holds.
-func (h *Handlers) slaveChange(w http.ResponseWriter, r *http.Request, c *Caller, id string, ch store.Change) error {
+// master holds. The job's place is checked (placeConflict) and the caller's certificate read
+// in the change's own statement (store.SlaveChangeJob): one statement for the call where
+// there were two. It returns the place the job left (for a success).
+func (h *Handlers) slaveChange(w http.ResponseWriter, r *http.Request, c *Caller, id string, ch store.Change) (store.JobPlace, error) {
 	ctx := r.Context()
+	if err := h.jobUUID(ctx, c, id); err != nil {
+		return store.JobPlace{}, err
+	}
 	ch.WakeScheduler = ch.To.Ended() // the other masters' leader learns it from the change itself
-	_, restart, err := h.store.ChangeJob(ctx, id, ch)
+	ch.Slave, ch.CertSerial = c.SlaveName, c.CertToCheck
+	place, restart, err := h.store.SlaveChangeJob(ctx, id, ch)
 	var sc *store.StateConflict
+	var wrong *store.WrongSlaveError
 	switch {
+	case errors.As(err, &wrong):
+		return store.JobPlace{}, placeConflict(c.SlaveName, id, wrong.Place, wrong.Found)
 	case errors.As(err, &sc) && sc.Current == ch.To && sc.Attempt == *ch.Attempt:
 		h.log.InfoContext(ctx, "slave repeated a state change already made", "job", id, "slave", c.SlaveName, "status", ch.To)
 	case errors.As(err, &sc):
@@ -632,14 +645,14 @@ func (h *Handlers) slaveChange(w http.ResponseWriter, r *http.Request, c *Caller
 			// The master ended the job first; the slave's report still says the container
 			// exited, which frees what the job held.
 			if _, err := h.store.ConfirmReleases(ctx, c.SlaveName, []string{id}, "slave "+c.SlaveName+" reported the container exited: its resources are free"); err != nil {
-				return err
+				return store.JobPlace{}, err
 			}
 			h.wakeScheduler()
 		}
 		writeConflict(w, protocol.Conflict{JobUUID: id, Status: sc.Current, Attempt: sc.Attempt, Message: sc.Error()})
-		return nil
+		return store.JobPlace{}, nil
 	case err != nil:
-		return err
+		return store.JobPlace{}, certError(err)
 	default:
 		if ch.To.Ended() {
 			log := h.log.With("job", id, "status", ch.To, "slave", c.SlaveName, "restart_job", restart)
@@ -651,7 +664,7 @@ func (h *Handlers) slaveChange(w http.ResponseWriter, r *http.Request, c *Caller
 		}
 	}
 	writeJSON(w, http.StatusOK, protocol.JobState{JobUUID: id, Status: ch.To, Attempt: *ch.Attempt})
-	return nil
+	return place, nil
 }
 
 // SlaveUpdate is a conditional state change by a slave (ASSIGNED→STARTING→RUNNING,
@@ -672,13 +685,9 @@ func (h *Handlers) SlaveUpdate(w http.ResponseWriter, r *http.Request) error {
 		}
 		return h.certFirst(r.Context(), c, fieldError("to", "%s", why))
 	}
-	place, err := h.slaveJob(r.Context(), c, u.JobUUID)
-	if err != nil {
-		return err
-	}
-	err = h.slaveChange(w, r, c, u.JobUUID, store.Change{From: []job.Status{u.From}, To: u.To, Attempt: store.Attempt(u.Attempt),
+	place, err := h.slaveChange(w, r, c, u.JobUUID, store.Change{From: []job.Status{u.From}, To: u.To, Attempt: store.Attempt(u.Attempt),
 		Resources: u.Resources, Event: store.Event{Actor: "slave " + c.SlaveName, Message: u.Reason}})
-	if err == nil && u.To == job.StatusRunning {
+	if err == nil && place.Status != "" && u.To == job.StatusRunning {
 		h.observeQueueWait(place)
 	}
 	return err
@@ -764,9 +773,6 @@ func (h *Handlers) SlaveDone(w http.ResponseWriter, r *http.Request) error {
 	if ok, why := job.CanTransition(d.From, d.To, job.ActorSlave); !ok {
 		return h.certFirst(ctx, c, fieldError("to", "%s", why))
 	}
-	if _, err := h.slaveJob(r.Context(), c, d.JobUUID); err != nil {
-		return err
-	}
 	var usage json.RawMessage
 	if d.Usage != nil {
 		usage, _ = json.Marshal(d.Usage)
@@ -778,9 +784,10 @@ func (h *Handlers) SlaveDone(w http.ResponseWriter, r *http.Request) error {
 			msg += ": " + d.Reason
 		}
 	}
-	return h.slaveChange(w, r, c, d.JobUUID, store.Change{From: []job.Status{d.From}, To: d.To, Attempt: store.Attempt(d.Attempt), Released: true,
+	_, err = h.slaveChange(w, r, c, d.JobUUID, store.Change{From: []job.Status{d.From}, To: d.To, Attempt: store.Attempt(d.Attempt), Released: true,
 		Event: store.Event{Actor: "slave " + c.SlaveName, Message: msg}, ExitCode: d.ExitCode, Usage: usage,
 		Restart: d.To == job.StatusHalted || d.Fenced})
+	return err
 }
 
 // wakeScheduler wakes this master's scheduler loop and, through the database, the leader's

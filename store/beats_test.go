@@ -286,6 +286,22 @@ func TestJobPlace(t *testing.T) {
 	}
 }
 
+// slaveCerts records certificates of slave node1: c-valid, c-revoked (revoked) and c-expired
+// (its time passed).
+func slaveCerts(t *testing.T, st *store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	later := time.Now().Add(time.Hour)
+	for serial, notAfter := range map[string]time.Time{"c-valid": later, "c-revoked": later, "c-expired": time.Now().Add(-time.Minute)} {
+		if err := st.RecordCertificate(ctx, serial, store.CertSlave, "node1", notAfter, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.RevokeCertificate(ctx, "c-revoked"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestCallsReadTheirCertificate: JobPlace and SlaveWork given the caller's certificate refuse
 // one recorded as revoked or expired (a *CertificateRefusedError, also for a job that does not
 // exist), and answer as without it for a valid one and for one the master has no record of.
@@ -296,15 +312,7 @@ func TestCallsReadTheirCertificate(t *testing.T) {
 	node1(t, st)
 	running := createJob(t, st, u, p, job.StatusQueued)
 	placeOn(t, st, running.UUID, 0, job.StatusRunning)
-	later := time.Now().Add(time.Hour)
-	for serial, notAfter := range map[string]time.Time{"c-valid": later, "c-revoked": later, "c-expired": time.Now().Add(-time.Minute)} {
-		if err := st.RecordCertificate(ctx, serial, store.CertSlave, "node1", notAfter, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := st.RevokeCertificate(ctx, "c-revoked"); err != nil {
-		t.Fatal(err)
-	}
+	slaveCerts(t, st)
 	unknown := "00000000-0000-4000-8000-000000000000"
 	for _, serial := range []string{"", "c-valid", "c-unrecorded"} {
 		if got, err := st.JobPlace(ctx, running.UUID, serial); err != nil || got.Slave != "node1" || got.Status != job.StatusRunning {
@@ -374,9 +382,11 @@ func TestLargestSlave(t *testing.T) {
 	}
 }
 
-// TestGetJobs: jobs read together are those read one by one, by uuid; an unknown uuid is left
-// out; none asked for, none read.
-func TestGetJobs(t *testing.T) {
+// TestHandOver: the jobs a long poll hands out are read together as they are one by one, by
+// uuid, with the log an earlier attempt left (none for a first attempt); an unknown uuid is
+// left out; none asked for, none read. (What the hand-over does to the leases:
+// TestAssignedLeaseRunsFromHandOver.)
+func TestHandOver(t *testing.T) {
 	st := newStore(t)
 	ctx := context.Background()
 	u, p := fixture(t, st, "alice", "vision")
@@ -384,22 +394,40 @@ func TestGetJobs(t *testing.T) {
 	a := createJob(t, st, u, p, job.StatusQueued)
 	b := createJob(t, st, u, p, job.StatusQueued)
 	placeOn(t, st, b.UUID, 0, job.StatusAssigned)
+	again := createJob(t, st, u, p, job.StatusQueued)
+	first := placeOn(t, st, again.UUID, 1, job.StatusRunning)
+	for seq, chunk := range []string{"hello ", "world\n"} {
+		if err := st.AppendJobLog(ctx, again.UUID, seq, []byte(chunk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := st.ChangeJob(ctx, again.UUID, store.Change{From: []job.Status{job.StatusRunning}, To: job.StatusQueued,
+		Attempt: store.Attempt(first), Released: true}); err != nil {
+		t.Fatal(err)
+	}
+	placeOn(t, st, again.UUID, 1, job.StatusAssigned)
 	createJob(t, st, u, p, job.StatusQueued) // not asked for
 	unknown := "00000000-0000-4000-8000-000000000000"
-	got, err := st.GetJobs(ctx, []string{b.UUID, unknown, a.UUID})
-	if err != nil || len(got) != 2 {
-		t.Fatalf("GetJobs: %d jobs, %v; want 2", len(got), err)
+	got, err := st.HandOver(ctx, "node1", []string{b.UUID, unknown, a.UUID, again.UUID})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("HandOver: %d jobs, %v; want 3", len(got), err)
 	}
-	for _, id := range []string{a.UUID, b.UUID} {
+	for _, id := range []string{a.UUID, b.UUID, again.UUID} {
 		one, err := st.GetJob(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g := got[id]; g == nil || !reflect.DeepEqual(g, one) {
+		if g := got[id]; g == nil || !reflect.DeepEqual(g.JobRecord, one) {
 			t.Errorf("job %s read with others: %+v; alone: %+v", id, g, one)
 		}
 	}
-	if none, err := st.GetJobs(ctx, nil); err != nil || len(none) != 0 {
+	if g := got[b.UUID]; g.LogNextSeq != 0 || g.LogSize != 0 {
+		t.Errorf("a first attempt's log: next %d, size %d; want none", g.LogNextSeq, g.LogSize)
+	}
+	if g := got[again.UUID]; g.Attempt != first+1 || g.LogNextSeq != 2 || g.LogSize != 12 {
+		t.Errorf("attempt %d placed again: log next %d, size %d; want 2 chunks of 12 bytes", g.Attempt, g.LogNextSeq, g.LogSize)
+	}
+	if none, err := st.HandOver(ctx, "node1", nil); err != nil || len(none) != 0 {
 		t.Errorf("no uuids: %v %v", none, err)
 	}
 }

@@ -358,28 +358,6 @@ func (s *Store) GetJob(ctx context.Context, uuid string) (*JobRecord, error) {
 	return s.record(&r)
 }
 
-// GetJobs reads the jobs of the given UUIDs in one statement, by UUID; a job that does not
-// exist is left out. A slave's long poll hands out every job assigned to it at once (up to a
-// job per GPU after a pass on a full cluster), one read each before.
-func (s *Store) GetJobs(ctx context.Context, uuids []string) (map[string]*JobRecord, error) {
-	out := make(map[string]*JobRecord, len(uuids))
-	if len(uuids) == 0 {
-		return out, nil
-	}
-	var rows []jobRow
-	if err := s.q.SelectContext(ctx, &rows, jobSelect+` WHERE j.uuid = ANY($1::uuid[])`, pq.Array(uuids)); err != nil {
-		return nil, mapErr(err, "get jobs")
-	}
-	for i := range rows {
-		rec, err := s.record(&rows[i])
-		if err != nil {
-			return nil, err
-		}
-		out[rec.Job.UUID] = rec
-	}
-	return out, nil
-}
-
 // FindJob reads a job by its UUID or by a unique prefix of it (at least 6 characters, checked
 // by the caller). ErrAmbiguous when the prefix matches more than one job.
 func (s *Store) FindJob(ctx context.Context, idOrPrefix string) (*JobRecord, error) {

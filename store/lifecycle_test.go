@@ -519,13 +519,13 @@ func TestAssignedLeaseRunsFromHandOver(t *testing.T) {
 	if left, over := lease(handed.UUID); over || left < 59*time.Minute {
 		t.Fatalf("a job not handed over: lease %s left, handed over %v; want the hour of HandOver", left, over)
 	}
-	if err := st.HandedOver(ctx, "node2", []string{handed.UUID}); err != nil {
+	if _, err := st.HandOver(ctx, "node2", []string{handed.UUID}); err != nil {
 		t.Fatal(err)
 	}
 	if left, over := lease(handed.UUID); over || left < 59*time.Minute {
 		t.Fatalf("another slave's poll shortened the lease to %s (handed over %v)", left, over)
 	}
-	if err := st.HandedOver(ctx, "node1", []string{handed.UUID}); err != nil {
+	if _, err := st.HandOver(ctx, "node1", []string{handed.UUID}); err != nil {
 		t.Fatal(err)
 	}
 	if left, over := lease(handed.UUID); !over || left > time.Minute || left < 50*time.Second {
@@ -538,7 +538,7 @@ func TestAssignedLeaseRunsFromHandOver(t *testing.T) {
 	if _, err := st.DB().ExecContext(ctx, `UPDATE jobs SET lease_expires_at = now() + interval '10 seconds' WHERE uuid = $1`, handed.UUID); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.HandedOver(ctx, "node1", []string{handed.UUID}); err != nil {
+	if _, err := st.HandOver(ctx, "node1", []string{handed.UUID}); err != nil {
 		t.Fatal(err)
 	}
 	if left, _ := lease(handed.UUID); left > 10*time.Second {
@@ -866,4 +866,92 @@ func listen(t *testing.T, st *store.Store) <-chan string {
 	t.Cleanup(func() { cancel(); <-done })
 	<-ready
 	return heard
+}
+
+// TestSlaveChangeChecksTheSlave: a slave's change (Change.Slave) reads the job's place and the
+// caller's certificate in its own statement and answers as the handlers' separate read did: a
+// revoked or expired certificate first (also for a job that does not exist), then a job that
+// does not exist, is on another slave or none, or is ASSIGNED to the slave while it is
+// disabled (*WrongSlaveError, nothing changed), then the states (*StateConflict naming the
+// current state, read in the same statement). A change made returns the place the job left.
+func TestSlaveChangeChecksTheSlave(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	node1(t, st)
+	slaveCerts(t, st)
+	assigned := createJob(t, st, u, p, job.StatusQueued)
+	attempt := placeOn(t, st, assigned.UUID, 0, job.StatusAssigned)
+	queued := createJob(t, st, u, p, job.StatusQueued)
+	unknown := "00000000-0000-4000-8000-000000000000"
+	start := func(id, slave, cert string) (store.JobPlace, error) {
+		place, _, err := st.SlaveChangeJob(ctx, id, store.Change{From: []job.Status{job.StatusAssigned}, To: job.StatusStarting,
+			Attempt: store.Attempt(attempt), Slave: slave, CertSerial: cert, Event: store.Event{Actor: "slave " + slave}})
+		return place, err
+	}
+	unchanged := func(what string) {
+		t.Helper()
+		if got, err := st.JobPlace(ctx, assigned.UUID, ""); err != nil || got.Status != job.StatusAssigned {
+			t.Fatalf("after %s: %+v %v, want the job still ASSIGNED", what, got, err)
+		}
+	}
+
+	for serial, state := range map[string]string{"c-revoked": "revoked", "c-expired": "expired"} {
+		for _, id := range []string{assigned.UUID, unknown} {
+			_, err := start(id, "node1", serial)
+			var re *store.CertificateRefusedError
+			if !errors.As(err, &re) || re.Serial != serial || re.State != state {
+				t.Errorf("job %s with certificate %s: %v, want it %s", id, serial, err, state)
+			}
+		}
+		unchanged("a refused certificate")
+	}
+	wrong := func(what string, err error, found bool, slave string) {
+		t.Helper()
+		var we *store.WrongSlaveError
+		if !errors.As(err, &we) || we.Found != found || we.Place.Slave != slave {
+			t.Errorf("%s: %v (%+v), want a *WrongSlaveError found=%v on %q", what, err, we, found, slave)
+		}
+	}
+	_, err := start(unknown, "node1", "c-valid")
+	wrong("an unknown job", err, false, "")
+	_, err = start(queued.UUID, "node1", "")
+	wrong("a queued job", err, true, "")
+	_, err = start(assigned.UUID, "node2", "c-unrecorded")
+	wrong("another slave's job", err, true, "node1")
+	unchanged("another slave's start")
+	// Disabled just after a pass assigned it the job (SetSlaveDisabled would queue it again).
+	if _, err := st.DB().ExecContext(ctx, `UPDATE slaves SET disabled = TRUE WHERE name = 'node1'`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = start(assigned.UUID, "node1", "c-valid")
+	wrong("a disabled slave's start", err, true, "node1")
+	unchanged("a disabled slave's start")
+	if _, err := st.DB().ExecContext(ctx, `UPDATE slaves SET disabled = FALSE WHERE name = 'node1'`); err != nil {
+		t.Fatal(err)
+	}
+
+	rec, err := st.GetJob(ctx, assigned.UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	place, err := start(assigned.UUID, "node1", "c-valid")
+	queuedAt := rec.Job.State.EventTimes[job.StatusQueued]
+	if err != nil || place.Status != job.StatusAssigned || place.Slave != "node1" || place.Attempt != attempt ||
+		!place.QueuedAt.Valid || !place.QueuedAt.Time.Equal(queuedAt) || place.ClusterID != rec.Job.State.Resources.ClusterID {
+		t.Fatalf("the slave's start: %+v %v, want the place it left (queued at %v)", place, err, queuedAt)
+	}
+	if got, _ := st.JobPlace(ctx, assigned.UUID, ""); got.Status != job.StatusStarting {
+		t.Fatalf("after the start the job is %s", got.Status)
+	}
+	// Its retry: the states conflict, naming the state the job is in now.
+	_, err = start(assigned.UUID, "node1", "c-valid")
+	var sc *store.StateConflict
+	if !errors.As(err, &sc) || sc.Current != job.StatusStarting || sc.Attempt != attempt {
+		t.Fatalf("the start again: %v, want a conflict naming STARTING", err)
+	}
+	// A change without Slave is not checked: the master's own (a lease's end) still finds it.
+	if _, _, err := st.ChangeJob(ctx, unknown, store.Change{From: []job.Status{job.StatusAssigned}, To: job.StatusQueued}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the master's change of an unknown job: %v, want ErrNotFound", err)
+	}
 }

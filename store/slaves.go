@@ -409,29 +409,62 @@ func (s *Store) AssignJobs(ctx context.Context, as []Assignment) ([]string, erro
 	return done, mapErr(err, fmt.Sprintf("assign %d jobs", len(as)))
 }
 
-// handedOver stamps the first hand-over of assigned jobs to their slave and starts their
-// assigned lease from it (LEAST: a later hand-over of the same job, a poll that returned it
-// again, never lengthens it). Its commit does not wait for the WAL's flush (as a heartbeat's):
-// a stamp lost in a crash of Postgres leaves the job the longer lease it had before.
+// handOver stamps the first hand-over of assigned jobs to their slave and starts their assigned
+// lease from it (LEAST: a later hand-over of the same job, a poll that returned it again,
+// never lengthens it), and reads the jobs, with the log a job placed again already has (its
+// later attempt goes on after it), in the same statement: the read sees the jobs as they were
+// before the stamp, which it does not show. The stamp's commit does not wait for the WAL's
+// flush (as a heartbeat's): one lost in a crash of Postgres leaves the job the longer lease it
+// had before.
 //
-// Its conditions besides the ids are wrapped in (…) IS TRUE, which no index answers, so that
-// the ids are the only way to the rows (jobs_pkey): left bare, a generic plan may look the
+// The stamp's conditions besides the ids are wrapped in (…) IS TRUE, which no index answers, so
+// that the ids are the only way to the rows (jobs_pkey): left bare, a generic plan may look the
 // rows up by their state instead (jobs_status_idx, costed when few jobs were in that state)
 // and read every job in it at each call: in B8x's fill, 33,000 assigned jobs for each poll
 // that handed a slave its jobs, most of Postgres's time. RenewLeases does the same.
-const handedOver = `WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
-UPDATE jobs SET handed_over_at = now(), lease_expires_at = LEAST(lease_expires_at, now() + make_interval(secs => $3))
-FROM async WHERE uuid = ANY($1::uuid[]) AND (assigned_slave_name = $2 AND status = 'ASSIGNED' AND handed_over_at IS NULL) IS TRUE`
+const handOver = `WITH async AS (SELECT set_config('synchronous_commit', 'off', true)), stamped AS (
+    UPDATE jobs SET handed_over_at = now(), lease_expires_at = LEAST(lease_expires_at, now() + make_interval(secs => $3))
+    FROM async WHERE uuid = ANY($1::uuid[]) AND (assigned_slave_name = $2 AND status = 'ASSIGNED' AND handed_over_at IS NULL) IS TRUE
+)
+SELECT x.*, l.log_next, l.log_size FROM (` + jobSelect + ` WHERE j.uuid = ANY($1::uuid[])) x
+LEFT JOIN LATERAL (SELECT COALESCE(MAX(seq) + 1, 0) AS log_next, COALESCE(SUM(length(data)), 0) AS log_size
+    FROM job_logs WHERE job_uuid = x.uuid AND x.attempt > 1) l ON true`
 
-// HandedOver records that a long poll of the slave handed it these assigned jobs: each one's
-// lease (Leases.Assigned) runs from its first hand-over. Jobs no longer assigned to the slave
-// are left alone.
-func (s *Store) HandedOver(ctx context.Context, slave string, uuids []string) error {
+// HandedJob is a job a long poll hands its slave (HandOver), with the log its earlier
+// attempts left (none for a first attempt).
+type HandedJob struct {
+	*JobRecord
+	LogNextSeq int
+	LogSize    int64
+}
+
+// HandOver reads the jobs of the given UUIDs for a long poll of the slave and records, in the
+// same statement, that the poll hands it those still assigned to it: each one's lease
+// (Leases.Assigned) runs from its first hand-over. A job that does not exist is left out; one
+// no longer assigned to the slave is read but left alone (the caller offers only an ASSIGNED
+// one). A poll handing out work read the jobs, their logs and stamped the hand-over in a
+// statement each before: up to a job per GPU after a pass on a full cluster.
+func (s *Store) HandOver(ctx context.Context, slave string, uuids []string) (map[string]*HandedJob, error) {
+	out := make(map[string]*HandedJob, len(uuids))
 	if len(uuids) == 0 {
-		return nil
+		return out, nil
 	}
-	_, err := s.q.ExecContext(ctx, handedOver, pq.Array(uuids), slave, s.leases.Assigned.Seconds())
-	return mapErr(err, "record the hand-over of jobs to slave "+slave)
+	var rows []struct {
+		jobRow
+		LogNext int   `db:"log_next"`
+		LogSize int64 `db:"log_size"`
+	}
+	if err := s.q.SelectContext(ctx, &rows, handOver, pq.Array(uuids), slave, s.leases.Assigned.Seconds()); err != nil {
+		return nil, mapErr(err, "hand jobs over to slave "+slave)
+	}
+	for i := range rows {
+		rec, err := s.record(&rows[i].jobRow)
+		if err != nil {
+			return nil, err
+		}
+		out[rec.Job.UUID] = &HandedJob{JobRecord: rec, LogNextSeq: rows[i].LogNext, LogSize: rows[i].LogSize}
+	}
+	return out, nil
 }
 
 // SetQueuedExplanations stores, for each queued job, why it waits, in one statement per pass.
@@ -656,11 +689,11 @@ FROM jobs j WHERE j.uuid = $1`
 )
 
 // JobPlace reads where a job is and in what state, in one statement with its slave's disabled
-// flag. The slaves' calls about their jobs (update, log, done: three of every job's five
-// calls) used to read the whole job (GetJob: its request, state and owner, decoded) to look
-// at these few columns; in B8x's fill those reads were 12 % of what the requests allocated
-// (1.2 of 9.9 GB; the collector was a third of the master's CPU). ErrNotFound when there is
-// no such job.
+// flag: for a slave's log calls (its update and done calls have their change's statement read
+// it: SlaveChangeJob). The slaves' calls about their jobs used to read the whole job (GetJob:
+// its request, state and owner, decoded) to look at these few columns; in B8x's fill those
+// reads were 12 % of what the requests allocated (1.2 of 9.9 GB; the collector was a third
+// of the master's CPU). ErrNotFound when there is no such job.
 //
 // With certSerial set (the calling slave's certificate), the statement also reads that
 // certificate's state, as a heartbeat's does: one recorded as revoked or expired gets a

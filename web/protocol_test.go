@@ -629,3 +629,46 @@ func TestHeartbeatIntervalsSpread(t *testing.T) {
 		})
 	}
 }
+
+// A job placed again is handed out with the log its earlier attempt left, so that the new
+// attempt's chunks go on after it; a first attempt is handed out with none.
+func TestPlacedAgainGoesOnWithItsLog(t *testing.T) {
+	w := newProtoWorld(t)
+	ctx := context.Background()
+	id, first := w.job(t, w.name, 0, false)
+	w.advance(t, w.slave, id, first, job.StatusRunning)
+	for seq, chunk := range []string{"first ", "attempt\n"} {
+		if err := w.slave.Log(ctx, protocol.LogChunk{JobUUID: id, Attempt: first, Seq: seq, Data: []byte(chunk)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The master gives the attempt up (as a lost slave's housekeeping does) and places it again.
+	if _, _, err := w.m.Store.ChangeJob(ctx, id, store.Change{From: []job.Status{job.StatusRunning}, To: job.StatusQueued,
+		Attempt: store.Attempt(first), Released: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.m.Store.AssignJobs(ctx, []store.Assignment{{JobUUID: id, Placement: store.Placement{SlaveName: w.name, SlaveInstanceID: "i1", ClusterID: 1,
+		Resources: job.StateResources{SlaveName: w.name, GPUIDs: []int{0}, CPUIDs: []int{0}, CPUMemoryGb: 1}}}}); err != nil {
+		t.Fatal(err)
+	}
+	fresh, _ := w.job(t, w.name, 1, false)
+	work, err := w.slave.Next(ctx, protocol.NextRequest{InstanceID: "i1"})
+	if err != nil || len(work.Assignments) != 2 {
+		t.Fatalf("the poll: %+v %v, want both jobs", work, err)
+	}
+	for _, a := range work.Assignments {
+		switch a.Job.UUID {
+		case id:
+			if a.Attempt != first+1 || a.Log.NextSeq != 2 || a.Log.Size != 14 {
+				t.Errorf("the job placed again: attempt %d, log %+v; want attempt %d going on after 2 chunks of 14 bytes", a.Attempt, a.Log, first+1)
+			}
+		case fresh:
+			if a.Log.NextSeq != 0 || a.Log.Size != 0 {
+				t.Errorf("a first attempt handed out with log %+v", a.Log)
+			}
+		}
+	}
+	if err := w.slave.Log(ctx, protocol.LogChunk{JobUUID: id, Attempt: first + 1, Seq: 2, Data: []byte("second\n")}); err != nil {
+		t.Fatalf("the second attempt's first chunk: %v", err)
+	}
+}
