@@ -713,19 +713,23 @@ func (h *Handlers) SlaveLog(w http.ResponseWriter, r *http.Request) error {
 	}
 	chunk := protocol.LogChunk(msg)
 	ctx := r.Context()
-	place, err := h.slaveJob(ctx, c, chunk.JobUUID)
-	if err != nil {
+	if err := h.jobUUID(ctx, c, chunk.JobUUID); err != nil {
 		return err
 	}
-	if place.Attempt != chunk.Attempt {
+	// One statement checks the job is the slave's, in the chunk's attempt, and appends it.
+	place, err := h.store.AppendLog(ctx, store.LogChunk{JobUUID: chunk.JobUUID, Seq: chunk.Seq, Data: chunk.Data, Limit: h.cfg.MaxJobLog,
+		Slave: c.SlaveName, Attempt: chunk.Attempt, CertSerial: c.CertToCheck})
+	var wrong *store.WrongSlaveError
+	switch {
+	case errors.As(err, &wrong):
+		return placeConflict(c.SlaveName, chunk.JobUUID, wrong.Place, wrong.Found)
+	case errors.Is(err, store.ErrOtherAttempt):
 		return &conflictError{protocol.Conflict{JobUUID: chunk.JobUUID, Status: place.Status, Attempt: place.Attempt,
 			Message: fmt.Sprintf("log of attempt %d refused: the job is at attempt %d", chunk.Attempt, place.Attempt)}}
-	}
-	if err := h.store.AppendJobLogCapped(ctx, chunk.JobUUID, chunk.Seq, chunk.Data, h.cfg.MaxJobLog); err != nil {
-		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrLogGap) {
-			return errorf(http.StatusConflict, "%v", err)
-		}
-		return err
+	case errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrLogGap):
+		return errorf(http.StatusConflict, "%v", err)
+	case err != nil:
+		return certError(err)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -265,7 +265,7 @@ func TestLogCap(t *testing.T) {
 	id := w.job(job.StatusRunning, 0)
 	w.exec(`DELETE FROM job_logs WHERE job_uuid = $1`, id)
 	for i, chunk := range []string{"01234", "56789abc", "def", "more"} {
-		if err := w.st.AppendJobLogCapped(ctx, id, i, []byte(chunk), 10); err != nil {
+		if _, err := w.st.AppendLog(ctx, store.LogChunk{JobUUID: id, Seq: i, Data: []byte(chunk), Limit: 10}); err != nil {
 			t.Fatalf("chunk %d: %v", i, err)
 		}
 	}
@@ -277,7 +277,7 @@ func TestLogCap(t *testing.T) {
 	if string(log) != want || size != int64(len(want)) {
 		t.Fatalf("capped log = %q (size %d), want %q", log, size, want)
 	}
-	if err := w.st.AppendJobLogCapped(ctx, id, 4, []byte("x"), 10); err != nil {
+	if _, err := w.st.AppendLog(ctx, store.LogChunk{JobUUID: id, Seq: 4, Data: []byte("x"), Limit: 10}); err != nil {
 		t.Fatalf("a chunk after the cap: %v", err)
 	}
 }

@@ -108,14 +108,7 @@ func Attempt(n int) *int { return &n }
 // (Change.Slave) cost a statement of their own: a slave's update and done calls read the job's
 // place in a statement before their change, two of every job's five calls (B1x: 44,000
 // statements in a burst).
-var changeJob = `WITH old AS (
-    SELECT j.uuid, j.status, j.attempt, j.assigned_slave_name, j.resources,
-        COALESCE((SELECT s.disabled FROM slaves s WHERE s.name = j.assigned_slave_name), false) AS slave_disabled,
-        (j.event_times->>'QUEUED')::timestamptz AS queued_at, COALESCE((j.resources->>'clusterId')::int, 0) AS cluster_id
-    FROM jobs j WHERE j.uuid = $1 FOR UPDATE OF j
-), cert AS (
-    SELECT CASE WHEN $16::text = '' THEN NULL ELSE ` + certStateOf("$16") + ` END AS state
-), upd AS (
+var changeJob = `WITH ` + slavePlace("$16", "FOR UPDATE OF j") + `, upd AS (
     UPDATE jobs j SET status = $2, event_times = j.event_times || jsonb_build_object($2::text, now()), updated_at = now(),
         lease_expires_at = CASE $2::text
             WHEN 'ASSIGNED' THEN now() + make_interval(secs => $5)
@@ -226,30 +219,21 @@ func (s *Store) SlaveChangeJob(ctx context.Context, id string, c Change) (JobPla
 	return place, restartID, err
 }
 
-// changedRow is changeJob's row: the job as found (all NULL when there is none), the caller's
-// certificate's state and whether the change was made.
+// changedRow is changeJob's row: the job as found and the caller's certificate (slaveRow), with
+// the columns a state change also gives and whether it was made.
 type changedRow struct {
-	CertState     sql.NullString `db:"cert_state"`
-	Status        sql.NullString `db:"status"`
-	Attempt       sql.NullInt64  `db:"attempt"`
-	Slave         sql.NullString `db:"slave"`
-	SlaveDisabled sql.NullBool   `db:"slave_disabled"`
-	QueuedAt      sql.NullTime   `db:"queued_at"`
-	ClusterID     sql.NullInt64  `db:"cluster_id"`
-	Changed       bool           `db:"changed"`
+	slaveRow
+	QueuedAt  sql.NullTime  `db:"queued_at"`
+	ClusterID sql.NullInt64 `db:"cluster_id"`
+	Changed   bool          `db:"changed"`
 }
 
 // outcome is what a change of job id asked as c came to, from its statement's row: the place
 // the job left, or why it did not move (in the order SlaveChangeJob gives).
 func (r changedRow) outcome(id string, c Change) (JobPlace, error) {
-	if err := certRefused(c.CertSerial, r.CertState); err != nil {
+	p, found, err := r.check(id, c.Slave, c.CertSerial)
+	if err != nil {
 		return JobPlace{}, err
-	}
-	found := r.Status.Valid
-	p := JobPlace{Status: job.Status(r.Status.String), Attempt: int(r.Attempt.Int64), Slave: r.Slave.String,
-		SlaveDisabled: r.SlaveDisabled.Bool, QueuedAt: r.QueuedAt, ClusterID: int(r.ClusterID.Int64)}
-	if c.Slave != "" && (!found || p.Slave != c.Slave || (p.Status == job.StatusAssigned && p.SlaveDisabled)) {
-		return JobPlace{}, &WrongSlaveError{JobUUID: id, Slave: c.Slave, Found: found, Place: p}
 	}
 	if !found {
 		return JobPlace{}, fmt.Errorf("change job %s: %w", id, ErrNotFound)
@@ -257,7 +241,49 @@ func (r changedRow) outcome(id string, c Change) (JobPlace, error) {
 	if !r.Changed {
 		return JobPlace{}, &StateConflict{JobUUID: id, Current: p.Status, Attempt: p.Attempt, Wanted: c.To}
 	}
+	p.QueuedAt, p.ClusterID = r.QueuedAt, int(r.ClusterID.Int64)
 	return p, nil
+}
+
+// slavePlace is the start of the statements of a slave's calls about a job ($1) that check the
+// job is the slave's in the statement that acts on it (SlaveChangeJob, AppendLog): old, the
+// job's row (taken with lock) with its slave's disabled flag, and cert, the state of the
+// certificate certParam names (NULL when it is empty: not checked).
+func slavePlace(certParam, lock string) string {
+	return `old AS (
+    SELECT j.uuid, j.status, j.attempt, j.assigned_slave_name, j.resources,
+        COALESCE((SELECT s.disabled FROM slaves s WHERE s.name = j.assigned_slave_name), false) AS slave_disabled,
+        (j.event_times->>'QUEUED')::timestamptz AS queued_at, COALESCE((j.resources->>'clusterId')::int, 0) AS cluster_id
+    FROM jobs j WHERE j.uuid = $1 ` + lock + `
+), cert AS (
+    SELECT CASE WHEN ` + certParam + `::text = '' THEN NULL ELSE ` + certStateOf(certParam) + ` END AS state
+)`
+}
+
+// slaveRow is what a statement starting with slavePlace reads back: the certificate's state and
+// the job as found (all NULL when there is none).
+type slaveRow struct {
+	CertState     sql.NullString `db:"cert_state"`
+	Status        sql.NullString `db:"status"`
+	Attempt       sql.NullInt64  `db:"attempt"`
+	Slave         sql.NullString `db:"slave"`
+	SlaveDisabled sql.NullBool   `db:"slave_disabled"`
+}
+
+// check is the place of job id as read, whether it exists, and the refusal of a slave's call
+// (slave "": none) before anything else: a certificate recorded as revoked or expired
+// (certSerial "": not checked), then a job that does not exist, is not on the slave, or is
+// ASSIGNED to it while it is disabled (*WrongSlaveError).
+func (r slaveRow) check(id, slave, certSerial string) (JobPlace, bool, error) {
+	if err := certRefused(certSerial, r.CertState); err != nil {
+		return JobPlace{}, false, err
+	}
+	found := r.Status.Valid
+	p := JobPlace{Status: job.Status(r.Status.String), Attempt: int(r.Attempt.Int64), Slave: r.Slave.String, SlaveDisabled: r.SlaveDisabled.Bool}
+	if slave != "" && (!found || p.Slave != slave || (p.Status == job.StatusAssigned && p.SlaveDisabled)) {
+		return JobPlace{}, found, &WrongSlaveError{JobUUID: id, Slave: slave, Found: found, Place: p}
+	}
+	return p, found, nil
 }
 
 // WrongSlaveError is a slave's change refused before its states were compared (Change.Slave):

@@ -955,3 +955,76 @@ func TestSlaveChangeChecksTheSlave(t *testing.T) {
 		t.Fatalf("the master's change of an unknown job: %v, want ErrNotFound", err)
 	}
 }
+
+// TestSlaveLogChecksTheSlave: a slave's log chunk (LogChunk.Slave) is checked in the statement
+// that appends it, as a slave's change is: a refused certificate, a job that is not the
+// slave's (or ASSIGNED to it while it is disabled) and another attempt append nothing; the
+// chunks of the job's own attempt go on in order.
+func TestSlaveLogChecksTheSlave(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	u, p := fixture(t, st, "alice", "vision")
+	node1(t, st)
+	slaveCerts(t, st)
+	running := createJob(t, st, u, p, job.StatusQueued)
+	attempt := placeOn(t, st, running.UUID, 0, job.StatusRunning)
+	assigned := createJob(t, st, u, p, job.StatusQueued)
+	assignedAttempt := placeOn(t, st, assigned.UUID, 1, job.StatusAssigned)
+	unknown := "00000000-0000-4000-8000-000000000000"
+	chunk := func(id string, seq int, slave, cert string, attempt int) (store.JobPlace, error) {
+		return st.AppendLog(ctx, store.LogChunk{JobUUID: id, Seq: seq, Data: []byte("line\n"), Slave: slave, Attempt: attempt, CertSerial: cert})
+	}
+	size := func(id string) int64 {
+		t.Helper()
+		_, n, err := st.JobLogState(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, serial := range []string{"c-revoked", "c-expired"} {
+		for _, id := range []string{running.UUID, unknown} {
+			var re *store.CertificateRefusedError
+			if _, err := chunk(id, 0, "node1", serial, attempt); !errors.As(err, &re) || re.Serial != serial {
+				t.Errorf("job %s with certificate %s: %v, want it refused", id, serial, err)
+			}
+		}
+	}
+	var we *store.WrongSlaveError
+	if _, err := chunk(unknown, 0, "node1", "c-valid", 1); !errors.As(err, &we) || we.Found {
+		t.Errorf("an unknown job: %v, want a *WrongSlaveError", err)
+	}
+	if _, err := chunk(running.UUID, 0, "node2", "", attempt); !errors.As(err, &we) || we.Place.Slave != "node1" {
+		t.Errorf("another slave's job: %v, want a *WrongSlaveError", err)
+	}
+	if p, err := chunk(running.UUID, 0, "node1", "c-valid", attempt+1); !errors.Is(err, store.ErrOtherAttempt) || p.Attempt != attempt || p.Status != job.StatusRunning {
+		t.Errorf("another attempt's chunk: %+v %v, want ErrOtherAttempt with the job's place", p, err)
+	}
+	if n := size(running.UUID); n != 0 {
+		t.Fatalf("refused chunks appended %d bytes", n)
+	}
+	if _, err := st.DB().ExecContext(ctx, `UPDATE slaves SET disabled = TRUE WHERE name = 'node1'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chunk(assigned.UUID, 0, "node1", "", assignedAttempt); !errors.As(err, &we) || !we.Place.SlaveDisabled {
+		t.Errorf("a disabled slave's chunk of its assigned job: %v, want a *WrongSlaveError", err)
+	}
+	if n := size(assigned.UUID); n != 0 {
+		t.Fatalf("a disabled slave's chunk appended %d bytes", n)
+	}
+	// A disabled slave still logs the jobs it runs (it is drained, not stopped).
+	for seq := range 2 {
+		if p, err := chunk(running.UUID, seq, "node1", "c-valid", attempt); err != nil || p.Slave != "node1" {
+			t.Fatalf("chunk %d of the slave's own job: %+v %v", seq, p, err)
+		}
+	}
+	if _, err := chunk(running.UUID, 1, "node1", "c-valid", attempt); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("a chunk sent twice: %v, want ErrConflict", err)
+	}
+	if _, err := chunk(running.UUID, 3, "node1", "", attempt); !errors.Is(err, store.ErrLogGap) {
+		t.Errorf("a chunk after a gap: %v, want ErrLogGap", err)
+	}
+	if n := size(running.UUID); n != 10 {
+		t.Fatalf("the log has %d bytes, want the two chunks' 10", n)
+	}
+}
