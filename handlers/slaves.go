@@ -575,8 +575,8 @@ func writeConflict(w http.ResponseWriter, c protocol.Conflict) {
 	writeJSON(w, http.StatusConflict, c)
 }
 
-// slaveJob reads where a job is and checks it is on the calling slave (placeConflict). It
-// reads only the job's place and state (store.JobPlace), not the whole job.
+// slaveJob reads where a job is and checks it is on the calling slave (store.SlaveMayAct,
+// wrongSlave). It reads only the job's place and state (store.JobPlace), not the whole job.
 //
 // For a call of CertCheckedByHandler it checks the caller's certificate first: in JobPlace's
 // statement, or in one of its own when the uuid is refused before.
@@ -588,8 +588,9 @@ func (h *Handlers) slaveJob(ctx context.Context, c *Caller, id string) (store.Jo
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return p, certError(err)
 	}
-	if err := placeConflict(c.SlaveName, id, p, err == nil); err != nil {
-		return store.JobPlace{}, err
+	var wrong *store.WrongSlaveError
+	if errors.As(store.SlaveMayAct(c.SlaveName, id, p, err == nil), &wrong) {
+		return store.JobPlace{}, wrongSlave(wrong)
 	}
 	return p, nil
 }
@@ -602,27 +603,24 @@ func (h *Handlers) jobUUID(ctx context.Context, c *Caller, id string) error {
 	return nil
 }
 
-// placeConflict is the conflict of a slave's call about job id found at p (found false: no such
-// job): another slave's job (or one placed again and not yet given out) is a conflict without
-// its state, worded exactly as for a job that does not exist, so a slave certificate cannot
-// probe other slaves' jobs. nil when the job is the slave's to act on.
-func placeConflict(slave, id string, p store.JobPlace, found bool) error {
-	if !found || p.Slave != slave {
-		return &conflictError{protocol.Conflict{JobUUID: id, Message: fmt.Sprintf("job %s is not on slave %s", id, slave)}}
+// wrongSlave is the 409 of a slave's call about a job that is not its to act on: another
+// slave's job (or one placed again and not yet given out) is a conflict without its state,
+// worded exactly as for a job that does not exist, so a slave certificate cannot probe other
+// slaves' jobs. A disabled slave takes no job: one a scheduler pass assigned to it just before
+// it was disabled stays untaken (its lease queues it again), though the slave learns its uuid
+// from its heartbeat's view; it may neither start it nor log into it nor end it, and is told
+// the job's state.
+func wrongSlave(e *store.WrongSlaveError) error {
+	c := protocol.Conflict{JobUUID: e.JobUUID, Message: e.Error()}
+	if e.Disabled() {
+		c.Status, c.Attempt = e.Place.Status, e.Place.Attempt
 	}
-	if p.Status == job.StatusAssigned && p.SlaveDisabled {
-		// A disabled slave takes no job: one a scheduler pass assigned to it just before it was
-		// disabled stays untaken (its lease queues it again), though the slave learns its uuid
-		// from its heartbeat's view; it may neither start it nor log into it nor end it.
-		return &conflictError{protocol.Conflict{JobUUID: id, Status: p.Status, Attempt: p.Attempt,
-			Message: fmt.Sprintf("slave %s is disabled: it takes no job", slave)}}
-	}
-	return nil
+	return &conflictError{c}
 }
 
 // slaveChange makes a slave's state change and answers it: a change already made (a retry after
 // a lost reply) is a success with the job's state, a real conflict a 409 with the state the
-// master holds. The job's place is checked (placeConflict) and the caller's certificate read
+// master holds. The job's place is checked (store.SlaveMayAct) and the caller's certificate read
 // in the change's own statement (store.SlaveChangeJob): one statement for the call where
 // there were two. It returns the place the job left (for a success).
 func (h *Handlers) slaveChange(w http.ResponseWriter, r *http.Request, c *Caller, id string, ch store.Change) (store.JobPlace, error) {
@@ -637,7 +635,7 @@ func (h *Handlers) slaveChange(w http.ResponseWriter, r *http.Request, c *Caller
 	var wrong *store.WrongSlaveError
 	switch {
 	case errors.As(err, &wrong):
-		return store.JobPlace{}, placeConflict(c.SlaveName, id, wrong.Place, wrong.Found)
+		return store.JobPlace{}, wrongSlave(wrong)
 	case errors.As(err, &sc) && sc.Current == ch.To && sc.Attempt == *ch.Attempt:
 		h.log.InfoContext(ctx, "slave repeated a state change already made", "job", id, "slave", c.SlaveName, "status", ch.To)
 	case errors.As(err, &sc):
@@ -722,7 +720,7 @@ func (h *Handlers) SlaveLog(w http.ResponseWriter, r *http.Request) error {
 	var wrong *store.WrongSlaveError
 	switch {
 	case errors.As(err, &wrong):
-		return placeConflict(c.SlaveName, chunk.JobUUID, wrong.Place, wrong.Found)
+		return wrongSlave(wrong)
 	case errors.Is(err, store.ErrOtherAttempt):
 		return &conflictError{protocol.Conflict{JobUUID: chunk.JobUUID, Status: place.Status, Attempt: place.Attempt,
 			Message: fmt.Sprintf("log of attempt %d refused: the job is at attempt %d", chunk.Attempt, place.Attempt)}}

@@ -108,7 +108,7 @@ func Attempt(n int) *int { return &n }
 // (Change.Slave) cost a statement of their own: a slave's update and done calls read the job's
 // place in a statement before their change, two of every job's five calls (B1x: 44,000
 // statements in a burst).
-var changeJob = `WITH ` + slavePlace("$16", "FOR UPDATE OF j") + `, upd AS (
+var changeJob = `WITH ` + slavePlace("$15", "$16", "FOR UPDATE OF j") + `, upd AS (
     UPDATE jobs j SET status = $2, event_times = j.event_times || jsonb_build_object($2::text, now()), updated_at = now(),
         lease_expires_at = CASE $2::text
             WHEN 'ASSIGNED' THEN now() + make_interval(secs => $5)
@@ -122,11 +122,10 @@ var changeJob = `WITH ` + slavePlace("$16", "FOR UPDATE OF j") + `, upd AS (
         resources = CASE WHEN $13::int IS NULL THEN r.resources
             ELSE jsonb_set(COALESCE(r.resources, '{}'::jsonb), '{exitCode}', to_jsonb($13::int)) END,
         final_usage = COALESCE($14::jsonb, j.final_usage)
-    FROM old, cert, LATERAL (SELECT CASE WHEN $12::jsonb IS NOT NULL THEN $12::jsonb
+    FROM old, may, LATERAL (SELECT CASE WHEN $12::jsonb IS NOT NULL THEN $12::jsonb
             WHEN $2::text = 'QUEUED' THEN NULL ELSE old.resources END AS resources) r
     WHERE j.uuid = old.uuid AND old.status = ANY($3) AND ($4::int < 0 OR old.attempt = $4)
-      AND ($15::text = '' OR (old.assigned_slave_name = $15 AND NOT (old.status = 'ASSIGNED' AND old.slave_disabled)))
-      AND cert.state IS DISTINCT FROM 'revoked' AND cert.state IS DISTINCT FROM 'expired'
+      AND may.ok
     RETURNING old.status, old.attempt, old.assigned_slave_name, old.resources
 ), held AS (
     INSERT INTO job_releases (job_uuid, attempt, slave_name, resources, reason)
@@ -247,9 +246,12 @@ func (r changedRow) outcome(id string, c Change) (JobPlace, error) {
 
 // slavePlace is the start of the statements of a slave's calls about a job ($1) that check the
 // job is the slave's in the statement that acts on it (SlaveChangeJob, AppendLog): old, the
-// job's row (taken with lock) with its slave's disabled flag, and cert, the state of the
-// certificate certParam names (NULL when it is empty: not checked).
-func slavePlace(certParam, lock string) string {
+// job's row (taken with lock) with its slave's disabled flag; cert, the state of the
+// certificate certParam names (NULL when it is empty: not checked); and may, whether the slave
+// slaveParam names may act on the job (true when it is empty: not a slave's call): its
+// certificate is not refused and SlaveMayAct's rule holds. The statement's row reads old and
+// cert back (slaveRow), and SlaveMayAct says why not.
+func slavePlace(slaveParam, certParam, lock string) string {
 	return `old AS (
     SELECT j.uuid, j.status, j.attempt, j.assigned_slave_name, j.resources,
         COALESCE((SELECT s.disabled FROM slaves s WHERE s.name = j.assigned_slave_name), false) AS slave_disabled,
@@ -257,6 +259,10 @@ func slavePlace(certParam, lock string) string {
     FROM jobs j WHERE j.uuid = $1 ` + lock + `
 ), cert AS (
     SELECT CASE WHEN ` + certParam + `::text = '' THEN NULL ELSE ` + certStateOf(certParam) + ` END AS state
+), may AS (
+    SELECT NOT EXISTS (SELECT FROM cert WHERE cert.state IN ('revoked', 'expired'))
+        AND (` + slaveParam + `::text = '' OR EXISTS (SELECT FROM old WHERE old.assigned_slave_name = ` + slaveParam + `
+            AND NOT (old.status = 'ASSIGNED' AND old.slave_disabled))) AS ok
 )`
 }
 
@@ -280,23 +286,40 @@ func (r slaveRow) check(id, slave, certSerial string) (JobPlace, bool, error) {
 	}
 	found := r.Status.Valid
 	p := JobPlace{Status: job.Status(r.Status.String), Attempt: int(r.Attempt.Int64), Slave: r.Slave.String, SlaveDisabled: r.SlaveDisabled.Bool}
-	if slave != "" && (!found || p.Slave != slave || (p.Status == job.StatusAssigned && p.SlaveDisabled)) {
-		return JobPlace{}, found, &WrongSlaveError{JobUUID: id, Slave: slave, Found: found, Place: p}
+	if slave != "" {
+		if err := SlaveMayAct(slave, id, p, found); err != nil {
+			return JobPlace{}, found, err
+		}
 	}
 	return p, found, nil
 }
 
-// WrongSlaveError is a slave's change refused before its states were compared (Change.Slave):
-// the job does not exist (Found false), is on another slave or none (Place.Slave), or is
-// ASSIGNED to the slave while it is disabled (Place.SlaveDisabled).
+// SlaveMayAct is nil when slave may act on job id found at p (found false: there is no such
+// job), else the *WrongSlaveError that says why not: the job is on another slave or none, or
+// ASSIGNED to the slave while the slave is disabled. The one rule of every slave call about a
+// job, whether its statement read the place (SlaveChangeJob, AppendLog) or JobPlace did.
+func SlaveMayAct(slave, id string, p JobPlace, found bool) error {
+	if !found || p.Slave != slave || (p.Status == job.StatusAssigned && p.SlaveDisabled) {
+		return &WrongSlaveError{JobUUID: id, Slave: slave, Found: found, Place: p}
+	}
+	return nil
+}
+
+// WrongSlaveError is a slave's call about a job refused before anything else about the job
+// (SlaveMayAct): the job does not exist (Found false), is on another slave or none
+// (Place.Slave), or is ASSIGNED to the slave while it is disabled (Disabled).
 type WrongSlaveError struct {
 	JobUUID, Slave string
 	Found          bool
 	Place          JobPlace
 }
 
+// Disabled says the job is the slave's, ASSIGNED to it while it is disabled: a disabled slave
+// takes no job.
+func (e *WrongSlaveError) Disabled() bool { return e.Found && e.Place.Slave == e.Slave }
+
 func (e *WrongSlaveError) Error() string {
-	if e.Found && e.Place.Slave == e.Slave {
+	if e.Disabled() {
 		return fmt.Sprintf("slave %s is disabled: it takes no job", e.Slave)
 	}
 	return fmt.Sprintf("job %s is not on slave %s", e.JobUUID, e.Slave)

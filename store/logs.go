@@ -39,7 +39,7 @@ type LogChunk struct {
 // in the same statement that the job is the slave's (slavePlace): a slave's log calls read the
 // job's place in a statement before, and a job writing output sends a chunk every LogFlush
 // (250 ms) while it runs, the commonest call of a busy real cluster.
-var appendLog = `WITH ` + slavePlace("$7", "") + `, ins AS (
+var appendLog = `WITH ` + slavePlace("$6", "$7", "") + `, ins AS (
     INSERT INTO job_logs (job_uuid, seq, start_offset, data)
     SELECT $1, $2, p.size, CASE
         WHEN $4::bigint <= 0 OR p.size + length($3::bytea) <= $4::bigint THEN $3::bytea
@@ -47,9 +47,7 @@ var appendLog = `WITH ` + slavePlace("$7", "") + `, ins AS (
         ELSE substring($3::bytea FROM 1 FOR ($4::bigint - p.size)::int) || $5::bytea END
     FROM (SELECT COALESCE((SELECT start_offset + length(data) FROM job_logs WHERE job_uuid = $1 AND seq = $2 - 1), 0) AS size) p
     WHERE ($2 = 0 OR EXISTS (SELECT 1 FROM job_logs WHERE job_uuid = $1 AND seq = $2 - 1))
-      AND NOT EXISTS (SELECT FROM cert WHERE cert.state IN ('revoked', 'expired'))
-      AND ($6::text = '' OR EXISTS (SELECT FROM old WHERE old.assigned_slave_name = $6 AND old.attempt = $8
-          AND NOT (old.status = 'ASSIGNED' AND old.slave_disabled)))
+      AND (SELECT ok FROM may) AND ($6::text = '' OR EXISTS (SELECT FROM old WHERE old.attempt = $8))
     RETURNING 1
 )
 SELECT cert.state AS cert_state, o.status, o.attempt, COALESCE(o.assigned_slave_name, '') AS slave, o.slave_disabled,
