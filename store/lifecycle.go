@@ -106,8 +106,8 @@ func Attempt(n int) *int { return &n }
 // slave and that slave's disabled flag, as JobPlace reads them), the caller's certificate's
 // state and whether the change was made, so that neither a conflict nor a slave's checks
 // (Change.Slave) cost a statement of their own: a slave's update and done calls read the job's
-// place in a statement before their change, two of every job's five calls (B1x: 44,000
-// statements in a burst).
+// place in a statement of its own before their change, two of every job's five calls (B1x:
+// 44,000 statements in a burst).
 var changeJob = `WITH ` + slavePlace("$15", "$16", "FOR UPDATE OF j") + `, upd AS (
     UPDATE jobs j SET status = $2, event_times = j.event_times || jsonb_build_object($2::text, now()), updated_at = now(),
         lease_expires_at = CASE $2::text

@@ -689,11 +689,11 @@ FROM jobs j WHERE j.uuid = $1`
 )
 
 // JobPlace reads where a job is and in what state, in one statement with its slave's disabled
-// flag: for a slave's log calls (its update and done calls have their change's statement read
-// it: SlaveChangeJob). The slaves' calls about their jobs used to read the whole job (GetJob:
-// its request, state and owner, decoded) to look at these few columns; in B8x's fill those
-// reads were 12 % of what the requests allocated (1.2 of 9.9 GB; the collector was a third
-// of the master's CPU). ErrNotFound when there is no such job.
+// flag: for a slave's log-state call (its update, done and log calls have the statement that
+// acts read it: SlaveChangeJob, AppendLog). The slaves' calls about their jobs used to read the
+// whole job (GetJob: its request, state and owner, decoded) to look at these few columns; in
+// B8x's fill those reads were 12 % of what the requests allocated (1.2 of 9.9 GB; the
+// collector was a third of the master's CPU). ErrNotFound when there is no such job.
 //
 // With certSerial set (the calling slave's certificate), the statement also reads that
 // certificate's state, as a heartbeat's does: one recorded as revoked or expired gets a
