@@ -685,7 +685,7 @@ func (h *Handlers) SlaveUpdate(w http.ResponseWriter, r *http.Request) error {
 	}
 	place, err := h.slaveChange(w, r, c, u.JobUUID, store.Change{From: []job.Status{u.From}, To: u.To, Attempt: store.Attempt(u.Attempt),
 		Resources: u.Resources, Event: store.Event{Actor: "slave " + c.SlaveName, Message: u.Reason}})
-	if err == nil && place.Status != "" && u.To == job.StatusRunning {
+	if err == nil && u.To == job.StatusRunning { // a retry's place is empty: observed once
 		h.observeQueueWait(place)
 	}
 	return err

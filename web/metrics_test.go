@@ -153,6 +153,11 @@ func TestMetricsAfterRealActivity(t *testing.T) {
 					t.Fatalf("%s → %s: %v", step[0], step[1], err)
 				}
 			}
+			// The RUNNING report again (a retry after a lost reply): a success, and the job's
+			// wait in the queue is not counted twice (the queue wait's one observation below).
+			if err := sl.Update(ctx, protocol.StateUpdate{JobUUID: running, Attempt: rec.Attempt, From: job.StatusStarting, To: job.StatusRunning}); err != nil {
+				t.Fatalf("RUNNING again: %v", err)
+			}
 			break
 		}
 		if time.Now().After(deadline) {
