@@ -102,6 +102,12 @@ func storeCounters(st *store.Store) []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "heartbeats_recorded_total",
 			Help: "Slaves' heartbeats sent to the database; divided by gpulab_heartbeat_statements_total, the mean batch."},
 			func() float64 { _, n := st.BeatStats(); return float64(n) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "job_change_statements_total",
+			Help: "Statements that made jobs' state changes (slaves' reports, ends, cancels; changes that arrive together share one)."},
+			func() float64 { n, _ := st.ChangeStats(); return float64(n) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: Namespace, Name: "job_changes_total",
+			Help: "Jobs' state changes sent to the database; divided by gpulab_job_change_statements_total, the mean batch."},
+			func() float64 { _, n := st.ChangeStats(); return float64(n) }),
 		// The requests' pool hands its connections out through the store's connQueue (slaves'
 		// calls and people's in turn, each first come first served, newest first when
 		// overloaded): the waits are there, not in go_sql_wait_count_total.

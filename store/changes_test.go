@@ -156,6 +156,27 @@ func TestHeartbeatCommitsWithoutWaitingForTheDisk(t *testing.T) {
 	}
 }
 
+// TestHeartbeatPlanKept: the heartbeats statement, whose parameters are arrays, is planned once
+// per connection and the plan kept, not planned again at every heartbeat (which Postgres does
+// for such a statement by default, at three times the cost of running it).
+func TestHeartbeatPlanKept(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	node1(t, st)
+	for range 20 {
+		if _, err := st.Heartbeat(ctx, store.Beat{Slave: "node1", InstanceID: "i1", Usage: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	generic, custom, err := st.BeatPlans(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if generic < 20 || custom != 0 {
+		t.Errorf("20 heartbeats: %d executions of a kept plan and %d planned for themselves, want 20 and none", generic, custom)
+	}
+}
+
 // ClockAndMark: the mark misses no change committed after it, also one whose transaction began
 // before it; the clock is the database's, read between two others.
 func TestClockAndMark(t *testing.T) {

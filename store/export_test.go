@@ -26,6 +26,32 @@ func (s *Store) HeartbeatCommitMode(ctx context.Context, b Beat) (string, error)
 	return mode, err
 }
 
+// BeatPlans sums, over the heartbeats' own connections, the plans Postgres made for the
+// heartbeats statement: kept ones (generic) and ones made for one execution (custom).
+func (s *Store) BeatPlans(ctx context.Context) (generic, custom int64, err error) {
+	db := s.beats.s.db
+	conns := make([]*sql.Conn, 0, beatsInFlight)
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	for range beatsInFlight { // every connection of the pool, each held while the next is read
+		c, err := db.Conn(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		conns = append(conns, c)
+		var g, cu int64
+		if err := c.QueryRowContext(ctx, `SELECT COALESCE(sum(generic_plans), 0), COALESCE(sum(custom_plans), 0)
+FROM pg_prepared_statements WHERE statement = $1`, heartbeats).Scan(&g, &cu); err != nil {
+			return 0, 0, err
+		}
+		generic, custom = generic+g, custom+cu
+	}
+	return generic, custom, nil
+}
+
 // HoldBeats keeps the heartbeat queue from sending anything: heartbeats wait until release,
 // which sends them as a busy master would, together. waiting says how many wait.
 func (s *Store) HoldBeats() (waiting func() int, release func()) { return s.beats.hold() }
@@ -63,6 +89,9 @@ func (s *Store) WakesAsked() int64 { return s.wakes.requested.Load() }
 
 // HoldSubmits is HoldBeats for the submission queue.
 func (s *Store) HoldSubmits() (waiting func() int, release func()) { return s.submits.hold() }
+
+// HoldChanges is HoldBeats for the state changes' queue.
+func (s *Store) HoldChanges() (waiting func() int, release func()) { return s.changes.hold() }
 
 // hold keeps the queue from sending anything until release, which sends what waits as a busy
 // master would, together; waiting says how many wait.

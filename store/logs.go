@@ -39,7 +39,7 @@ type LogChunk struct {
 // in the same statement that the job is the slave's (slavePlace): a slave's log calls read the
 // job's place in a statement before, and a job writing output sends a chunk every LogFlush
 // (250 ms) while it runs, the commonest call of a busy real cluster.
-var appendLog = `WITH ` + slavePlace("$6", "$7", "") + `, ins AS (
+var appendLog = `WITH input AS (SELECT $1::uuid AS uuid, $6::text AS slave, $7::text AS serial, 1::bigint AS i), ` + slavePlace("") + `, ins AS (
     INSERT INTO job_logs (job_uuid, seq, start_offset, data)
     SELECT $1, $2, p.size, CASE
         WHEN $4::bigint <= 0 OR p.size + length($3::bytea) <= $4::bigint THEN $3::bytea

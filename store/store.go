@@ -69,6 +69,7 @@ type Store struct {
 	url      string       // for LISTEN connections
 	beats    *beatQueue   // heartbeats waiting to be recorded together; nil inside WithTx
 	submits  *submitQueue // submissions waiting to be stored together; nil inside WithTx
+	changes  *changeQueue // state changes waiting to be made together; nil inside WithTx
 	usage    *usageBuffer
 	conns    *connQueue  // the pool's places (connQueue: in turn, newest first when overloaded); nil inside WithTx
 	wakes    *wakeSender // the scheduler's notifications (WakeScheduler); nil in the heartbeats' store
@@ -101,7 +102,7 @@ func OpenPool(ctx context.Context, url string, conns int) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	db := newPool(pc, conns)
+	db := newPool(pc, conns, sessionSetup)
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
 		return nil, mapErr(err, "connect to database")
@@ -113,17 +114,19 @@ func OpenPool(ctx context.Context, url string, conns int) (*Store, error) {
 	// waiting for a connection, and on an overloaded master (bench/ B8x) heartbeats then timed
 	// out, slaves were taken offline and their jobs given up, which made more work still. A
 	// heartbeat is what keeps a slave's jobs alive; it must not queue behind reads and submits.
-	beatDB := newPool(pc, beatsInFlight)
+	beatDB := newPool(pc, beatsInFlight, heartbeatSetup)
 	s.beats = newBeatQueue(&Store{db: beatDB, q: &prepared{querier: beatDB, cache: newStmtCache(beatDB)}, decoded: s.decoded, listed: s.listed, identities: s.identities, names: s.names, clusters: s.clusters, projects: s.projects, leases: s.leases, url: url})
 	s.submits = newSubmitQueue(s)
+	s.changes = newChangeQueue(s)
 	s.usage = newUsageBuffer(s.appendUsage)
 	s.wakes = newWakeSender(s.notifyScheduler, wakeEvery)
 	return s, nil
 }
 
-// newPool is a pool of at most conns connections through pc, all kept while open.
-func newPool(pc driver.Connector, conns int) *sqlx.DB {
-	db := sqlx.NewDb(sql.OpenDB(connector{pc}), "postgres")
+// newPool is a pool of at most conns connections through pc, all kept while open, each set up
+// with setup when opened.
+func newPool(pc driver.Connector, conns int, setup string) *sqlx.DB {
+	db := sqlx.NewDb(sql.OpenDB(connector{pc, setup}), "postgres")
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
