@@ -71,7 +71,7 @@ func (q *changeQueue) writeBatch(ctx context.Context, batch []*changeCall) {
 	for i, c := range batch {
 		ids[i], cs[i] = c.id, c.change
 	}
-	outcomes, err := q.s.changeJobs(ctx, ids, cs)
+	outcomes, err := q.s.makeChanges(ctx, ids, cs)
 	if err != nil && len(batch) > 1 && alone(err) {
 		for _, c := range batch {
 			c.place, c.err = q.s.changeOne(ctx, c.id, c.change)

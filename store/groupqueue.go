@@ -8,8 +8,8 @@ import (
 
 // groupQueue gathers the calls that arrive while the database is busy with earlier ones, so
 // that they are written together, one statement and one commit for many (group commit, as
-// databases do for their logs). The heartbeats (beatQueue) and the submissions (submitQueue)
-// go through one each.
+// databases do for their logs). The heartbeats (beatQueue), the submissions (submitQueue) and
+// the jobs' state changes (changeQueue) go through one each.
 //
 // No call waits for a batch to fill: at most inFlight statements run at a time, and a call that
 // finds one free is sent at once, with whatever else is waiting (up to max). Only when inFlight

@@ -220,23 +220,23 @@ func (s *Store) SlaveChangeJob(ctx context.Context, id string, c Change) (JobPla
 
 // changeOne makes change c of job id in a statement of its own.
 func (s *Store) changeOne(ctx context.Context, id string, c Change) (JobPlace, error) {
-	outcomes, err := s.changeJobs(ctx, []string{id}, []Change{c})
+	outcomes, err := s.makeChanges(ctx, []string{id}, []Change{c})
 	if err != nil {
 		return JobPlace{}, mapErr(err, "change job "+id)
 	}
 	return outcomes[0].place, outcomes[0].err
 }
 
-// changeOutcome is what one change of a changeJobs statement came to.
+// changeOutcome is what one change of a makeChanges statement came to.
 type changeOutcome struct {
 	place JobPlace
 	err   error
 }
 
-// changeJobs makes the changes cs of the jobs ids (each named once) in one statement and
+// makeChanges makes the changes cs of the jobs ids (each named once) in one statement and
 // returns each one's outcome, in order; the error is the statement's (nothing was changed). It
 // wakes the scheduler, once, when a change that asks for it was made.
-func (s *Store) changeJobs(ctx context.Context, ids []string, cs []Change) ([]changeOutcome, error) {
+func (s *Store) makeChanges(ctx context.Context, ids []string, cs []Change) ([]changeOutcome, error) {
 	statement, args, err := changeArgs(ids, cs, s.leases)
 	if err != nil {
 		return nil, err
