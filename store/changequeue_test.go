@@ -157,6 +157,10 @@ func TestChangesTogether(t *testing.T) {
 	if st.WakesAsked() == wakes {
 		t.Error("the end asked the scheduler to wake: no wake asked")
 	}
+	// The statement of several changes takes arrays: its connections keep its plan.
+	if generic, custom, err := st.ChangePlans(ctx); err != nil || generic == 0 || custom != 0 {
+		t.Errorf("the statements of several changes: %d executions of a kept plan, %d planned for themselves (%v), want none of the latter", generic, custom, err)
+	}
 
 	// A job id that is not a uuid fails the statement: each change is then made alone.
 	got = run(map[string]call{

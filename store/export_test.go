@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"time"
+
+	"github.com/jmoiron/sqlx"
 )
 
 // HeartbeatCommitMode runs a heartbeat's statement in a transaction of its own that it rolls
@@ -29,22 +31,31 @@ func (s *Store) HeartbeatCommitMode(ctx context.Context, b Beat) (string, error)
 // BeatPlans sums, over the heartbeats' own connections, the plans Postgres made for the
 // heartbeats statement: kept ones (generic) and ones made for one execution (custom).
 func (s *Store) BeatPlans(ctx context.Context) (generic, custom int64, err error) {
-	db := s.beats.s.db
-	conns := make([]*sql.Conn, 0, beatsInFlight)
+	return plansOf(ctx, s.beats.s.db, beatsInFlight, heartbeats)
+}
+
+// ChangePlans is BeatPlans for the state changes' statement of several changes.
+func (s *Store) ChangePlans(ctx context.Context) (generic, custom int64, err error) {
+	return plansOf(ctx, s.changes.s.db, changesInFlight, changeJobs)
+}
+
+// plansOf sums the plans made for statement over every connection of pool db (of conns).
+func plansOf(ctx context.Context, db *sqlx.DB, conns int, statement string) (generic, custom int64, err error) {
+	held := make([]*sql.Conn, 0, conns)
 	defer func() {
-		for _, c := range conns {
+		for _, c := range held {
 			_ = c.Close()
 		}
 	}()
-	for range beatsInFlight { // every connection of the pool, each held while the next is read
+	for range conns { // every connection of the pool, each held while the next is read
 		c, err := db.Conn(ctx)
 		if err != nil {
 			return 0, 0, err
 		}
-		conns = append(conns, c)
+		held = append(held, c)
 		var g, cu int64
 		if err := c.QueryRowContext(ctx, `SELECT COALESCE(sum(generic_plans), 0), COALESCE(sum(custom_plans), 0)
-FROM pg_prepared_statements WHERE statement = $1`, heartbeats).Scan(&g, &cu); err != nil {
+FROM pg_prepared_statements WHERE statement = $1`, statement).Scan(&g, &cu); err != nil {
 			return 0, 0, err
 		}
 		generic, custom = generic+g, custom+cu

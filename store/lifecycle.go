@@ -52,6 +52,9 @@ func (s *Store) SetLeases(l Leases) {
 	if s.beats != nil {
 		s.beats.s.leases = l // the heartbeats' statement reads which leases are due for renewal
 	}
+	if s.changes != nil {
+		s.changes.s.leases = l
+	}
 }
 
 // Leases are the leases of this store's state changes.

@@ -69,7 +69,7 @@ type Store struct {
 	url      string       // for LISTEN connections
 	beats    *beatQueue   // heartbeats waiting to be recorded together; nil inside WithTx
 	submits  *submitQueue // submissions waiting to be stored together; nil inside WithTx
-	changes  *changeQueue // state changes waiting to be made together; nil inside WithTx
+	changes  *changeQueue // state changes waiting to be made together; nil inside WithTx and in the queues' stores
 	usage    *usageBuffer
 	conns    *connQueue  // the pool's places (connQueue: in turn, newest first when overloaded); nil inside WithTx
 	wakes    *wakeSender // the scheduler's notifications (WakeScheduler); nil in the heartbeats' store
@@ -114,13 +114,24 @@ func OpenPool(ctx context.Context, url string, conns int) (*Store, error) {
 	// waiting for a connection, and on an overloaded master (bench/ B8x) heartbeats then timed
 	// out, slaves were taken offline and their jobs given up, which made more work still. A
 	// heartbeat is what keeps a slave's jobs alive; it must not queue behind reads and submits.
-	beatDB := newPool(pc, beatsInFlight, heartbeatSetup)
-	s.beats = newBeatQueue(&Store{db: beatDB, q: &prepared{querier: beatDB, cache: newStmtCache(beatDB)}, decoded: s.decoded, listed: s.listed, identities: s.identities, names: s.names, clusters: s.clusters, projects: s.projects, leases: s.leases, url: url})
+	s.beats = newBeatQueue(s.beside(newPool(pc, beatsInFlight, keptPlanSetup)))
 	s.submits = newSubmitQueue(s)
-	s.changes = newChangeQueue(s)
 	s.usage = newUsageBuffer(s.appendUsage)
 	s.wakes = newWakeSender(s.notifyScheduler, wakeEvery)
+	// The state changes too have connections of their own, for the same reasons: a slave's
+	// report of a job it started or ended must not queue behind reads (in B8x's fill 11,000 of
+	// them a run were refused as overloaded while they did), and their statements of several
+	// changes take arrays, whose plan these connections keep (keptPlanSetup).
+	changes := s.beside(newPool(pc, changesInFlight, keptPlanSetup))
+	changes.wakes = s.wakes // an end wakes the scheduler
+	s.changes = newChangeQueue(changes)
 	return s, nil
+}
+
+// beside is a store on pool db beside s, sharing s's caches, for a queue's own connections.
+func (s *Store) beside(db *sqlx.DB) *Store {
+	return &Store{db: db, q: &prepared{querier: db, cache: newStmtCache(db)}, decoded: s.decoded, listed: s.listed, identities: s.identities,
+		names: s.names, clusters: s.clusters, projects: s.projects, leases: s.leases, url: s.url}
 }
 
 // newPool is a pool of at most conns connections through pc, all kept while open, each set up
@@ -142,6 +153,9 @@ func (s *Store) Close() error {
 	}
 	if s.beats != nil {
 		_ = s.beats.s.db.Close()
+	}
+	if s.changes != nil {
+		_ = s.changes.s.db.Close()
 	}
 	if s.wakes != nil {
 		s.wakes.close()

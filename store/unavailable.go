@@ -72,7 +72,7 @@ func (e *connectError) Unwrap() error { return e.err }
 // database/sql still sees driver.ErrBadConn through Unwrap and retries as it does.
 type connector struct {
 	driver.Connector
-	setup string // sessionSetup, or a pool's own (heartbeatSetup)
+	setup string // sessionSetup, or a pool's own (keptPlanSetup)
 }
 
 // Connect opens a connection and sets it up for the master's statements (c.setup) before the
@@ -99,11 +99,12 @@ func (c connector) Connect(ctx context.Context) (driver.Conn, error) {
 // which a connection pooler in front of Postgres (PgBouncer) may refuse.
 const sessionSetup = `SET jit = off`
 
-// heartbeatSetup is sessionSetup for the heartbeats' own connections, which run one statement
-// (heartbeats) whose parameters are arrays: Postgres plans such a statement again at every
-// execution, since its plan for any length, kept, is estimated dearer than one made for the
-// length given (plan_cache_mode auto), and the planning cost three times the execution of a
-// statement of one or two heartbeats (0.55 ms against 0.19 ms on the bench's machine, with
-// 3,000 slaves; B8x sends ~600 such statements a second). The plan kept for any length does as
-// well at every batch size the queue sends (1–200: the same time or less).
-const heartbeatSetup = sessionSetup + `; SET plan_cache_mode = force_generic_plan`
+// keptPlanSetup is sessionSetup for the connections of the queues that write many calls in one
+// statement (the heartbeats', the state changes'), whose parameters are arrays: Postgres plans
+// such a statement again at every execution, since its plan for any length, kept, is estimated
+// dearer than one made for the length given (plan_cache_mode auto), and the planning cost three
+// times the execution of a heartbeats statement of one or two heartbeats (0.55 ms against 0.19
+// ms on the bench's machine, with 3,000 slaves; B8x sends ~600 such statements a second). The
+// plan kept for any length does as well at every batch size the queues send (1–200: the same
+// time or less).
+const keptPlanSetup = sessionSetup + `; SET plan_cache_mode = force_generic_plan`
