@@ -16,7 +16,8 @@ import (
 // row with its event: in B1x's burst 44,000 reports arrive within seconds, while the leader
 // commits the burst's assignments, and one statement and one commit a report (each waiting
 // for the WAL's flush) took Postgres's CPU and the requests' pool from the assignments. A lone
-// change is written alone, as before. A change whose caller gave up after its batch left may
+// change is written alone, as before. Its statements run on connections of their own (see
+// OpenPool), never waiting behind the requests' reads for one. A change whose caller gave up after its batch left may
 // still be made, as a lone statement whose client went away may have committed; a slave's
 // retry of it is then a success (a change already made).
 type changeQueue struct {
@@ -72,7 +73,7 @@ func (q *changeQueue) writeBatch(ctx context.Context, batch []*changeCall) {
 		ids[i], cs[i] = c.id, c.change
 	}
 	outcomes, err := q.s.makeChanges(ctx, ids, cs)
-	if err != nil && len(batch) > 1 && alone(err) {
+	if err != nil && len(batch) > 1 && retryAlone(err) {
 		for _, c := range batch {
 			c.place, c.err = q.s.changeOne(ctx, c.id, c.change)
 			q.count(1, 1)
@@ -89,10 +90,10 @@ func (q *changeQueue) writeBatch(ctx context.Context, batch []*changeCall) {
 	}
 }
 
-// alone says whether a batch's statement that failed with err should be retried a change at a
-// time: a data or integrity error (one change's values) or a transaction rolled back
+// retryAlone says whether a batch's statement that failed with err should be retried a change
+// at a time: a data or integrity error (one change's values) or a transaction rolled back
 // (a deadlock or a serialization failure with another transaction).
-func alone(err error) bool {
+func retryAlone(err error) bool {
 	var pqErr *pq.Error
 	if !errors.As(err, &pqErr) {
 		return false

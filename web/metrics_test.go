@@ -188,6 +188,10 @@ func TestMetricsAfterRealActivity(t *testing.T) {
 		{"gpulab_metrics_database_errors_total", nil, func(v float64) bool { return v == 0 }, "no database error"},
 		{"gpulab_db_connection_shed_total", map[string]string{"class": "slave"}, func(v float64) bool { return v == 0 }, "no slave call refused"},
 		{"gpulab_db_connection_shed_total", map[string]string{"class": "people"}, func(v float64) bool { return v == 0 }, "no request refused"},
+		// The slave's three reports (STARTING, RUNNING, RUNNING again), each made through the
+		// state changes' queue in a statement it may share.
+		{"gpulab_job_changes_total", nil, func(v float64) bool { return v >= 3 }, "the slave's 3 reports, at least"},
+		{"gpulab_job_change_statements_total", nil, func(v float64) bool { return v >= 1 }, "at least one statement"},
 	}
 	for _, c := range checks {
 		if v := gaugeValue(sample(families, c.name, c.labels)); !c.ok(v) {
