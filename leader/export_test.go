@@ -168,3 +168,16 @@ func (h heldList) all() iter.Seq[store.Held] {
 		}
 	}
 }
+
+// OfflineLookedAgo sets the loop's last look for silent slaves (offlineEvery) d before now.
+func (l *Loop) OfflineLookedAgo(d time.Duration) { l.offlineAt = time.Now().Add(-d) }
+
+// OfflineEvery is offlineEvery.
+var OfflineEvery = offlineEvery
+
+// MarksAhead moves the marks the jobs' and the slaves' feeds go on from by ids ahead, as marks
+// taken before Postgres recovered from a crash and gave out lower ids again are.
+func (l *Loop) MarksAhead(ids uint64) {
+	l.queue.mark += store.ChangeMark(ids)
+	l.fleet.mark += store.ChangeMark(ids)
+}

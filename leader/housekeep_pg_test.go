@@ -44,6 +44,62 @@ func TestPassBetweenHousekeepingsLeavesTimeoutsAlone(t *testing.T) {
 	}
 }
 
+// The housekeeping looks for slaves silent past their grace at most every tenth of the grace
+// (offlineEvery): a slave found online again just after a look is marked offline only at the
+// next look, however many housekeepings come between; the first housekeeping of a term looks.
+func TestOfflineLooksSpacedByTheGrace(t *testing.T) {
+	w := newEstimateWorld(t)
+	w.oneGPUSlave()
+	ctx := context.Background()
+	grace := time.Hour
+	if every := leader.OfflineEvery(grace); every != 6*time.Minute {
+		t.Fatalf("looks every %s with a grace of %s, want 6m0s", every, grace)
+	}
+	if every := leader.OfflineEvery(time.Second); every != leader.HousekeepEvery {
+		t.Fatalf("looks every %s with a grace of 1 s, want every housekeeping (%s)", every, leader.HousekeepEvery)
+	}
+	loop := w.loop(leader.Config{HeartbeatGrace: grace}, nil)
+	lead := w.lead
+	lead.Since = lead.Since.Add(-2 * grace) // a leader long enough to mark slaves offline
+	exec := func(q string) {
+		t.Helper()
+		if _, err := w.st.DB().ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	online := func() bool {
+		t.Helper()
+		var on bool
+		if err := w.st.DB().QueryRowContext(ctx, `SELECT online FROM slaves WHERE name = 'node1'`).Scan(&on); err != nil {
+			t.Fatal(err)
+		}
+		return on
+	}
+	pass := func() {
+		t.Helper()
+		if err := loop.Pass(ctx, lead); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`UPDATE slaves SET last_heartbeat = now() - interval '3 hours'`)
+	pass()
+	if online() {
+		t.Fatal("the first housekeeping did not mark the slave, silent past its grace, offline")
+	}
+	exec(`UPDATE slaves SET online = TRUE, offline_since = NULL`) // its heartbeat still 3 hours old
+	for range 3 {
+		pass()
+	}
+	if !online() {
+		t.Fatal("housekeepings within a tenth of the grace of the last look looked again")
+	}
+	loop.OfflineLookedAgo(leader.OfflineEvery(grace))
+	pass()
+	if online() {
+		t.Error("the housekeeping a tenth of the grace after the last look did not mark the silent slave offline")
+	}
+}
+
 // A leader deposed since its last pass housekeeps nothing: its housekeeping's transaction
 // proves the lease first (store.AsLeader) and is refused, so a slave silent past its grace is
 // not marked offline by it.

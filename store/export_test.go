@@ -127,3 +127,6 @@ func (q *groupQueue[C]) hold() (waiting func() int, release func()) {
 	}
 	return waiting, release
 }
+
+// LostSlavesStatement is ListLostJobs's first statement, for a test of its plan.
+const LostSlavesStatement = lostSlaves

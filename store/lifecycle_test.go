@@ -408,6 +408,96 @@ func TestMarkSlavesOfflineWaitsForTheLeader(t *testing.T) {
 	}
 }
 
+// TestOfflineSlavesByIndex: the leader's look for the slaves offline long enough (at every
+// housekeeping) reads the index of the offline slaves, not every slave's row, and the index
+// keeps the heartbeats of online slaves HOT updates (no index entry): only a slave going offline
+// or coming back changes what it holds.
+func TestOfflineSlavesByIndex(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"node1", "node2", "node3", "node4", "node5"}
+	for _, n := range names {
+		if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: n, InstanceID: "i-" + n, ClusterID: 1, Inventory: []byte(`{"cpus": 8}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.DB().ExecContext(ctx, `UPDATE slaves SET online = FALSE, offline_since = now() - interval '2 minutes' WHERE name IN ('node4', 'node5')`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := st.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	// Postgres reads every row of a small table whatever its indexes; with sequential scans
+	// priced out, a plan without the index means the statement cannot use it.
+	for _, q := range []string{`SET enable_seqscan = off`, `PREPARE lost(float8) AS ` + store.LostSlavesStatement} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := conn.QueryContext(ctx, `EXPLAIN EXECUTE lost(60)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if text := strings.Join(plan, "\n"); !strings.Contains(text, "slaves_offline_idx") {
+		t.Errorf("the lost slaves are not found by their index:\n%s", text)
+	}
+	if lost, err := st.ListLostJobs(ctx, time.Minute); err != nil || len(lost) != 0 {
+		t.Fatalf("lost jobs of slaves with none: %+v %v", lost, err)
+	}
+
+	// The heartbeats' updates: 10 of each online slave, and one of node4, which comes back.
+	stats := func() (upd, hot int64) {
+		if err := st.DB().QueryRowContext(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'slaves'`).Scan(&upd, &hot); err != nil {
+			t.Fatal(err)
+		}
+		return upd, hot
+	}
+	beats := 0
+	for range 10 {
+		for _, n := range names[:3] {
+			if _, err := st.Heartbeat(ctx, store.Beat{Slave: n, InstanceID: "i-" + n, Usage: []byte(`[]`)}); err != nil {
+				t.Fatal(err)
+			}
+			beats++
+		}
+	}
+	if _, err := st.Heartbeat(ctx, store.Beat{Slave: "node4", InstanceID: "i-node4", Usage: []byte(`[]`)}); err != nil {
+		t.Fatal(err)
+	}
+	// The counters reach the statistics when the connections that made the updates are idle
+	// (within a few seconds); before them, the updates of the setup: the two marked offline.
+	var upd, hot int64
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if upd, hot = stats(); upd >= int64(beats)+3 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if upd < int64(beats)+3 {
+		t.Fatalf("%d updates of the slaves counted after a minute, want %d", upd, beats+3)
+	}
+	t.Logf("updates of the slaves: %d, HOT %d", upd, hot)
+	// Not HOT: the two marked offline and node4 coming back (all three change the index).
+	if notHot := upd - hot; notHot > 3 {
+		t.Errorf("%d of %d updates of the slaves were not HOT (%d heartbeats of online slaves among them), want at most 3", notHot, upd, beats)
+	}
+}
+
 // TestChangeWakesTheScheduler: a change asked to wake the scheduler notifies every master's
 // listener once, when it is made; a refused change and one not asked to do not; a submit
 // does; inside a transaction, once it commits, and not when it is rolled back. Notifications arrive in commit

@@ -105,6 +105,10 @@ type LiveJob struct {
 	HandedOver bool `db:"handed_over"`
 }
 
+// lostSlaves names the slaves offline for longer than $1 seconds, by the index of the offline
+// slaves (migration 0026), not by reading every slave's row.
+const lostSlaves = `SELECT name FROM slaves WHERE NOT online AND offline_since < now() - make_interval(secs => $1)`
+
 // ListLostJobs lists the jobs on slaves that have been offline longer than `after`: their
 // slaves stopped them by then (self-fencing), so they may run elsewhere.
 func (s *Store) ListLostJobs(ctx context.Context, after time.Duration) ([]LiveJob, error) {
@@ -112,8 +116,7 @@ func (s *Store) ListLostJobs(ctx context.Context, after time.Duration) ([]LiveJo
 	// From the offline slaves (few, usually none) to their jobs: in one statement Postgres
 	// joined the other way, reading every live job's row at every pass (6,000: 22 ms).
 	var lost []string
-	if err := s.q.SelectContext(ctx, &lost, `SELECT name FROM slaves WHERE NOT online AND offline_since < now() - make_interval(secs => $1)`,
-		after.Seconds()); err != nil || len(lost) == 0 {
+	if err := s.q.SelectContext(ctx, &lost, lostSlaves, after.Seconds()); err != nil || len(lost) == 0 {
 		return nil, mapErr(err, "list lost slaves")
 	}
 	err := s.q.SelectContext(ctx, &out, `SELECT uuid::text AS uuid, status, attempt, assigned_slave_name FROM jobs
