@@ -1,6 +1,7 @@
 package leader_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -287,5 +289,31 @@ func TestOverdueJobsFromMemory(t *testing.T) {
 	}
 	if got := status(later); got != job.StatusQueued {
 		t.Fatalf("the job behind it is %s, want QUEUED (its slave still holds the first until it confirms)", got)
+	}
+}
+
+// TestFeedAfterIdsWentBack: Postgres, recovering from a crash, gives out again the transaction
+// ids whose log it had not written, below the marks the leader took before (here: marks moved
+// ahead of the database's ids). A pass whose mark is older than the last reads the jobs and the
+// slaves in full: a slave registered and a job submitted then, stamped below the old marks and
+// so never in a feed read from them, are seen, and the job is placed on the slave.
+func TestFeedAfterIdsWentBack(t *testing.T) {
+	w := newEstimateWorld(t)
+	var logs bytes.Buffer
+	loop := w.loop(leader.Config{FullReadEvery: time.Hour}, &logs)
+	w.pass(loop) // a term's first read, in full: no slave, no job
+	loop.MarksAhead(1 << 20)
+	w.oneGPUSlave()
+	id := w.submit(time.Hour)
+	w.pass(loop)
+	if rec, evs := w.jobAndEvents(id); rec.Job.State.Status != job.StatusAssigned || rec.Job.State.Resources == nil || rec.Job.State.Resources.SlaveName != "node1" {
+		t.Fatalf("the job submitted after the ids went back is %s (resources %+v), events %+v; want ASSIGNED to node1", rec.Job.State.Status, rec.Job.State.Resources, evs)
+	}
+	if n := strings.Count(logs.String(), "transaction ids went back"); n != 2 {
+		t.Errorf("logged %d warnings of ids gone back, want 2 (the jobs and the slaves):\n%s", n, logs.String())
+	}
+	w.pass(loop) // the marks are the database's again: the feed goes on from them
+	if n := strings.Count(logs.String(), "transaction ids went back"); n != 2 {
+		t.Errorf("%d warnings after the next pass, want still 2", n)
 	}
 }

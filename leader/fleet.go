@@ -78,8 +78,14 @@ func (f *fleet) next(ctx context.Context, st *store.Store) fleetFeed {
 // take returns the registered slaves (a slave that joined but never registered has nothing the
 // scheduler could use) by cluster and name, given the feed's rows read as next said (with a
 // full read, none: take reads every slave itself); mark, taken before the feed's read, is where
-// the next read of the feed starts. The slice is shared with later passes: not to be changed.
+// the next read of the feed starts (a mark older than the last, wentBack, makes it a full
+// read). The slice is shared with later passes: not to be changed.
 func (f *fleet) take(ctx context.Context, st *store.Store, n fleetFeed, rows []store.SchedSlave, mark store.ChangeMark) ([]fleetSlave, error) {
+	if !n.full && wentBack(mark, f.mark) {
+		f.log.Warn(wentBackMessage, "what", "slaves", "mark", uint64(mark), "last", uint64(f.mark))
+		f.check.reset() // a check read before the crash is as blind
+		n = fleetFeed{full: true}
+	}
 	if n.full {
 		all, err := st.SchedulerSlaves(ctx)
 		if err != nil {

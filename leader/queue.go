@@ -159,13 +159,19 @@ func (q *queue) next(ctx context.Context, st *store.Store) queueFeed {
 // (oldest first, as store.ListHeld orders it), given the feed's rows and what ended jobs hold,
 // read in that order as next said (with a full read, neither: take reads every job, then what
 // ended jobs hold, itself); mark, taken before those reads, is where the next read of the feed
-// starts. Both are the memory's own: valid until the next read, and not to be changed.
+// starts. Both are the memory's own: valid until the next read, and not to be changed. A mark
+// older than the last (wentBack) makes it a full read.
 //
 // A term's first read reads everything. Later reads read the feed; when a check is due, next
 // starts one (checker) and the passes go on with the feed; the read after it ended reads the
 // feed from the check's mark (or its own, the older), and take brings both the memory and the
 // check's full read up to date with it and compares them.
 func (q *queue) take(ctx context.Context, st *store.Store, n queueFeed, rows, releasing []store.SchedJob, mark store.ChangeMark) ([]scheduler.Job, heldList, error) {
+	if !n.full && wentBack(mark, q.mark) {
+		q.log.Warn(wentBackMessage, "what", "jobs", "mark", uint64(mark), "last", uint64(q.mark))
+		q.check.reset() // a check read before the crash is as blind
+		n = queueFeed{full: true}
+	}
 	q.lastRead = readStats{full: n.full}
 	if n.full {
 		t := time.Now()
