@@ -181,3 +181,7 @@ func (l *Loop) MarksAhead(ids uint64) {
 	l.queue.mark += store.ChangeMark(ids)
 	l.fleet.mark += store.ChangeMark(ids)
 }
+
+// DatabaseRestarted makes the next pass find the database started at another time than the
+// last pass found.
+func (l *Loop) DatabaseRestarted() { l.dbStarted = l.dbStarted.Add(-time.Hour) }

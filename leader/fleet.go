@@ -75,6 +75,12 @@ func (f *fleet) next(ctx context.Context, st *store.Store) fleetFeed {
 	return fleetFeed{from: from, done: done}
 }
 
+// readAll is queue.readAll for the slaves.
+func (f *fleet) readAll() fleetFeed {
+	f.check.reset()
+	return fleetFeed{full: true}
+}
+
 // take returns the registered slaves (a slave that joined but never registered has nothing the
 // scheduler could use) by cluster and name, given the feed's rows read as next said (with a
 // full read, none: take reads every slave itself); mark, taken before the feed's read, is where
@@ -83,8 +89,7 @@ func (f *fleet) next(ctx context.Context, st *store.Store) fleetFeed {
 func (f *fleet) take(ctx context.Context, st *store.Store, n fleetFeed, rows []store.SchedSlave, mark store.ChangeMark) ([]fleetSlave, error) {
 	if !n.full && wentBack(mark, f.mark) {
 		f.log.Warn(wentBackMessage, "what", "slaves", "mark", uint64(mark), "last", uint64(f.mark))
-		f.check.reset() // a check read before the crash is as blind
-		n = fleetFeed{full: true}
+		n = f.readAll()
 	}
 	if n.full {
 		all, err := st.SchedulerSlaves(ctx)

@@ -174,8 +174,9 @@ type Loop struct {
 	// fleet remembers the slaves between passes; view is what the last snapshot made of them.
 	fleet *fleet
 	view  slaveView
-	// dbNow is the database's clock as the last snapshot read it, at dbNowAt on this one's.
-	dbNow, dbNowAt time.Time
+	// dbNow is the database's clock as the last snapshot read it, at dbNowAt on this one's;
+	// dbStarted when the database server had started then (store.PassBasics.Started).
+	dbNow, dbNowAt, dbStarted time.Time
 	// housekeptAt is when the housekeeping last ran (HousekeepEvery), offlineAt when it last
 	// looked for silent slaves (offlineEvery).
 	housekeptAt, offlineAt time.Time
@@ -488,7 +489,7 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 	// reads and plans everything.
 	l.queue.reset()
 	l.fleet.reset()
-	l.fresh, l.housekeptAt, l.offlineAt, l.dbNow, l.explained = nil, time.Time{}, time.Time{}, time.Time{}, explained{}
+	l.fresh, l.housekeptAt, l.offlineAt, l.dbNow, l.dbStarted, l.explained = nil, time.Time{}, time.Time{}, time.Time{}, time.Time{}, explained{}
 	l.forgetWritten()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer l.queue.check.wait()
@@ -1130,6 +1131,14 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 		return scheduler.Snapshot{}, hosts, err
 	}
 	now, mark := read.Now, read.Mark
+	if !l.dbStarted.IsZero() && !read.Started.Equal(l.dbStarted) {
+		// The database restarted since the last pass: after a crash it has lost what it had
+		// committed without waiting for the disk (a heartbeat's slave back online), which the
+		// memories may have read, and gives out again the ids of those transactions (wentBack).
+		l.log.Warn("the database restarted: the scheduler reads everything again", "started", read.Started, "was", l.dbStarted)
+		fn, qn = l.fleet.readAll(), l.queue.readAll()
+	}
+	l.dbStarted = read.Started
 	snap := scheduler.Snapshot{Now: now, Clusters: map[int]scheduler.Cluster{}, Policy: scheduler.PolicyFair, Limits: scheduler.DefaultLimits,
 		HaltFactor: l.cfg.HaltFactor, HaltNonRestartable: l.cfg.HaltNonRestartable, Tallies: read.Tallies}
 	if l.cfg.Limits != nil {

@@ -155,6 +155,14 @@ func (q *queue) next(ctx context.Context, st *store.Store) queueFeed {
 	return queueFeed{from: from, also: q.rechecked(), done: done}
 }
 
+// readAll is how a pass reads the jobs when what the memory holds may be what the database no
+// longer does (wentBack, or the database restarted): in full, a check running ignored (its
+// read is as old).
+func (q *queue) readAll() queueFeed {
+	q.check.reset()
+	return queueFeed{full: true}
+}
+
 // take returns the queued jobs in queue order (oldest first) and what is held on the slaves
 // (oldest first, as store.ListHeld orders it), given the feed's rows and what ended jobs hold,
 // read in that order as next said (with a full read, neither: take reads every job, then what
@@ -169,8 +177,7 @@ func (q *queue) next(ctx context.Context, st *store.Store) queueFeed {
 func (q *queue) take(ctx context.Context, st *store.Store, n queueFeed, rows, releasing []store.SchedJob, mark store.ChangeMark) ([]scheduler.Job, heldList, error) {
 	if !n.full && wentBack(mark, q.mark) {
 		q.log.Warn(wentBackMessage, "what", "jobs", "mark", uint64(mark), "last", uint64(q.mark))
-		q.check.reset() // a check read before the crash is as blind
-		n = queueFeed{full: true}
+		n = q.readAll()
 	}
 	q.lastRead = readStats{full: n.full}
 	if n.full {

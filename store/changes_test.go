@@ -349,6 +349,10 @@ func TestReadPassFeeds(t *testing.T) {
 	if err != nil || len(only.Slaves) == 0 || only.Jobs != nil || only.Releasing != nil {
 		t.Errorf("the slaves' feed alone: %+v %+v %+v %v", only.Slaves, only.Jobs, only.Releasing, err)
 	}
+	// The server's start: the same at every read while it runs, and before its clock.
+	if r.Started.IsZero() || !only.Started.Equal(r.Started) || !r.Started.Before(r.Now) {
+		t.Errorf("the database started at %v, then at %v (now %v)", r.Started, only.Started, r.Now)
+	}
 	// Without a name: the feed alone (old may still be in it: a mark is the oldest transaction
 	// running anywhere in the cluster, other tests' too, so rows stamped just before it come
 	// again).

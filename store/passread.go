@@ -17,6 +17,10 @@ type PassBasics struct {
 	// Now and Mark are ClockAndMark's: the database's clock and a change mark.
 	Now  time.Time
 	Mark ChangeMark
+	// Started is when the database server started (pg_postmaster_start_time): another value
+	// than a pass before means it restarted meanwhile, perhaps after a crash that lost what it
+	// had committed without waiting for the disk.
+	Started time.Time
 	// Tallies are every user's tally decayed to Now (Tallies).
 	Tallies map[int64]float64
 	// Reservations are those not ended at Now, by start (ListReservations).
@@ -57,7 +61,7 @@ type PassRead struct {
 // duration of ours), the marks (numbers) and the named jobs (quoted) are written into the text,
 // so each is planned with its values, as lib/pq's unnamed statements were.
 func (s *Store) ReadPass(ctx context.Context, halfLife time.Duration, feeds PassFeeds) (PassRead, error) {
-	query := `SELECT now(), pg_snapshot_xmin(pg_current_snapshot())::text;
+	query := `SELECT now(), pg_snapshot_xmin(pg_current_snapshot())::text, pg_postmaster_start_time();
 SELECT user_id, tally * power(0.5, EXTRACT(EPOCH FROM (now() - updated_at)) / ` + strconv.FormatFloat(halfLife.Seconds(), 'g', -1, 64) + `::float8) FROM user_tallies;
 SELECT ` + reservationColumns + ` FROM reservations WHERE ends_at > now() ORDER BY starts_at, id;
 SELECT ` + clusterColumns + `,
@@ -117,7 +121,7 @@ func scanBasics(rows *sql.Rows, b *PassBasics) error {
 	if !rows.Next() {
 		return errors.New("no clock")
 	}
-	if err := rows.Scan(&b.Now, &mark); err != nil {
+	if err := rows.Scan(&b.Now, &mark, &b.Started); err != nil {
 		return err
 	}
 	m, err := strconv.ParseUint(mark, 10, 64)
