@@ -443,6 +443,7 @@ func TestOfflineSlavesByIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() { _ = rows.Close() }()
 	var plan []string
 	for rows.Next() {
 		var line string
