@@ -1138,7 +1138,6 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 		l.log.Warn("the database restarted: the scheduler reads everything again", "started", read.Started, "was", l.dbStarted)
 		fn, qn = l.fleet.readAll(), l.queue.readAll()
 	}
-	l.dbStarted = read.Started
 	snap := scheduler.Snapshot{Now: now, Clusters: map[int]scheduler.Cluster{}, Policy: scheduler.PolicyFair, Limits: scheduler.DefaultLimits,
 		HaltFactor: l.cfg.HaltFactor, HaltNonRestartable: l.cfg.HaltNonRestartable, Tallies: read.Tallies}
 	if l.cfg.Limits != nil {
@@ -1195,6 +1194,9 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	clear(running[len(running):cap(running)]) // what fewer jobs left behind: not kept alive
 	snap.Running, l.running = running, running
 	l.timed("jobs", t)
+	// Only now: a pass that failed before both memories were read in full finds the restart
+	// again.
+	l.dbStarted = read.Started
 	return snap, hosts, nil
 }
 
