@@ -76,6 +76,16 @@ func (w *estimateWorld) pass(loop *leader.Loop) {
 	}
 }
 
+// online says whether the database has slave node1 online.
+func (w *estimateWorld) online() bool {
+	w.t.Helper()
+	var on bool
+	if err := w.st.DB().QueryRowContext(context.Background(), `SELECT online FROM slaves WHERE name = 'node1'`).Scan(&on); err != nil {
+		w.t.Fatal(err)
+	}
+	return on
+}
+
 // oneGPUSlave registers slave node1 with one fake V100 in cluster 1.
 func (w *estimateWorld) oneGPUSlave() {
 	w.t.Helper()

@@ -24,14 +24,7 @@ func TestPassBetweenHousekeepingsLeavesTimeoutsAlone(t *testing.T) {
 	w.oneGPUSlave()
 	ctx := context.Background()
 	loop := w.loop(leader.Config{HeartbeatGrace: time.Nanosecond}, nil)
-	online := func() bool {
-		t.Helper()
-		var on bool
-		if err := w.st.DB().QueryRowContext(ctx, `SELECT online FROM slaves WHERE name = 'node1'`).Scan(&on); err != nil {
-			t.Fatal(err)
-		}
-		return on
-	}
+	online := w.online
 	if err := loop.PassBetweenHousekeepings(ctx, w.lead); err != nil {
 		t.Fatal(err)
 	}
@@ -67,14 +60,7 @@ func TestOfflineLooksSpacedByTheGrace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	online := func() bool {
-		t.Helper()
-		var on bool
-		if err := w.st.DB().QueryRowContext(ctx, `SELECT online FROM slaves WHERE name = 'node1'`).Scan(&on); err != nil {
-			t.Fatal(err)
-		}
-		return on
-	}
+	online := w.online
 	pass := func() {
 		t.Helper()
 		if err := loop.Pass(ctx, lead); err != nil {
