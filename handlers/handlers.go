@@ -51,8 +51,12 @@ type Config struct {
 	// MissingGrace is how long a slave's heartbeats may leave out a job the master has on it
 	// before the job is taken as gone (default 3 heartbeat intervals, at least 10 s).
 	MissingGrace time.Duration
-	// WorkRecheck is how often a waiting long poll looks for work without being woken (default
-	// 15 s): the safety net of a lost notification from another master.
+	// WorkRecheck is how often a waiting long poll looks for work again without being woken;
+	// 0 (the default): never, a poll looks when it comes only. No notification is lost while
+	// this master listens, and a listener that lost its connection wakes every poll when it is
+	// back (store.Listen); what a notification that could not be sent leaves unseen, the
+	// slave's next poll (at most MaxLongPoll later) or heartbeat (stop orders) sees. Looking
+	// again within a 25-s poll was half of the polls' statements at 5,000 slaves.
 	WorkRecheck time.Duration
 	// MemoryReserveGb is the memory the scheduler keeps free on every slave: a job asking for
 	// more than the largest slave's memory less this is refused at submit.
@@ -112,9 +116,6 @@ func New(st *store.Store, cfg Config, log *slog.Logger, sched, work *scheduler.S
 	}
 	if cfg.MaxLongPoll == 0 {
 		cfg.MaxLongPoll = 30 * time.Second
-	}
-	if cfg.WorkRecheck == 0 {
-		cfg.WorkRecheck = 15 * time.Second
 	}
 	if cfg.MissingGrace == 0 {
 		cfg.MissingGrace = max(3*cfg.HeartbeatInterval, 10*time.Second)

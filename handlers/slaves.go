@@ -469,10 +469,14 @@ func (h *Handlers) SlaveNext(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	// A master is woken for its own scheduler's assignments and, through Postgres
-	// notifications, for other masters' (store.Listen); this look is only the safety net of a
-	// lost notification.
-	poll := time.NewTicker(h.cfg.WorkRecheck)
-	defer poll.Stop()
+	// notifications, for other masters' (store.Listen); a recheck, when configured, is only
+	// the safety net of a lost notification (Config.WorkRecheck).
+	var recheck <-chan time.Time
+	if h.cfg.WorkRecheck > 0 {
+		poll := time.NewTicker(h.cfg.WorkRecheck)
+		defer poll.Stop()
+		recheck = poll.C
+	}
 	cert := c.CertToCheck // read at the first look only: the poll was let in then
 	for {
 		woken := h.work.For(c.SlaveName)
@@ -490,7 +494,7 @@ func (h *Handlers) SlaveNext(w http.ResponseWriter, r *http.Request) error {
 			writeJSON(w, http.StatusOK, work)
 			return nil
 		case <-woken:
-		case <-poll.C:
+		case <-recheck:
 		}
 	}
 }

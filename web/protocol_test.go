@@ -387,10 +387,10 @@ func TestStartLeaseRenewedByHeartbeat(t *testing.T) {
 
 // Two masters on one database: a submit on the master without the scheduler wakes the leader
 // on the other (its timer would not for an hour), and the leader's assignment wakes the
-// slave's long poll waiting on the first (its own look for work would not for an hour either).
+// slave's long poll waiting on the first (a poll looks again only when woken, by default).
 func TestNotificationsWakeOtherMasters(t *testing.T) {
 	leader := testmaster.Start(t, testmaster.Options{Scheduler: true, Loop: leader.Config{Interval: time.Hour}})
-	front := testmaster.Start(t, testmaster.Options{DatabaseURL: leader.DatabaseURL, MaxLongPoll: time.Minute, WorkRecheck: time.Hour})
+	front := testmaster.Start(t, testmaster.Options{DatabaseURL: leader.DatabaseURL, MaxLongPoll: time.Minute})
 	alice := front.AddUser("alice", false, "", "vision")
 	cert := front.SlaveCert("n1", 1)
 	caPEM, err := os.ReadFile(front.CAFile)

@@ -209,8 +209,11 @@ func sshAdvertised(advertise string, hostnames []string, listened net.Addr) (*ha
 }
 
 // listen passes the other masters' notifications to this master's signals, listening again
-// after a failure until ctx ends.
+// after a failure until ctx ends. Each time it begins to listen it wakes the scheduler and
+// every long poll, as a listener's reconnection does (store.Listen): what was sent before is
+// lost, and no poll looks again on a timer (handlers.Config.WorkRecheck).
 func listen(ctx context.Context, st *store.Store, log *slog.Logger, wake, work *scheduler.Signal) {
+	all := func() { wake.Wake(); work.Wake() }
 	for ctx.Err() == nil {
 		err := st.Listen(ctx, log, wake.Wake, func(names []string) {
 			if names == nil {
@@ -218,7 +221,7 @@ func listen(ctx context.Context, st *store.Store, log *slog.Logger, wake, work *
 				return
 			}
 			work.WakeKeys(names...)
-		}, nil)
+		}, all)
 		if err != nil {
 			log.Warn("database notifications", "err", err)
 		}

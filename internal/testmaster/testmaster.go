@@ -70,9 +70,8 @@ type Options struct {
 	// DatabaseURL, when set, is the database to use (another master's, to run several
 	// masters on one database) instead of a fresh one.
 	DatabaseURL string
-	// MaxLongPoll bounds a slave's long poll (default 5 s); WorkRecheck is how often a waiting
-	// long poll looks for work unwoken (default: the handlers' default).
-	MaxLongPoll, WorkRecheck time.Duration
+	// MaxLongPoll bounds a slave's long poll (default 5 s).
+	MaxLongPoll time.Duration
 	// HeartbeatInterval is what slaves are told (default 500 ms).
 	HeartbeatInterval time.Duration
 	// HeartbeatJitter spreads the intervals told as --heartbeat-jitter does (0: serve's
@@ -198,7 +197,7 @@ func Start(t testing.TB, opts Options) *Master {
 	wake, work := scheduler.NewSignal(), scheduler.NewSignal()
 	h := handlers.New(st, handlers.Config{Metrics: mets, Authority: Authority, Version: "test", LatestClientVersion: "4.0.0", JobOptions: jobOpts,
 		CA: ca, HeartbeatInterval: opts.HeartbeatInterval, HeartbeatJitter: jitter, MaxLongPoll: cmp.Or(opts.MaxLongPoll, 5*time.Second), FenceAfter: lc.JobGrace,
-		MissingGrace: opts.MissingGrace, WorkRecheck: opts.WorkRecheck, SSHJump: opts.SSHJump, MaxNotebooksPerUser: notebooks,
+		MissingGrace: opts.MissingGrace, SSHJump: opts.SSHJump, MaxNotebooksPerUser: notebooks,
 		IdleThreshold: lc.Idle.Threshold}, log, wake, work)
 	wcfg := web.Config{CA: ca, Hosts: []string{"127.0.0.1", "localhost"}, Admins: opts.Admins, Authority: Authority,
 		OIDC: oidcCfg, SessionKeys: opts.SessionKeys, Limits: opts.Web, AutoCreateCertUsers: opts.AutoCreateCertUsers, Metrics: mets}
