@@ -185,3 +185,12 @@ func (l *Loop) MarksAhead(ids uint64) {
 // DatabaseRestarted makes the next pass find the database started at another time than the
 // last pass found.
 func (l *Loop) DatabaseRestarted() { l.dbStarted = l.dbStarted.Add(-time.Hour) }
+
+// TallyWeightsHeld are the tally weights by user of the last snapshot's running jobs, as the
+// term's accrual uses them (nil before the first snapshot).
+func (l *Loop) TallyWeightsHeld() map[int64]float64 {
+	if w := l.weights.Load(); w != nil {
+		return *w
+	}
+	return nil
+}

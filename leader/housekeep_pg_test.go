@@ -4,16 +4,21 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/leader"
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
+	"github.com/opengpulab/gpulab/store/storetest"
 )
 
 // A pass that comes between two housekeepings (passes back to back, HousekeepEvery) plans but
@@ -204,5 +209,78 @@ func TestTermAccruesTalliesBesideThePasses(t *testing.T) {
 			t.Fatalf("the tally was not accrued within a minute of the term's start (tally %.3f)", tally)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The tally weights the term's accrual takes from the leader's memory of the running jobs
+// (store.AccrueTalliesOf) are those it read from the jobs' rows before (store.AccrueTallies):
+// per user, the GPUs, CPUs and memory of his jobs holding resources; a job cancelled while its
+// slave has not yet released what it held counts no more.
+func TestTallyWeightsFromTheMemory(t *testing.T) {
+	w := newEstimateWorld(t)
+	ctx := context.Background()
+	w.largeCluster(8)(2)
+	bob, bobs := storetest.Member(t, w.st, "bob", "vision")
+	var ids []string
+	for i, size := range [][3]int{{1, 1, 1}, {2, 4, 16}, {4, 8, 32}, {1, 3, 5}, {3, 2, 7}} {
+		u, p := w.u, w.p
+		if i%2 == 1 {
+			u, p = bob, bobs
+		}
+		j, err := job.Parse(fmt.Appendf(nil, `{"name": "j", "request": {"resources": {"gpus": %d, "cpus": %d, "cpuMemoryGb": %d},
+ "docker": {"image": "debian:stable", "command": "true"}, "scheduling": {"maxDuration": "1 hour"}}}`, size[0], size[1], size[2]), job.DefaultOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.UUID = uuid.NewString()
+		j.Owner = job.Owner{UserURN: u.URN, ProjectURN: p.URN}
+		j.State.Status = job.StatusQueued
+		if err := w.st.CreateJob(ctx, j, u.ID, p.ID, "submitted"); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.UUID)
+	}
+	loop := w.loop(leader.Config{}, nil)
+	w.pass(loop)
+	for _, m := range []struct {
+		to job.Status
+		by job.Actor
+	}{{job.StatusStarting, job.ActorSlave}, {job.StatusCancelled, job.ActorOwner}} {
+		if _, err := w.st.TransitionJob(ctx, ids[2], job.SourcesOf(m.to, m.by), m.to, store.Event{Actor: string(m.by), Message: "moved"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var releases int
+	if err := w.st.DB().QueryRowContext(ctx, `SELECT count(*) FROM job_releases WHERE job_uuid = $1`, ids[2]).Scan(&releases); err != nil || releases != 1 {
+		t.Fatalf("%d releases of the cancelled job (want 1), %v", releases, err)
+	}
+	w.pass(loop)
+	weights := store.DefaultTallyWeights
+	rows, err := w.st.DB().QueryContext(ctx, `SELECT user_id, SUM(gpus * $1::float8 + cpus * $2::float8 + cpu_memory_gb * $3::float8)
+FROM jobs WHERE status IN ('ASSIGNED', 'STARTING', 'RUNNING', 'MUSTHALT', 'HALTING') GROUP BY user_id`, weights.GPU, weights.CPU, weights.MemoryGb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rows.Close() }()
+	want := map[int64]float64{}
+	for rows.Next() {
+		var u int64
+		var sum float64
+		if err := rows.Scan(&u, &sum); err != nil {
+			t.Fatal(err)
+		}
+		want[u] = sum
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := loop.TallyWeightsHeld()
+	if len(want) != 2 || len(got) != len(want) {
+		t.Fatalf("weights from the memory %v, from the jobs %v: want both users in both", got, want)
+	}
+	for u, x := range want {
+		if math.Abs(got[u]-x) > 1e-9 {
+			t.Errorf("user %d: weight %.4f from the memory, %.4f from the jobs", u, got[u], x)
+		}
 	}
 }
