@@ -101,18 +101,26 @@ func (w *estimateWorld) oneGPUSlave() {
 	}
 }
 
-// submit queues a job needing one GPU for at most maxDur.
+// submit queues a job of the world's user needing one GPU for at most maxDur.
 func (w *estimateWorld) submit(maxDur time.Duration) string {
 	w.t.Helper()
-	j, err := job.Parse(fmt.Appendf(nil, `{"name": "j", "request": {"resources": {"gpus": 1, "cpus": 1, "cpuMemoryGb": 1},
- "docker": {"image": "debian:stable", "command": "true"}, "scheduling": {"maxDuration": "%d minutes"}}}`, int(maxDur.Minutes())), job.DefaultOptions())
+	return w.submitAs(w.u, w.p, [3]int{1, 1, 1}, maxDur)
+}
+
+// submitAs queues a job of user u in project p needing size's GPUs, CPUs and GB of memory for
+// at most maxDur.
+func (w *estimateWorld) submitAs(u store.User, p store.Project, size [3]int, maxDur time.Duration) string {
+	w.t.Helper()
+	j, err := job.Parse(fmt.Appendf(nil, `{"name": "j", "request": {"resources": {"gpus": %d, "cpus": %d, "cpuMemoryGb": %d},
+ "docker": {"image": "debian:stable", "command": "true"}, "scheduling": {"maxDuration": "%d minutes"}}}`,
+		size[0], size[1], size[2], int(maxDur.Minutes())), job.DefaultOptions())
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	j.UUID = uuid.NewString()
-	j.Owner = job.Owner{UserURN: w.u.URN, ProjectURN: w.p.URN}
+	j.Owner = job.Owner{UserURN: u.URN, ProjectURN: p.URN}
 	j.State.Status = job.StatusQueued
-	if err := w.st.CreateJob(context.Background(), j, w.u.ID, w.p.ID, "submitted"); err != nil {
+	if err := w.st.CreateJob(context.Background(), j, u.ID, p.ID, "submitted"); err != nil {
 		w.t.Fatal(err)
 	}
 	return j.UUID

@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/opengpulab/gpulab/internal/testenv"
 	"github.com/opengpulab/gpulab/job"
@@ -227,18 +224,7 @@ func TestTallyWeightsFromTheMemory(t *testing.T) {
 		if i%2 == 1 {
 			u, p = bob, bobs
 		}
-		j, err := job.Parse(fmt.Appendf(nil, `{"name": "j", "request": {"resources": {"gpus": %d, "cpus": %d, "cpuMemoryGb": %d},
- "docker": {"image": "debian:stable", "command": "true"}, "scheduling": {"maxDuration": "1 hour"}}}`, size[0], size[1], size[2]), job.DefaultOptions())
-		if err != nil {
-			t.Fatal(err)
-		}
-		j.UUID = uuid.NewString()
-		j.Owner = job.Owner{UserURN: u.URN, ProjectURN: p.URN}
-		j.State.Status = job.StatusQueued
-		if err := w.st.CreateJob(ctx, j, u.ID, p.ID, "submitted"); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, j.UUID)
+		ids = append(ids, w.submitAs(u, p, size, time.Hour))
 	}
 	loop := w.loop(leader.Config{}, nil)
 	w.pass(loop)
