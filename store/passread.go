@@ -17,9 +17,13 @@ type PassBasics struct {
 	// Now and Mark are ClockAndMark's: the database's clock and a change mark.
 	Now  time.Time
 	Mark ChangeMark
-	// Started is when the database server started (pg_postmaster_start_time): another value
-	// than a pass before means it restarted meanwhile, perhaps after a crash that lost what it
-	// had committed without waiting for the disk.
+	// Started is when the database server started or last recovered from a crash: another
+	// value than a pass before means it restarted meanwhile, perhaps after a crash that lost
+	// what it had committed without waiting for the disk. A crash of any one server process
+	// (the out-of-memory killer's) makes Postgres recover without restarting its postmaster,
+	// whose start time (pg_postmaster_start_time) stays the same; the recovery discards the
+	// statistics, whose reset time moves (pg_stat_bgwriter's, which only a crash, a fresh
+	// cluster or an operator's pg_stat_reset_shared resets: the last costs one full read).
 	Started time.Time
 	// Tallies are every user's tally decayed to Now (Tallies).
 	Tallies map[int64]float64
@@ -61,7 +65,7 @@ type PassRead struct {
 // duration of ours), the marks (numbers) and the named jobs (quoted) are written into the text,
 // so each is planned with its values, as lib/pq's unnamed statements were.
 func (s *Store) ReadPass(ctx context.Context, halfLife time.Duration, feeds PassFeeds) (PassRead, error) {
-	query := `SELECT now(), pg_snapshot_xmin(pg_current_snapshot())::text, pg_postmaster_start_time();
+	query := `SELECT now(), pg_snapshot_xmin(pg_current_snapshot())::text, GREATEST(pg_postmaster_start_time(), pg_stat_get_bgwriter_stat_reset_time());
 SELECT user_id, tally * power(0.5, EXTRACT(EPOCH FROM (now() - updated_at)) / ` + strconv.FormatFloat(halfLife.Seconds(), 'g', -1, 64) + `::float8) FROM user_tallies;
 SELECT ` + reservationColumns + ` FROM reservations WHERE ends_at > now() ORDER BY starts_at, id;
 SELECT ` + clusterColumns + `,

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -141,6 +142,37 @@ func (p *Postgres) Stop(ctx context.Context) error { return p.stop(ctx, "fast") 
 // Crash stops the cluster as a crash would (immediate shutdown: no checkpoint, the next
 // start recovers from the write-ahead log).
 func (p *Postgres) Crash(ctx context.Context) error { return p.stop(ctx, "immediate") }
+
+// KillBackend kills one of the cluster's server processes (SIGKILL), as the kernel's
+// out-of-memory killer would: Postgres then ends every session and recovers from the crash
+// (replays its write-ahead log, losing what was committed without waiting for it) while its
+// postmaster goes on running. It returns once the cluster has recovered and takes connections.
+func (p *Postgres) KillBackend(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	db, err := sql.Open("postgres", p.url)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = db.Close() }()
+	var pid int
+	if err := db.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		return fmt.Errorf("find a server process: %w", err)
+	}
+	const ready = "database system is ready to accept connections"
+	readies := strings.Count(p.log(), ready)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill server process %d: %w", pid, err)
+	}
+	for strings.Count(p.log(), ready) == readies {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("postgres did not recover after server process %d was killed: %w", pid, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
+}
 
 // Restart stops the cluster fast and starts it again.
 func (p *Postgres) Restart(ctx context.Context) error {
