@@ -186,8 +186,12 @@ func (l *Loop) MarksAhead(ids uint64) {
 // last pass found.
 func (l *Loop) DatabaseRestarted() { l.dbStarted = l.dbStarted.Add(-time.Hour) }
 
-// TallyWeightsHeld are the tally weights by user of the last snapshot's running jobs, as the
-// term's accrual uses them (nil before the first snapshot).
+// WantTallyWeights asks the next snapshot for the tally weights, as an accrual that used them
+// does.
+func (l *Loop) WantTallyWeights() { l.weightsWanted.Store(true) }
+
+// TallyWeightsHeld are the tally weights by user of the running jobs, as the term's accrual
+// would use them now (nil before the first snapshot).
 func (l *Loop) TallyWeightsHeld() map[int64]float64 {
 	if w := l.weights.Load(); w != nil {
 		return *w

@@ -182,9 +182,12 @@ type Loop struct {
 	housekeptAt, offlineAt time.Time
 	// running is the last snapshot's running jobs, whose slice the next snapshot fills again.
 	running []scheduler.Placed
-	// weights are the tally weights of the last snapshot's running jobs by user (heldWeights),
-	// for the term's accrual (accrue); nil until the term's first snapshot.
-	weights atomic.Pointer[map[int64]float64]
+	// weights are the tally weights by user of the running jobs (heldWeights) for the term's
+	// accrual (accrue), made by the term's first snapshot and by the first after each accrual
+	// that used them (weightsWanted): made at every pass, they took ~1 ms a pass at 35,000
+	// running jobs, for an accrual every TallyEvery.
+	weights       atomic.Pointer[map[int64]float64]
+	weightsWanted atomic.Bool
 	// scratch is what the last narrowed plan filled (the jobs it decided), filled again by
 	// the next.
 	scratch narrowScratch
@@ -495,6 +498,7 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 	l.fresh, l.housekeptAt, l.offlineAt, l.dbNow, l.dbStarted, l.explained = nil, time.Time{}, time.Time{}, time.Time{}, time.Time{}, explained{}
 	l.forgetWritten()
 	l.weights.Store(nil)
+	l.weightsWanted.Store(false)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer l.queue.check.wait()
 	defer l.fleet.check.wait()
@@ -658,8 +662,10 @@ func (p *pacer) after(start, end time.Time, mayRest bool) time.Duration {
 // GROUP BY over every running job took 72 ms (p50) and up to 185 ms of every fifth pass of
 // B8x's soak (35,000 running jobs, 29 Nov), inside the housekeeping's transaction; a pass reads
 // the tallies as last accrued. Once the term has a snapshot, the weights come from the memory
-// of the running jobs (Loop.weights, a pass old at most) instead of that GROUP BY (100–145 ms
-// every 5 s at 35,000 running jobs, 5 % of Postgres's statement time in B8x).
+// of the running jobs (Loop.weights, as the first pass after the last accrual saw them: what
+// ran over the time being accrued, counted from its start rather than its end) instead of that
+// GROUP BY (100–145 ms every 5 s at 35,000 running jobs, 5 % of Postgres's statement time in
+// B8x).
 func (l *Loop) accrue(ctx context.Context, lead store.Leadership) {
 	tick := time.NewTicker(TallyEvery)
 	defer tick.Stop()
@@ -667,6 +673,7 @@ func (l *Loop) accrue(ctx context.Context, lead store.Leadership) {
 		weights := l.weights.Load()
 		err := l.st.AsLeader(ctx, lead, func(tx *store.Store) error {
 			if weights != nil {
+				l.weightsWanted.Store(true)
 				return tx.AccrueTalliesOf(ctx, *weights, l.cfg.TallyHalfLife)
 			}
 			return tx.AccrueTallies(ctx, *l.cfg.TallyWeights, l.cfg.TallyHalfLife)
@@ -1203,8 +1210,10 @@ func (l *Loop) snapshot(ctx context.Context) (scheduler.Snapshot, map[string]str
 	running = held.placed(running, now, &l.view)
 	clear(running[len(running):cap(running)]) // what fewer jobs left behind: not kept alive
 	snap.Running, l.running = running, running
-	weights := heldWeights(running, *l.cfg.TallyWeights)
-	l.weights.Store(&weights)
+	if l.weights.Load() == nil || l.weightsWanted.Swap(false) {
+		weights := heldWeights(running, *l.cfg.TallyWeights)
+		l.weights.Store(&weights)
+	}
 	l.timed("jobs", t)
 	// Only now: a pass that failed before both memories were read in full finds the restart
 	// again.
