@@ -343,43 +343,65 @@ func TestCallsReadTheirCertificate(t *testing.T) {
 }
 
 // TestLargestSlave: the largest slave is taken over the registered slaves only, each resource
-// on its own, GPUs from the inventory or the GPU capacity, whichever is larger; a field of
-// another type counts for nothing, and no slave at all is zero slaves.
+// on its own, GPUs from the inventory or the GPU capacity, whichever is larger, CPUs and memory
+// from the last registration; a field of another type counts for nothing, and no slave at all is
+// zero slaves.
 func TestLargestSlave(t *testing.T) {
 	st := newStore(t)
 	ctx := context.Background()
 	if got, err := st.LargestSlave(ctx); err != nil || got != (store.Largest{}) {
 		t.Fatalf("without slaves: %+v %v", got, err)
 	}
+	want := registerSlavesOfAllSizes(t, st)
+	if got, err := st.LargestSlave(ctx); err != nil || got != want {
+		t.Errorf("largest slave: %+v %v, want %+v", got, err, want)
+	}
+}
+
+// TestMigrationKeepsTheLargestSlave: migration 0027 gives the slaves registered before it the
+// capacities their registrations would have written.
+func TestMigrationKeepsTheLargestSlave(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	want := registerSlavesOfAllSizes(t, st)
+	if _, err := st.DB().ExecContext(ctx, `DROP TABLE slave_capacities; DELETE FROM schema_migrations WHERE version = 27`); err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := st.Migrate(ctx); err != nil || len(applied) != 1 || applied[0] != 27 {
+		t.Fatalf("migrate again: applied %v, %v; want 27", applied, err)
+	}
+	if got, err := st.LargestSlave(ctx); err != nil || got != want {
+		t.Errorf("largest slave after the migration: %+v %v, want %+v", got, err, want)
+	}
+}
+
+// registerSlavesOfAllSizes registers slaves whose largest resources come from different slaves
+// and from their history, with odd inventories and one that only joined, and returns Largest.
+func registerSlavesOfAllSizes(t *testing.T, st *store.Store) store.Largest {
+	t.Helper()
+	ctx := context.Background()
 	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"}); err != nil {
 		t.Fatal(err)
 	}
 	gpus := func(n int) string { return "[" + strings.TrimSuffix(strings.Repeat(`{"index": 0},`, n), ",") + "]" }
-	for _, sl := range []struct{ name, inventory, capacity string }{
-		{"wide", `{"cpus": 64, "memoryMiB": 131072, "gpus": ` + gpus(2) + `}`, gpus(6)}, // six GPUs, two in the inventory now
-		{"deep", `{"cpus": 16, "memoryMiB": 524800, "gpus": ` + gpus(4) + `}`, `[]`},
-		{"odd", `{"cpus": "many", "memoryMiB": null, "gpus": {"0": 1}}`, `{}`},
-		{"empty", `{}`, `[]`},
-	} {
-		if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: sl.name, InstanceID: "i-" + sl.name, ClusterID: 1, Inventory: []byte(sl.inventory)}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.DB().ExecContext(ctx, `UPDATE slaves SET capacity_gpus = $2 WHERE name = $1`, sl.name, sl.capacity); err != nil {
+	register := func(name, inventory string) {
+		t.Helper()
+		if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: name, InstanceID: "i-" + name, ClusterID: 1, Inventory: []byte(inventory)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// One that joined and never registered counts for nothing, however large it says it is.
-	if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: "joined", InstanceID: "i-joined", ClusterID: 1,
-		Inventory: []byte(`{"cpus": 999, "memoryMiB": 99999999, "gpus": ` + gpus(9) + `}`)}); err != nil {
+	// "wide" registered with six GPUs, then again with two (its capacity stays six) and with
+	// fewer CPUs than before: the last registration's CPUs and memory count.
+	register("wide", `{"cpus": 99, "memoryMiB": 131072, "gpus": `+gpus(6)+`}`)
+	register("wide", `{"cpus": 64, "memoryMiB": 131072, "gpus": `+gpus(2)+`}`)
+	register("deep", `{"cpus": 16, "memoryMiB": 524800, "gpus": `+gpus(4)+`}`)
+	register("odd", `{"cpus": "many", "memoryMiB": null, "gpus": {"0": 1}}`)
+	register("empty", `{}`)
+	// One that joined and never registered counts for nothing.
+	if err := st.JoinSlave(ctx, "joined", 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.DB().ExecContext(ctx, `UPDATE slaves SET instance_id = '' WHERE name = 'joined'`); err != nil {
-		t.Fatal(err)
-	}
-	want := store.Largest{Slaves: 4, GPUs: 6, CPUs: 64, MemoryMiB: 524800}
-	if got, err := st.LargestSlave(ctx); err != nil || got != want {
-		t.Errorf("largest slave: %+v %v, want %+v", got, err, want)
-	}
+	return store.Largest{Slaves: 4, GPUs: 6, CPUs: 64, MemoryMiB: 524800}
 }
 
 // TestHandOver: the jobs a long poll hands out are read together as they are one by one, by
