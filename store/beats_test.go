@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -489,5 +490,35 @@ func node1(t *testing.T, st *store.Store) {
 	}
 	if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: "node1", InstanceID: "i1", ClusterID: 1, Inventory: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTextsRoundTrip: Postgres reads a texts argument (the heartbeats' and the state
+// changes' text[] arguments) back as the strings it was made of, in order.
+func TestTextsRoundTrip(t *testing.T) {
+	st := newStore(t)
+	want := []string{"", "a", `{"gpus": [{"index": 0}], "q": "a \"b\" \\ c"}`, `\`, `"`, ",", "{}", "NULL", " x ", "üñí\tcode\n"}
+	rows, err := st.DB().QueryContext(context.Background(), `SELECT unnest($1::text[])`, store.TextsArg(want))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rows.Close() }()
+	var got []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("read back %q, want %q", got, want)
+	}
+	var null bool
+	if err := st.DB().QueryRowContext(context.Background(), `SELECT $1::text[] IS NULL`, store.TextsArg(nil)).Scan(&null); err != nil || !null {
+		t.Errorf("nil: NULL %v, %v; want NULL", null, err)
 	}
 }

@@ -130,3 +130,6 @@ func (q *groupQueue[C]) hold() (waiting func() int, release func()) {
 
 // LostSlavesStatement is ListLostJobs's first statement, for a test of its plan.
 const LostSlavesStatement = lostSlaves
+
+// TextsArg is a text[] argument written as the hottest statements write theirs (texts).
+func TextsArg(a []string) any { return texts[string](a) }

@@ -319,8 +319,8 @@ func changeArgs(ids []string, cs []Change, l Leases) (string, []any, error) {
 		to[i], from[i], messages[i], actors[i], slaves[i], serials[i] = v.to, v.from, v.message, v.actor, v.slave, v.serial
 		attempts[i], released[i], resources[i], usage[i], exitCodes[i] = v.attempt, v.released, v.resources, v.usage, v.exitCode
 	}
-	return changeJobs, append([]any{pq.Array(ids), pq.Array(to), pq.Array(from), pq.Array(attempts), pq.Array(released), pq.Array(messages),
-		pq.Array(actors), pq.Array(resources), pq.Array(exitCodes), pq.Array(usage), pq.Array(slaves), pq.Array(serials)}, leases...), nil
+	return changeJobs, append([]any{texts[string](ids), texts[string](to), texts[string](from), pq.Array(attempts), pq.Array(released), texts[string](messages),
+		texts[string](actors), pq.Array(resources), pq.Array(exitCodes), pq.Array(usage), texts[string](slaves), texts[string](serials)}, leases...), nil
 }
 
 // changedRow is changeJob's row: the job as found and the caller's certificate (slaveRow), with

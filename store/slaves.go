@@ -401,8 +401,8 @@ func assignArgs(as []Assignment, leases Leases) ([]any, error) {
 		uuids[i], slaves[i], instances[i], resources[i], messages[i] = a.JobUUID, a.SlaveName, a.SlaveInstanceID, string(res), a.Message
 		clusters[i], tallies[i] = int64(a.ClusterID), a.TallyIncrement
 	}
-	return []any{pq.Array(uuids), pq.Array(slaves), pq.Array(instances), pq.Array(clusters),
-		pq.Array(resources), pq.Array(tallies), pq.Array(messages), leases.BeforeHandOver().Seconds()}, nil
+	return []any{texts[string](uuids), texts[string](slaves), texts[string](instances), pq.Array(clusters),
+		texts[string](resources), pq.Array(tallies), texts[string](messages), leases.BeforeHandOver().Seconds()}, nil
 }
 
 // AssignJobs moves QUEUED jobs to ASSIGNED on their slaves, conditionally, each with its status
