@@ -155,11 +155,11 @@ const capacityOf = `GREATEST(CASE WHEN jsonb_typeof(inventory->'gpus') = 'array'
     COALESCE(CASE WHEN jsonb_typeof(inventory->'cpus') = 'number' THEN (inventory->>'cpus')::numeric END, 0)::bigint,
     COALESCE(CASE WHEN jsonb_typeof(inventory->'memoryMiB') = 'number' THEN (inventory->>'memoryMiB')::numeric END, 0)::bigint`
 
-// RegisterSlave records a slave's (new) instance and inventory and marks it online, and what it
-// offers (slave_capacities, for LargestSlave). The
-// cluster comes from the slave's certificate (its join token), never from the slave's word.
-// The slave's capacity grows with its inventory and never shrinks by itself: a GPU missing for
-// a while is not a GPU the cluster no longer has.
+// RegisterSlave records a slave's (new) instance and inventory, marks it online and writes
+// what it offers (slave_capacities, for LargestSlave), in one statement. The cluster comes from
+// the slave's certificate (its join token), never from the slave's word. The slave's capacity
+// grows with its inventory and never shrinks by itself: a GPU missing for a while is not a GPU
+// the cluster no longer has.
 func (s *Store) RegisterSlave(ctx context.Context, r SlaveRegistration) (Slave, error) {
 	var sl Slave
 	err := s.q.GetContext(ctx, &sl, `WITH s AS (
