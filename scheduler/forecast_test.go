@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"container/heap"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -605,4 +606,44 @@ func mixedSnapshot(seed uint64) Snapshot {
 		s.Queued = append(s.Queued, mkJob(fmt.Sprintf("job%04d", i), 1+r.IntN(4), 1, 1, opts...))
 	}
 	return s
+}
+
+// TestFendHeapOrder: a replay's ends come back in time order, to the nanosecond and past the
+// year 2262 (a maxDuration may be up to 292 years, past what nanoseconds since 1970 hold),
+// those added before heap.Init and those pushed after alike; ties come back, all of them.
+func TestFendHeapOrder(t *testing.T) {
+	base := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	var ats []time.Time
+	for _, d := range []time.Duration{5 * time.Second, time.Nanosecond, 0, 290 * 365 * 24 * time.Hour, time.Hour,
+		290*365*24*time.Hour + time.Nanosecond, 2 * time.Nanosecond, time.Hour, 250 * 365 * 24 * time.Hour} {
+		ats = append(ats, base.Add(d))
+	}
+	h := newFendHeap(0)
+	for i, at := range ats[:5] {
+		h.add(fend{at: at, sl: i})
+	}
+	heap.Init(&h)
+	for i, at := range ats[5:] {
+		h.push(fend{at: at, sl: 5 + i})
+	}
+	want := slices.Clone(ats)
+	slices.SortFunc(want, time.Time.Compare)
+	var got []time.Time
+	for h.Len() > 0 {
+		next := want[len(got)]
+		if !h.endsBy(next) || h.endsBy(next.Add(-time.Nanosecond)) {
+			t.Fatalf("the next end is at %v: endsBy it %v, endsBy a nanosecond before %v", next, h.endsBy(next), h.endsBy(next.Add(-time.Nanosecond)))
+		}
+		e := h.pop()
+		if !e.at.Equal(ats[e.sl]) {
+			t.Fatalf("popped end %d at %v, added at %v", e.sl, e.at, ats[e.sl])
+		}
+		got = append(got, e.at)
+	}
+	if !slices.EqualFunc(got, want, time.Time.Equal) {
+		t.Errorf("ends came back in the order\n%v\nwant\n%v", got, want)
+	}
+	if h.endsBy(ats[5]) {
+		t.Error("endsBy on an empty heap: true")
+	}
 }
