@@ -5,12 +5,15 @@ import (
 )
 
 // texts is a text[] argument for the statements that run most (a heartbeat's, a batch of
-// state changes'), written as lib/pq's StringArray writes it (every element quoted, its
-// backslashes and double quotes escaped) but into one buffer of the right size, handed to pq
-// as bytes, which it sends as they are. StringArray grows its buffer as it goes and copies it
-// into a string, which pq copies again into bytes; and its elements must be strings, so the
-// slaves' usage reports (some hundred bytes each) were copied into strings first: together ~5 %
-// of what B8x's master allocated. nil is NULL, as with StringArray.
+// state changes' or of assignments'), written as lib/pq's StringArray writes it (every element
+// quoted, its backslashes and double quotes escaped) but into one buffer of the right size,
+// handed to pq as bytes, which it sends as they are. StringArray grows its buffer as it goes
+// and copies it into a string, which pq copies again into bytes; and its elements must be
+// strings, so the slaves' usage reports (some hundred bytes each) were copied into strings
+// first: together ~5 % of what B8x's master allocated. nil is NULL, as with StringArray.
+// (Bytes go out as text because pq sends every parameter as text; with its binary_parameters
+// set it would send them as binary, which the store's JSON arguments, bytes too, do not
+// survive either.)
 type texts[T ~string | ~[]byte] []T
 
 // Value writes the array's text ("{\"a\",\"b\"}").

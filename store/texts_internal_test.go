@@ -7,7 +7,8 @@ import (
 )
 
 // TestTextsAsStringArray: texts writes what lib/pq's StringArray writes, in a buffer of the
-// size it computed, from strings and from bytes alike. (That Postgres reads it back as it was: TestTextsRoundTrip.)
+// size it computed, from strings and from bytes alike. (That Postgres reads it back as it was:
+// TestTextsRoundTrip.)
 func TestTextsAsStringArray(t *testing.T) {
 	for _, a := range [][]string{
 		nil, {}, {""}, {"a"}, {"a", "b", ""},
