@@ -102,6 +102,9 @@ type passRecord struct {
 	// written before the waiting jobs' explanations and estimates); zero when it assigned none.
 	Committed time.Time `json:"committed"`
 	Err       string    `json:"err,omitempty"`
+	// Phases is where the pass's time went (describePhases of the loop's LastPass), for the
+	// soak's trace of its passes.
+	Phases string `json:"phases,omitempty"`
 }
 
 // End is when the pass returned: its transaction was committed.
@@ -357,7 +360,8 @@ func (d *driver) onPass(start time.Time, took time.Duration, err error) {
 	now := d.assigned.n.Load()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	rec := passRecord{Start: start, Dur: took, Assigned: now - d.before}
+	// OnPass runs on the loop's goroutine, after the pass: LastPass may be read.
+	rec := passRecord{Start: start, Dur: took, Assigned: now - d.before, Phases: describePhases(took, d.loop.LastPass())}
 	if rec.Assigned > 0 {
 		rec.Committed = time.Unix(0, d.assigned.at.Load())
 	}

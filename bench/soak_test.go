@@ -578,13 +578,13 @@ func writeSoakTrace(t *testing.T, id string, t0 time.Time, stmts []beatStmt, pas
 		return
 	}
 	b.Reset()
-	b.WriteString("start_ms,dur_ms,assigned,committed_ms\n")
+	b.WriteString("start_ms,dur_ms,assigned,committed_ms,phases\n")
 	for _, p := range passes {
 		committed := ""
 		if !p.Committed.IsZero() {
 			committed = at(p.Committed)
 		}
-		fmt.Fprintf(&b, "%s,%s,%d,%s\n", at(p.Start), dur(p.Dur), p.Assigned, committed)
+		fmt.Fprintf(&b, "%s,%s,%d,%s,%q\n", at(p.Start), dur(p.Dur), p.Assigned, committed, p.Phases)
 	}
 	if err := os.WriteFile(filepath.Join(dir, id+"-passes.csv"), []byte(b.String()), 0o644); err != nil {
 		t.Errorf("soak trace: %v", err)

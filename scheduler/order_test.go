@@ -3,7 +3,9 @@ package scheduler
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -123,6 +125,64 @@ func TestQueueKeyOrdersBySubmission(t *testing.T) {
 		}
 		if got := s.QueueKey(&a).Compare(s.QueueKey(&b)); got != want {
 			t.Fatalf("seed %d: %v (%s) against %v (%s): key order %d, want %d", seed, a.Submitted, a.UUID, b.Submitted, b.UUID, got, want)
+		}
+	}
+}
+
+// The queue order of jobs given in submission order (sorted by their places: sortByPlaces) is
+// the order of QueueKey.Compare, under every policy, with ties of rank and maxDuration, jobs
+// submitted at the same instant, interactive ones and a tally that is NaN; and so it is for the
+// same jobs given in another order (sorted by Compare itself).
+func TestQueueOrderByPlacesIsCompare(t *testing.T) {
+	seed := testenv.Seed(t)
+	rng := rand.New(rand.NewPCG(seed, 2))
+	durs := []time.Duration{0, time.Hour, 3 * time.Hour, 14 * 24 * time.Hour}
+	for round := range 200 {
+		s := Snapshot{Now: t0, Policy: []Policy{PolicyFair, PolicyFIFO, PolicySJFOracle, PolicyLAS}[round%4],
+			Tallies: map[int64]float64{1: 0, 2: 10, 3: 10, 4: math.NaN(), 5: 1e9}}
+		n := 1 + rng.IntN(300)
+		queued := make([]Job, n)
+		ids := rng.Perm(n) // uuids in another order than their submission
+		for i := range queued {
+			j := &queued[i]
+			j.UUID = fmt.Sprintf("job%03d", ids[i])
+			j.UserID = 1 + rng.Int64N(6)
+			j.Submitted = t0.Add(time.Duration(rng.IntN(20)) * time.Second)
+			j.Request.Scheduling.MaxDuration = job.Duration(durs[rng.IntN(len(durs))])
+			j.Request.Scheduling.Interactive = rng.IntN(10) == 0
+			j.OracleDuration = durs[rng.IntN(len(durs))]
+			j.Attained = time.Duration(rng.IntN(3)) * time.Hour
+		}
+		ptrs := func(jobs []Job) []*Job {
+			out := make([]*Job, len(jobs))
+			for i := range jobs {
+				out[i] = &jobs[i]
+			}
+			return out
+		}
+		want := ptrs(slices.Clone(queued))
+		keys := make([]QueueKey, n)
+		for i, j := range want {
+			keys[i] = s.QueueKey(j)
+		}
+		slices.SortFunc(keys, QueueKey.Compare)
+		for i := range keys {
+			want[i] = keys[i].Job
+		}
+		// In submission order (many at one instant, then by uuid), and in another.
+		slices.SortFunc(queued, func(a, b Job) int { return compareSubmission(&a, &b) })
+		for _, shuffled := range []bool{false, true} {
+			if shuffled {
+				rng.Shuffle(n, func(a, b int) { queued[a], queued[b] = queued[b], queued[a] })
+			}
+			got := ptrs(queued)
+			sortQueue(s, got)
+			for i := range got {
+				if c := s.QueueKey(got[i]).Compare(s.QueueKey(want[i])); c != 0 || got[i].UserID != want[i].UserID {
+					t.Fatalf("seed %d, round %d (%s, shuffled %v): place %d is %s of user %d, want %s of user %d", seed, round, s.Policy, shuffled, i,
+						got[i].UUID, got[i].UserID, want[i].UUID, want[i].UserID)
+				}
+			}
 		}
 	}
 }

@@ -419,3 +419,12 @@ func BenchmarkPlanHeadDraining(b *testing.B) {
 	}
 	b.ReportMetric(float64(heldBack(p)), "held")
 }
+
+// BenchmarkQueueOrder is the sort of a pass's queue in the fair order: B8x's 20,000 queued jobs
+// of 20 users (soakSnapshot), most of one user's jobs tied up to their submission time.
+func BenchmarkQueueOrder(b *testing.B) {
+	s := soakSnapshot(2000, 20000, 0.23, 30*time.Minute)
+	for b.Loop() {
+		queueOrder(s)
+	}
+}
