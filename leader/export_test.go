@@ -198,3 +198,12 @@ func (l *Loop) TallyWeightsHeld() map[int64]float64 {
 	}
 	return nil
 }
+
+// ExplanationWriter writes a pass's explanations: news with an event each, refreshed without.
+type ExplanationWriter = func(ctx context.Context, lead store.Leadership, news, refreshed map[string][]string) error
+
+// WrapExplanationWriter has the explainer of the terms led from now on write through wrap's
+// writer, given the real one.
+func (l *Loop) WrapExplanationWriter(wrap func(real ExplanationWriter) ExplanationWriter) {
+	l.writeExplanations = wrap(l.explainInParts)
+}

@@ -171,6 +171,14 @@ type Loop struct {
 	// forecasts hands snapshots to the forecaster while this master leads (nil otherwise: a
 	// pass forecasts itself); see forecaster.
 	forecasts chan forecastJob
+	// explains hands the passes' explanations to the explainer while this master leads (nil
+	// otherwise: a pass writes them itself); explainLost says a batch of them failed, and
+	// what the database holds is unknown again (see explainer).
+	explains    chan explainBatch
+	explainLost atomic.Bool
+	// writeExplanations, when set (tests only), writes the explainer's batches in place of
+	// explainInParts.
+	writeExplanations func(ctx context.Context, lead store.Leadership, news, refreshed map[string][]string) error
 	// fleet remembers the slaves between passes; view is what the last snapshot made of them.
 	fleet *fleet
 	view  slaveView
@@ -496,6 +504,7 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 	l.queue.reset()
 	l.fleet.reset()
 	l.fresh, l.housekeptAt, l.offlineAt, l.dbNow, l.dbStarted, l.explained = nil, time.Time{}, time.Time{}, time.Time{}, time.Time{}, explained{}
+	l.explainLost.Store(false)
 	l.forgetWritten()
 	l.weights.Store(nil)
 	l.weightsWanted.Store(false)
@@ -533,6 +542,16 @@ func (l *Loop) Lead(ctx context.Context, lead store.Leadership) error {
 	l.forecasts = forecasts
 	defer func() { l.forecasts = nil }()
 	defer func() { <-forecasting }()
+	defer cancel(nil)
+	explains := make(chan explainBatch, 1)
+	explaining := make(chan struct{})
+	go func() {
+		defer close(explaining)
+		l.explainer(ctx, lead, explains)
+	}()
+	l.explains = explains
+	defer func() { l.explains = nil }()
+	defer func() { <-explaining }()
 	defer cancel(nil)
 	if l.cfg.WhileLeading != nil {
 		chores := make(chan struct{})
@@ -1336,6 +1355,9 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 	var wrote []string
 	var estimates map[string]job.StartEstimate
 	now := time.Now()
+	if l.explainLost.Swap(false) {
+		l.explained = explained{} // the explainer failed: what the database holds is unknown again
+	}
 	news, refreshed := l.explained.changed(plan.Explanations, now)
 	l.phases.Explained, l.phases.Refreshed = len(news), len(refreshed)
 	if len(news) >= 100 && l.log.Enabled(ctx, slog.LevelDebug) {
@@ -1349,6 +1371,13 @@ func (l *Loop) apply(ctx context.Context, lead store.Leadership, snap scheduler.
 	// were a fifth of a pass that placed a stream of new jobs and explained none (B2x).
 	if len(news) == 0 && len(refreshed) == 0 && !estimate {
 		return assigned, nil
+	}
+	if !estimate && l.explains != nil {
+		// While leading (a term's passes never estimate: the forecaster does), written by the
+		// explainer, off the pass, and recorded as written now (explainer).
+		l.explained.record(news, now, true)
+		l.explained.record(refreshed, now, false)
+		return assigned, l.explain(ctx, explainBatch{news: news, refreshed: refreshed})
 	}
 	if !estimate {
 		// The explanations alone: statements that prove the lease themselves (four round

@@ -1,0 +1,119 @@
+package leader_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/opengpulab/gpulab/leader"
+	"github.com/opengpulab/gpulab/store"
+)
+
+// TestExplanationsOffThePasses: while it leads, the loop's passes hand what the waiting jobs are
+// told to a writer of its own and go on without waiting for it. A one-GPU slave busy with a
+// job, a second job waiting: the writer is held with the waiting job's second explanation, and
+// the passes go on meanwhile, the job told its first still. That write fails: the next pass
+// hands over every explanation again (the job's, unchanged since), and that write lands, with
+// an event for each of the job's two explanations.
+func TestExplanationsOffThePasses(t *testing.T) {
+	w := newEstimateWorld(t)
+	w.oneGPUSlave()
+	first, waiting := w.submit(time.Hour), w.submit(time.Hour)
+	var passes atomic.Int32
+	loop := w.loop(leader.Config{Interval: 10 * time.Millisecond, OnPass: func(time.Time, time.Duration, error) { passes.Add(1) }}, nil)
+	batches := make(chan []string, 16)
+	release := make(chan error)
+	var writes atomic.Int32
+	loop.WrapExplanationWriter(func(real leader.ExplanationWriter) leader.ExplanationWriter {
+		return func(ctx context.Context, lead store.Leadership, news, refreshed map[string][]string) error {
+			ids := slices.Sorted(func(yield func(string) bool) {
+				for id := range news {
+					if !yield(id) {
+						return
+					}
+				}
+			})
+			batches <- ids
+			if writes.Add(1) == 2 {
+				select {
+				case err := <-release:
+					return err
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return real(ctx, lead, news, refreshed)
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- loop.Lead(ctx, w.lead) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("lead: %v", err)
+		}
+	}()
+	next := func(what string) []string {
+		t.Helper()
+		select {
+		case ids := <-batches:
+			return ids
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("waited 2 minutes for %s", what)
+			return nil
+		}
+	}
+	// The first pass assigns the first job and explains the second; the next adds the second's
+	// expected start (the first's maxDuration ahead) to its reason: that write is held.
+	for _, what := range []string{"the first explanation", "the expected start"} {
+		if ids := next(what); !slices.Equal(ids, []string{waiting}) {
+			t.Fatalf("%s: explanations for %v, want the waiting job %s alone (the first, %s, assigned)", what, ids, waiting, first)
+		}
+	}
+	told, _ := explanationOf(w, waiting)
+	if !strings.Contains(told, "none free") || strings.Contains(told, "expected start") {
+		t.Fatalf("the waiting job told %q after its first explanation, want none free without an expected start", told)
+	}
+	held := passes.Load()
+	for deadline := time.Now().Add(2 * time.Minute); passes.Load() < held+5; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d passes while the explanations' write was held, want 5 more", passes.Load()-held)
+		}
+	}
+	if now, _ := explanationOf(w, waiting); now != told {
+		t.Fatalf("the waiting job told %q while its explanation's write was held, want %q still", now, told)
+	}
+	release <- errors.New("the write failed")
+	if ids := next("the explanations again"); !slices.Equal(ids, []string{waiting}) {
+		t.Fatalf("after a failed write, explanations for %v, want the waiting job %s again (unchanged)", ids, waiting)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		told, events := explanationOf(w, waiting)
+		if strings.Contains(told, "expected start") {
+			if events != 2 {
+				t.Errorf("the waiting job told %q with %d events, want two (one for each explanation)", told, events)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiting job told %q after 2 minutes, want its expected start", told)
+		}
+	}
+}
+
+// explanationOf is what job id is told while it waits, and how many scheduler events it has.
+func explanationOf(w *estimateWorld, id string) (string, int) {
+	rec, evs := w.jobAndEvents(id)
+	n := 0
+	for _, e := range evs {
+		if e.Kind == store.EventScheduler {
+			n++
+		}
+	}
+	return strings.Join(rec.Job.State.Scheduling.QueuedExplanations, " | "), n
+}
