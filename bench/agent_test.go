@@ -294,7 +294,7 @@ func (s *fakeSlave) stops(orders []protocol.StopOrder) {
 func (s *fakeSlave) poll(ctx context.Context) {
 	b := agentBackoff(time.Second)
 	for ctx.Err() == nil {
-		work, err := s.mc.Next(ctx, protocol.NextRequest{InstanceID: s.inv.InstanceID, Wait: 25 * time.Second, Jobs: s.running()})
+		work, err := s.mc.Next(ctx, protocol.NextRequest{InstanceID: s.inv.InstanceID, Wait: protocol.PollWait, Jobs: s.running()})
 		if err != nil {
 			s.failed(ctx, err)
 			select {

@@ -20,6 +20,7 @@ import (
 	"github.com/opengpulab/gpulab/job"
 	"github.com/opengpulab/gpulab/metrics"
 	"github.com/opengpulab/gpulab/pki"
+	"github.com/opengpulab/gpulab/protocol"
 	"github.com/opengpulab/gpulab/scheduler"
 	"github.com/opengpulab/gpulab/store"
 )
@@ -41,7 +42,8 @@ type Config struct {
 	// ±HeartbeatJitter (a fraction, 0 to 0.5) of HeartbeatInterval; 0 names it exactly. See
 	// jitteredInterval for why a fleet needs it.
 	HeartbeatJitter float64
-	// MaxLongPoll bounds how long a slave's Next call is held open.
+	// MaxLongPoll bounds how long a slave's Next call is held open (default
+	// protocol.MaxPollWait).
 	MaxLongPoll time.Duration
 	// TallyHalfLife is the scheduler's tally half-life (for GET usage).
 	TallyHalfLife time.Duration
@@ -115,7 +117,7 @@ func New(st *store.Store, cfg Config, log *slog.Logger, sched, work *scheduler.S
 		cfg.HeartbeatInterval = 5 * time.Second
 	}
 	if cfg.MaxLongPoll == 0 {
-		cfg.MaxLongPoll = 30 * time.Second
+		cfg.MaxLongPoll = protocol.MaxPollWait
 	}
 	if cfg.MissingGrace == 0 {
 		cfg.MissingGrace = max(3*cfg.HeartbeatInterval, 10*time.Second)

@@ -47,7 +47,7 @@ type GPUSampler interface {
 
 // Config tunes the agent.
 type Config struct {
-	// PollWait is how long a Next call may wait for work.
+	// PollWait is how long a Next call may wait for work (default protocol.PollWait).
 	PollWait time.Duration
 	// LogChunk is the largest log chunk sent at once; LogFlush how long output is gathered
 	// before it is sent.
@@ -74,7 +74,7 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.PollWait <= 0 {
-		c.PollWait = 25 * time.Second
+		c.PollWait = protocol.PollWait
 	}
 	if c.LogChunk <= 0 {
 		c.LogChunk = 256 << 10
