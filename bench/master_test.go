@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"database/sql"
@@ -728,12 +729,23 @@ func (m *master) profileIn(dir, name string, d time.Duration, keep bool) func() 
 	secs := max(int(d.Round(time.Second)/time.Second), 1)
 	file := filepath.Join(dir, name+".cpu.pprof")
 	done := make(chan error, 1)
+	traced := make(chan error, 1)
+	go func() {
+		// GPULAB_BENCH_TRACE=N: an execution trace of the window's first N seconds beside the
+		// profiles (where a request waited: go tool trace -pprof=sched, sync, net).
+		n, _ := strconv.Atoi(os.Getenv("GPULAB_BENCH_TRACE"))
+		if n <= 0 || !keep {
+			traced <- nil
+			return
+		}
+		traced <- m.fetch(fmt.Sprintf("/debug/pprof/trace?seconds=%d", min(n, secs)), dir, filepath.Join(dir, name+".trace"))
+	}()
 	go func() {
 		err := m.fetch(fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), dir, file)
 		if err == nil && keep {
 			err = m.fetch("/debug/pprof/heap", dir, filepath.Join(dir, name+".heap.pprof"))
 		}
-		done <- err
+		done <- cmp.Or(err, <-traced)
 	}()
 	return func() string {
 		if err := <-done; err != nil {
