@@ -49,16 +49,20 @@ func newCall(ctx context.Context) call {
 
 func (c *call) base() *call { return c }
 
-// do queues c and waits for its batch's outcome (true), or for its context (false).
+// do queues c and waits for its batch's outcome (true), or for its context (false). A call that
+// finds a statement free writes its batch itself (lead), in its caller's goroutine.
 func (q *groupQueue[C]) do(c C) bool {
 	b := c.base()
 	q.mu.Lock()
 	q.waiting = append(q.waiting, c)
-	if q.running < q.inFlight {
+	lead := q.running < q.inFlight
+	if lead {
 		q.running++
-		go q.send()
 	}
 	q.mu.Unlock()
+	if lead {
+		q.lead(b)
+	}
 	select {
 	case <-b.done:
 		// Its share of the batch: one statement, as the request sees it, taking the time from
@@ -70,6 +74,39 @@ func (q *groupQueue[C]) do(c C) bool {
 	}
 }
 
+// lead writes batches of the waiting calls, in the goroutine of the call own, until own's is
+// written (or own is given up on); the calls still waiting then are left to a goroutine of
+// their own (send). A batch started by a goroutine made for it waited for a processor before it
+// even took its calls, while the caller that made it was running already and only went on to
+// wait: on B8x's busy 2-core master, the goroutines runnable in send were a quarter of all the
+// time goroutines waited for a processor (an execution trace of 5 s: 14 of 57 s; 3 Dec). What
+// the batch's callers wait for once it is written is the same either way.
+func (q *groupQueue[C]) lead(own *call) {
+	for {
+		batch := q.take()
+		if batch == nil {
+			return
+		}
+		q.writeBatch(batch)
+		select {
+		case <-own.done:
+		case <-own.ctx.Done():
+		default:
+			continue // own is still waiting: a later batch takes it
+		}
+		q.mu.Lock()
+		more := len(q.waiting) > 0
+		if !more {
+			q.running--
+		}
+		q.mu.Unlock()
+		if more {
+			go q.send()
+		}
+		return
+	}
+}
+
 // send writes batches of the waiting calls until none is left.
 func (q *groupQueue[C]) send() {
 	for {
@@ -77,12 +114,17 @@ func (q *groupQueue[C]) send() {
 		if batch == nil {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), q.timeout)
-		q.write(ctx, batch)
-		cancel()
-		for _, c := range batch {
-			close(c.base().done)
-		}
+		q.writeBatch(batch)
+	}
+}
+
+// writeBatch writes a batch under its own deadline and tells its callers.
+func (q *groupQueue[C]) writeBatch(batch []C) {
+	ctx, cancel := context.WithTimeout(context.Background(), q.timeout)
+	q.write(ctx, batch)
+	cancel()
+	for _, c := range batch {
+		close(c.base().done)
 	}
 }
 
