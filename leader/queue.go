@@ -568,9 +568,10 @@ func compareHeldJobs(a, b heldJob) int { return compareHeld(&a.SchedJob, &b.Sche
 // them at a time, each of b's place found by a binary search. An entry of b equal to one of a
 // goes after it.
 //
-// Moved one at a time and compared each with b's next, the entries after the first place were
-// a whole pass's walk in B8x: the jobs assigned in a pass were created throughout the last
-// hours, and the first of them was on average a few hundredths into the 34,000 held jobs.
+// Moved one at a time, each compared with b's next, the entries after the first place were
+// walked at every pass in B8x: a job a pass assigns was queued before many of the held jobs
+// started (the fair order is not the order of submission), so it falls inside the list, not at
+// its end, and so do the ended jobs removeSorted takes out.
 func mergeSorted[T any](a, b []T, cmp func(a, b T) int) []T {
 	if len(b) == 0 {
 		return a
