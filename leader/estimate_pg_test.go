@@ -53,6 +53,30 @@ func (w *estimateWorld) loop(cfg leader.Config, logs io.Writer) *leader.Loop {
 	return leader.NewLoop(w.st, cfg, slog.New(slog.NewTextHandler(logs, nil)), scheduler.NewSignal(), scheduler.NewSignal())
 }
 
+// leading has l lead as the world's leader until the returned stop, which fails the test if
+// the term ended otherwise than by stop.
+func (w *estimateWorld) leading(l *leader.Loop) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Lead(ctx, w.lead) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			w.t.Fatalf("lead: %v", err)
+		}
+	}
+}
+
+// waitFor waits for ok, or fails the test after 2 minutes.
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); !ok(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 2 minutes for %s", what)
+		}
+	}
+}
+
 // jobAndEvents reads job id and its history.
 func (w *estimateWorld) jobAndEvents(id string) (*store.JobRecord, []store.Event) {
 	w.t.Helper()
@@ -278,30 +302,11 @@ func TestLearnedOffThePasses(t *testing.T) {
 			}
 		}
 	}}, nil)
-	lead := func() (stop func()) {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- l.Lead(ctx, w.lead) }()
-		return func() {
-			cancel()
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				t.Fatalf("lead: %v", err)
-			}
-		}
-	}
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(2 * time.Minute); !ok(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("waited 2 minutes for %s", what)
-			}
-		}
-	}
 	// Stale after a millisecond, but the background looks only hourly: the passes go on with
 	// what the first one read.
 	l.LearnEvery(time.Hour, time.Millisecond)
-	stop := lead()
-	waitFor("ten passes and the first forecast's read", func() bool {
+	stop := w.leading(l)
+	waitFor(t, "ten passes and the first forecast's read", func() bool {
 		r, _, _ := l.Learned()
 		return passes.Load() >= 10 && !r.IsZero()
 	})
@@ -322,8 +327,8 @@ func TestLearnedOffThePasses(t *testing.T) {
 		}
 	}
 	l.LearnEvery(10*time.Millisecond, 50*time.Millisecond)
-	stop = lead()
-	waitFor("ratios read again", func() bool {
+	stop = w.leading(l)
+	waitFor(t, "ratios read again", func() bool {
 		r, _, global := l.Learned()
 		return r.After(first) && global.Mid > 0.24 && global.Mid < 0.26
 	})
@@ -332,7 +337,7 @@ func TestLearnedOffThePasses(t *testing.T) {
 		t.Errorf("the ratios were read %d times outside the background, want once (the first term's first forecast)", reads)
 	}
 	// No background now: a pass reads stale ones itself.
-	waitFor("the ratios to be stale", func() bool {
+	waitFor(t, "the ratios to be stale", func() bool {
 		r, _, _ := l.Learned()
 		return time.Since(r) > 100*time.Millisecond
 	})

@@ -3,6 +3,7 @@ package leader_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -30,14 +31,7 @@ func TestExplanationsOffThePasses(t *testing.T) {
 	var writes atomic.Int32
 	loop.WrapExplanationWriter(func(real leader.ExplanationWriter) leader.ExplanationWriter {
 		return func(ctx context.Context, lead store.Leadership, news, refreshed map[string][]string) error {
-			ids := slices.Sorted(func(yield func(string) bool) {
-				for id := range news {
-					if !yield(id) {
-						return
-					}
-				}
-			})
-			batches <- ids
+			batches <- slices.Sorted(maps.Keys(news))
 			if writes.Add(1) == 2 {
 				select {
 				case err := <-release:
@@ -49,15 +43,7 @@ func TestExplanationsOffThePasses(t *testing.T) {
 			return real(ctx, lead, news, refreshed)
 		}
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- loop.Lead(ctx, w.lead) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("lead: %v", err)
-		}
-	}()
+	defer w.leading(loop)()
 	next := func(what string) []string {
 		t.Helper()
 		select {
@@ -80,11 +66,7 @@ func TestExplanationsOffThePasses(t *testing.T) {
 		t.Fatalf("the waiting job told %q after its first explanation, want none free without an expected start", told)
 	}
 	held := passes.Load()
-	for deadline := time.Now().Add(2 * time.Minute); passes.Load() < held+5; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d passes while the explanations' write was held, want 5 more", passes.Load()-held)
-		}
-	}
+	waitFor(t, "5 passes while the explanations' write is held", func() bool { return passes.Load() >= held+5 })
 	if now, _ := explanationOf(w, waiting); now != told {
 		t.Fatalf("the waiting job told %q while its explanation's write was held, want %q still", now, told)
 	}
@@ -92,17 +74,12 @@ func TestExplanationsOffThePasses(t *testing.T) {
 	if ids := next("the explanations again"); !slices.Equal(ids, []string{waiting}) {
 		t.Fatalf("after a failed write, explanations for %v, want the waiting job %s again (unchanged)", ids, waiting)
 	}
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
-		told, events := explanationOf(w, waiting)
-		if strings.Contains(told, "expected start") {
-			if events != 2 {
-				t.Errorf("the waiting job told %q with %d events, want two (one for each explanation)", told, events)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the waiting job told %q after 2 minutes, want its expected start", told)
-		}
+	waitFor(t, "the waiting job told its expected start", func() bool {
+		told, _ := explanationOf(w, waiting)
+		return strings.Contains(told, "expected start")
+	})
+	if told, events := explanationOf(w, waiting); events != 2 {
+		t.Errorf("the waiting job told %q with %d events, want two (one for each explanation)", told, events)
 	}
 }
 
