@@ -32,12 +32,21 @@ import (
 // only up to prealloc: a body larger than that grows as it arrives, so a client cannot make
 // the master set aside the whole limit with a header.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	return readBodyInto(w, r, limit, nil)
+}
+
+// readBodyInto is readBody reading into buf's array when it is large enough (decodeBody's
+// pooled buffers).
+func readBodyInto(w http.ResponseWriter, r *http.Request, limit int64, buf []byte) ([]byte, error) {
 	rd := http.MaxBytesReader(w, r.Body, limit)
 	size := int64(512)
 	if n := r.ContentLength; n >= 0 {
 		size = min(n+1, prealloc, limit+1)
 	}
-	body := make([]byte, 0, size)
+	body := buf[:0]
+	if int64(cap(body)) < size {
+		body = make([]byte, 0, size)
+	}
 	for {
 		n, err := rd.Read(body[len(body):cap(body)])
 		body = body[:len(body)+n]

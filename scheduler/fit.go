@@ -193,6 +193,7 @@ type passBufs struct {
 	nHeld, nHalt           []int
 	placed                 []*Placed
 	misses                 []miss
+	order                  []*Job // Plan's queue order (queueOrder)
 }
 
 var passPool = sync.Pool{New: func() any { return new(passBufs) }}
@@ -220,6 +221,7 @@ func (p *planner) release() {
 	clear(b.where)
 	clear(b.scratch)
 	clear(b.placed)
+	clear(b.order)
 	clear(b.misses[:cap(b.misses)])
 	passPool.Put(b)
 }

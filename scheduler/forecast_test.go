@@ -87,7 +87,7 @@ func TestForecastOrder(t *testing.T) {
 	s.Ratios = RunRatios{Global: RunRatio{Low: 0.2, Mid: 0.6}}
 	s.Queued = queueOf(6)
 	p := s.Plan()
-	order := queueOrder(s)
+	order := queueOrder(s, nil)
 	var prev Range
 	for i, j := range order {
 		r, ok := p.Ranges[j.UUID]
@@ -397,7 +397,7 @@ func TestForecastDrawnReplays(t *testing.T) {
 	s.Ratios = RunRatios{Global: NewRunRatio(0.6, q)}
 	p := s.Plan()
 	var prev time.Time
-	for _, j := range queueOrder(s) {
+	for _, j := range queueOrder(s, nil) {
 		r := p.Ranges[j.UUID]
 		if r.Likely.Before(r.Early) || r.Likely.After(r.Late) || r.Likely.Before(prev) {
 			t.Errorf("%s: %+v (job ahead likely at %s)", j.UUID, r, prev)

@@ -5,7 +5,7 @@ package scheduler
 // plans (the first ones in this order); the order of any subset of the queue is the same
 // order restricted to it, since the key of a job does not depend on the other queued jobs.
 func (s Snapshot) Order() []Job {
-	order := queueOrder(s)
+	order := queueOrder(s, nil)
 	out := make([]Job, len(order))
 	for i, j := range order {
 		out[i] = *j

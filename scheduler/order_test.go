@@ -39,7 +39,7 @@ func TestQueueOrderPolicies(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(string(c.policy), func(t *testing.T) {
-			got := queueOrder(Snapshot{Policy: c.policy, Tallies: tallies, Queued: queued})
+			got := queueOrder(Snapshot{Policy: c.policy, Tallies: tallies, Queued: queued}, nil)
 			for i, j := range got {
 				if j.UUID != c.want[i] {
 					t.Fatalf("position %d: %s, want order %v", i, j.UUID, c.want)
@@ -74,7 +74,7 @@ func TestQueueOrderReservationHolders(t *testing.T) {
 			mk("heavy-holder", 1, 3, "active"),
 		}}
 	want := []string{"heavy-holder", "light", "future-holder", "not-a-holder"}
-	for i, j := range queueOrder(s) {
+	for i, j := range queueOrder(s, nil) {
 		if j.UUID != want[i] {
 			t.Fatalf("position %d: %s, want %v", i, j.UUID, want)
 		}
@@ -95,7 +95,7 @@ func TestFairRank(t *testing.T) {
 	// Ranks: light-week 168 × 2 = 336, heavy-hour 100, heavier-hour 401, light-hour 2.
 	s := Snapshot{Policy: PolicyFair, Tallies: map[int64]float64{1: 1, 2: 99, 3: 400}, Queued: queued}
 	want := []string{"light-hour", "heavy-hour", "light-week", "heavier-hour"}
-	for i, j := range queueOrder(s) {
+	for i, j := range queueOrder(s, nil) {
 		if j.UUID != want[i] {
 			t.Fatalf("position %d: %s, want %v", i, j.UUID, want)
 		}

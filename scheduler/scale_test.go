@@ -425,6 +425,6 @@ func BenchmarkPlanHeadDraining(b *testing.B) {
 func BenchmarkQueueOrder(b *testing.B) {
 	s := soakSnapshot(2000, 20000, 0.23, 30*time.Minute)
 	for b.Loop() {
-		queueOrder(s)
+		queueOrder(s, nil)
 	}
 }

@@ -235,10 +235,21 @@ func (s *Store) Heartbeat(ctx context.Context, b Beat) (BeatView, error) {
 
 // ownSamples are the samples of the jobs the master has on the slave (jobs): a slave cannot
 // write the usage of another's jobs.
+// They are most often all of them, which are then returned as they are.
 func ownSamples(samples []UsageSample, jobs []SlaveJob) []UsageSample {
-	own := samples[:0:0]
-	for _, u := range samples {
-		if slices.ContainsFunc(jobs, func(j SlaveJob) bool { return j.UUID == u.JobUUID }) {
+	isOwn := func(u UsageSample) bool {
+		return slices.ContainsFunc(jobs, func(j SlaveJob) bool { return j.UUID == u.JobUUID })
+	}
+	i := 0
+	for i < len(samples) && isOwn(samples[i]) {
+		i++
+	}
+	if i == len(samples) {
+		return samples
+	}
+	own := slices.Clone(samples[:i])
+	for _, u := range samples[i+1:] {
+		if isOwn(u) {
 			own = append(own, u)
 		}
 	}
