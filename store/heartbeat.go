@@ -234,8 +234,8 @@ func (s *Store) Heartbeat(ctx context.Context, b Beat) (BeatView, error) {
 }
 
 // ownSamples are the samples of the jobs the master has on the slave (jobs): a slave cannot
-// write the usage of another's jobs.
-// They are most often all of them, which are then returned as they are.
+// write the usage of another's jobs. They are most often all of them: the slave's list is then
+// returned as it is, not copied (a heartbeat a millisecond in B8x). It is never written to.
 func ownSamples(samples []UsageSample, jobs []SlaveJob) []UsageSample {
 	isOwn := func(u UsageSample) bool {
 		return slices.ContainsFunc(jobs, func(j SlaveJob) bool { return j.UUID == u.JobUUID })

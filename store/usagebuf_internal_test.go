@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -137,5 +138,39 @@ func TestUsageBufferFlusherRuns(t *testing.T) {
 	}
 	if err := b.close(context.Background()); err != nil || len(rec.samples) != 1 {
 		t.Errorf("close: %v, %d samples written", err, len(rec.samples))
+	}
+}
+
+// ownSamples keeps the samples of the jobs the master has on the slave, in their order, wherever
+// the others are among them, and hands back the slave's own list when every sample is its own.
+func TestOwnSamples(t *testing.T) {
+	jobs := []SlaveJob{{UUID: "a"}, {UUID: "b"}, {UUID: "c"}}
+	ids := func(us []UsageSample) string {
+		var s []string
+		for _, u := range us {
+			s = append(s, u.JobUUID)
+		}
+		return strings.Join(s, ",")
+	}
+	for _, c := range []struct{ in, want string }{
+		{"a,b,c", "a,b,c"}, {"x,a,b", "a,b"}, {"a,x,b", "a,b"}, {"a,b,x", "a,b"}, {"x,y", ""}, {"", ""},
+		{"c,x,a,y,b", "c,a,b"},
+	} {
+		var in []UsageSample
+		if c.in != "" {
+			for _, id := range strings.Split(c.in, ",") {
+				in = append(in, UsageSample{JobUUID: id})
+			}
+		}
+		got := ownSamples(in, jobs)
+		if ids(got) != c.want {
+			t.Errorf("%s: kept %q, want %q", c.in, ids(got), c.want)
+		}
+		if c.in == c.want && c.in != "" && &got[0] != &in[0] {
+			t.Errorf("%s: every sample its own, but copied", c.in)
+		}
+		if ids(in) != c.in {
+			t.Errorf("%s: the slave's list changed to %s", c.in, ids(in))
+		}
 	}
 }
