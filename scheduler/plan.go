@@ -357,7 +357,7 @@ func sortQueue(s Snapshot, out []*Job) {
 // user's jobs of one maxDuration share a rank) and each a call reading the times from two of
 // thousands of jobs of several hundred bytes, the sort was 30 % of a narrowed plan's CPU in
 // B8x (~25,000 jobs, ~12 ms a pass; 3 Dec). False, out untouched, when there are too many jobs
-// for the integers.
+// for the integers. Its arrays are b's (sortQueue's, reused from sort to sort).
 func sortByPlaces(keys []QueueKey, out []*Job, b *sortBufs) bool {
 	if uint64(len(keys)) >= 1<<32 {
 		return false
