@@ -147,14 +147,20 @@ func parsePassSize(s string) (int, int, error) {
 	return slaves, jobs, nil
 }
 
-// describePhases is one pass's line: the total, the phases, and each step.
+// describePhases is one pass's line: the total, the sizes (the jobs' rows read: the change
+// feed's, or every job's in a full read), the phases, and each step.
 func describePhases(took time.Duration, p leader.Phases) string {
 	ms := func(d time.Duration) string {
 		return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64) + " ms"
 	}
+	full := ""
+	if p.FullRead {
+		full = " in full"
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s total (%d slaves, %d queued, %d planned, %d held, %d assigned): housekeeping %s, compaction %s, read %s, Plan %s, apply %s;",
-		ms(took), p.Slaves, p.Queued, p.Planned, p.Running, p.Assigned, ms(p.Housekeeping), ms(p.Compact), ms(p.Read), ms(p.Plan), ms(p.Apply))
+	fmt.Fprintf(&b, "%s total (%d slaves, %d queued, %d planned, %d held, %d assigned, %d jobs' rows read%s): housekeeping %s, compaction %s, read %s, Plan %s, apply %s;",
+		ms(took), p.Slaves, p.Queued, p.Planned, p.Running, p.Assigned, p.FeedRows, full,
+		ms(p.Housekeeping), ms(p.Compact), ms(p.Read), ms(p.Plan), ms(p.Apply))
 	for _, s := range p.Steps {
 		fmt.Fprintf(&b, " %s %s,", s.Step, ms(s.Took))
 	}

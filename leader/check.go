@@ -85,8 +85,8 @@ func (c *checker[T]) take(log *slog.Logger, what string) *checked[T] {
 }
 
 // feed is what a pass's read of the feed needs of the checks: the outcome of a check that
-// ended (nil when none), and where the feed is read from (the memory's mark, or the check's
-// when it is older). It starts a check when one is due.
+// ended (nil when none), and where the feed is read from (the memory's mark, and when a check
+// ended, the union of the two: what a read after either could not see). It starts a check when one is due.
 func (c *checker[T]) feed(ctx context.Context, st *store.Store, log *slog.Logger, what string, mark store.ChangeMark,
 	read func(context.Context) (T, error)) (*checked[T], store.ChangeMark) {
 	done := c.take(log, what)
@@ -96,7 +96,7 @@ func (c *checker[T]) feed(ctx context.Context, st *store.Store, log *slog.Logger
 		}
 		return nil, mark
 	}
-	return done, min(mark, done.mark)
+	return done, mark.Union(done.mark)
 }
 
 // wait waits for a check still running (its context ended) to end: a term's goroutines end
@@ -104,13 +104,13 @@ func (c *checker[T]) feed(ctx context.Context, st *store.Store, log *slog.Logger
 func (c *checker[T]) wait() { c.running.Wait() }
 
 // wentBack reports whether mark, taken by this pass, is older than last, the mark the memory's
-// last read went on from. The oldest transaction running only ever moves forward, unless
-// Postgres recovered from a crash: the ids of the transactions whose log it had not written
+// last read went on from. A mark's Next (the id the next transaction will get) only ever moves
+// forward, unless Postgres recovered from a crash: the ids of the transactions whose log it had not written
 // when it stopped (an asynchronous commit, a write not yet flushed) are given out again, below
 // marks taken before the crash, and a feed read from such a mark never shows what they write (a
 // job submitted as Postgres came back stayed QUEUED, unseen by the leader until the next check,
 // in the chaos test postgres-outage). The memory is then read again in full.
-func wentBack(mark, last store.ChangeMark) bool { return mark < last }
+func wentBack(mark, last store.ChangeMark) bool { return mark.Before(last) }
 
 // wentBackMessage is the warning logged when wentBack: not a bug, so not counted as drift.
 const wentBackMessage = "the database's transaction ids went back (it recovered from a crash): the scheduler reads everything again"

@@ -178,8 +178,8 @@ var OfflineEvery = offlineEvery
 // MarksAhead moves the marks the jobs' and the slaves' feeds go on from by ids ahead, as marks
 // taken before Postgres recovered from a crash and gave out lower ids again are.
 func (l *Loop) MarksAhead(ids uint64) {
-	l.queue.mark += store.ChangeMark(ids)
-	l.fleet.mark += store.ChangeMark(ids)
+	l.queue.mark.Next += ids
+	l.fleet.mark.Next += ids
 }
 
 // DatabaseRestarted makes the next pass find the database started at another time than the

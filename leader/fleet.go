@@ -88,7 +88,7 @@ func (f *fleet) readAll() fleetFeed {
 // read). The slice is shared with later passes: not to be changed.
 func (f *fleet) take(ctx context.Context, st *store.Store, n fleetFeed, rows []store.SchedSlave, mark store.ChangeMark) ([]fleetSlave, error) {
 	if !n.full && wentBack(mark, f.mark) {
-		f.log.Warn(wentBackMessage, "what", "slaves", "mark", uint64(mark), "last", uint64(f.mark))
+		f.log.Warn(wentBackMessage, "what", "slaves", "mark", mark.String(), "last", f.mark.String())
 		n = f.readAll()
 	}
 	if n.full {

@@ -114,9 +114,8 @@ func TestFleetFollowsTheFeed(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
 		t.Fatal(err)
 	}
-	// Its stamp is set far back too: the feed rereads rows stamped since the oldest transaction
-	// running at its last read, and with other databases busy on the same server (test packages
-	// in parallel) that may reach back to node0's last change, which made the flip visible.
+	// Its stamp is set far back too, to an id every mark has seen committed: the flip must not
+	// come with a stamp of its own.
 	if _, err := tx.ExecContext(ctx, `UPDATE slaves SET online = NOT online, sched_xid = '3'::xid8 WHERE name = 'node0'`); err != nil {
 		t.Fatal(err)
 	}

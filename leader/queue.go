@@ -177,7 +177,7 @@ func (q *queue) readAll() queueFeed {
 // check's full read up to date with it and compares them.
 func (q *queue) take(ctx context.Context, st *store.Store, n queueFeed, rows, releasing []store.SchedJob, mark store.ChangeMark) ([]scheduler.Job, heldList, error) {
 	if !n.full && wentBack(mark, q.mark) {
-		q.log.Warn(wentBackMessage, "what", "jobs", "mark", uint64(mark), "last", uint64(q.mark))
+		q.log.Warn(wentBackMessage, "what", "jobs", "mark", mark.String(), "last", q.mark.String())
 		n = q.readAll()
 	}
 	q.lastRead = readStats{full: n.full}

@@ -59,9 +59,8 @@ func TestSlavesChangedSince(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// stamp is the slave's stamp: a mark is the oldest transaction running anywhere in the
-	// cluster (other tests' too), so a read may give unchanged rows again; that a heartbeat
-	// is no change is seen on the stamp itself.
+	// stamp is the slave's stamp: that a heartbeat is no change is seen on the stamp itself,
+	// and in the feed.
 	stamp := func(name string) string {
 		t.Helper()
 		var x string
@@ -87,6 +86,9 @@ func TestSlavesChangedSince(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := read(m1)
+	if _, ok := second["node1"]; ok {
+		t.Errorf("node1 read after a heartbeat alone: %+v", second["node1"])
+	}
 	if s, ok := second["node2"]; !ok || s.AcceptingJobs || string(s.Inventory) != `{"cpus": 16}` {
 		t.Errorf("node2 after it stopped accepting: %+v (want it read, not accepting, with its inventory)", second)
 	}
@@ -341,8 +343,8 @@ func TestReadPassFeeds(t *testing.T) {
 	if !reflect.DeepEqual(r.Releasing, releasing) || len(releasing) != 1 || releasing[0].UUID != cancelled.UUID || !releasing[0].Releasing {
 		t.Errorf("releasing %+v, want %+v (the cancelled job's GPU)", r.Releasing, releasing)
 	}
-	if r.Mark < jobsFrom {
-		t.Errorf("mark %d before one taken earlier (%d)", r.Mark, jobsFrom)
+	if r.Mark.Before(jobsFrom) {
+		t.Errorf("mark %s before one taken earlier (%s)", r.Mark, jobsFrom)
 	}
 
 	only, err := st.ReadPass(ctx, time.Hour, store.PassFeeds{Slaves: true, SlavesFrom: slavesFrom})
@@ -353,9 +355,7 @@ func TestReadPassFeeds(t *testing.T) {
 	if r.Started.IsZero() || !only.Started.Equal(r.Started) || !r.Started.Before(r.Now) {
 		t.Errorf("the database started at %v, then at %v (now %v)", r.Started, only.Started, r.Now)
 	}
-	// Without a name: the feed alone (old may still be in it: a mark is the oldest transaction
-	// running anywhere in the cluster, other tests' too, so rows stamped just before it come
-	// again).
+	// Without a name: the feed alone.
 	none, err := st.ReadPass(ctx, time.Hour, store.PassFeeds{Jobs: true, JobsFrom: jobsFrom})
 	if err != nil {
 		t.Fatal(err)
@@ -405,7 +405,7 @@ func TestSchedulerJobsReadsWhatTheFeedReads(t *testing.T) {
 		}
 		want = append(want, j.UUID)
 	}
-	feed, err := st.JobsChangedSince(ctx, 0, nil)
+	feed, err := st.JobsChangedSince(ctx, store.ChangeMark{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,5 +429,71 @@ func TestSchedulerJobsReadsWhatTheFeedReads(t *testing.T) {
 		if !reflect.DeepEqual(got, feed) {
 			t.Errorf("hint %d: the full read differs from the feed's rows:\n got %+v\nwant %+v", hint, got[:min(2, len(got))], feed[:min(2, len(feed))])
 		}
+	}
+}
+
+// A change mark is exact: a read from it gives the rows of the transactions that had not
+// committed when it was taken (one running then, committed after it; one begun after it), and
+// not those of a transaction committed before it, even while an older one still runs (a mark
+// that was the oldest transaction running gave every change since that one began again).
+func TestChangeMarkIsExact(t *testing.T) {
+	st := newStore(t)
+	ctx := context.Background()
+	if _, err := st.CreateCluster(ctx, store.Cluster{ID: 1, Name: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	register := func(name string) {
+		t.Helper()
+		if _, err := st.RegisterSlave(ctx, store.SlaveRegistration{Name: name, InstanceID: "i-" + name, ClusterID: 1, Inventory: []byte(`{"cpus": 8}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	register("old")
+	tx, err := st.DB().BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `UPDATE slaves SET inventory = '{"cpus": 16}' WHERE name = 'old'`); err != nil {
+		t.Fatal(err)
+	}
+	register("seen") // begun after the running one, committed before the mark
+	mark, err := st.TakeChangeMark(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(from store.ChangeMark) []string {
+		t.Helper()
+		ss, err := st.SlavesChangedSince(ctx, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := st.ReadPass(ctx, time.Hour, store.PassFeeds{Slaves: true, SlavesFrom: from})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out, inPass []string
+		for _, s := range ss {
+			out = append(out, s.Name)
+		}
+		for _, s := range r.Slaves {
+			inPass = append(inPass, s.Name)
+		}
+		slices.Sort(out)
+		slices.Sort(inPass)
+		if !slices.Equal(out, inPass) {
+			t.Errorf("from %s: SlavesChangedSince read %v, ReadPass %v", from, out, inPass)
+		}
+		return out
+	}
+	if got := names(mark); len(got) != 0 {
+		t.Errorf("read from a mark taken after their commits: %v, want none", got)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	register("new")
+	if got := names(mark); !slices.Equal(got, []string{"new", "old"}) {
+		t.Errorf("read from the mark after the running transaction committed and another began: %v, want [new old]", got)
 	}
 }

@@ -65,21 +65,21 @@ type PassRead struct {
 // duration of ours), the marks (numbers) and the named jobs (quoted) are written into the text,
 // so each is planned with its values, as lib/pq's unnamed statements were.
 func (s *Store) ReadPass(ctx context.Context, halfLife time.Duration, feeds PassFeeds) (PassRead, error) {
-	query := `SELECT now(), pg_snapshot_xmin(pg_current_snapshot())::text, GREATEST(pg_postmaster_start_time(), pg_stat_get_bgwriter_stat_reset_time());
+	query := `SELECT now(), pg_current_snapshot()::text, GREATEST(pg_postmaster_start_time(), pg_stat_get_bgwriter_stat_reset_time());
 SELECT user_id, tally * power(0.5, EXTRACT(EPOCH FROM (now() - updated_at)) / ` + strconv.FormatFloat(halfLife.Seconds(), 'g', -1, 64) + `::float8) FROM user_tallies;
 SELECT ` + reservationColumns + ` FROM reservations WHERE ends_at > now() ORDER BY starts_at, id;
 SELECT ` + clusterColumns + `,
     ARRAY(SELECT project_id FROM cluster_projects cp WHERE cp.cluster_id = clusters.id ORDER BY project_id) AS owners
 FROM clusters ORDER BY id`
 	if feeds.Slaves {
-		query += ";\n" + schedSlaves + `WHERE sched_xid >= ` + markLiteral(feeds.SlavesFrom)
+		query += ";\n" + schedSlaves + `WHERE ` + changedSince(feeds.SlavesFrom)
 	}
 	if feeds.Jobs {
 		also, err := append(pq.StringArray{}, feeds.Also...).Value() // never nil: "{}" when empty
 		if err != nil {
 			return PassRead{}, fmt.Errorf("read a pass: the jobs named: %w", err)
 		}
-		query += ";\n" + schedJobs + `sched_xid >= ` + markLiteral(feeds.JobsFrom) + ` OR uuid = ANY(` + pq.QuoteLiteral(also.(string)) + `::uuid[])` +
+		query += ";\n" + schedJobs + changedSince(feeds.JobsFrom) + ` OR uuid = ANY(` + pq.QuoteLiteral(also.(string)) + `::uuid[])` +
 			";\n" + releasingQuery
 	}
 	var b PassRead
@@ -114,11 +114,6 @@ FROM clusters ORDER BY id`
 	return b, mapErr(err, "read the clock, the tallies, the reservations, the clusters and the changes")
 }
 
-// markLiteral writes a change mark as a literal of its type (ReadPass).
-func markLiteral(m ChangeMark) string {
-	return "'" + strconv.FormatUint(uint64(m), 10) + "'::xid8"
-}
-
 // scanBasics reads ReadPass's first four result sets.
 func scanBasics(rows *sql.Rows, b *PassBasics) error {
 	var mark string
@@ -128,11 +123,11 @@ func scanBasics(rows *sql.Rows, b *PassBasics) error {
 	if err := rows.Scan(&b.Now, &mark, &b.Started); err != nil {
 		return err
 	}
-	m, err := strconv.ParseUint(mark, 10, 64)
+	m, err := parseSnapshot(mark)
 	if err != nil {
-		return fmt.Errorf("parse change mark %q: %w", mark, err)
+		return err
 	}
-	b.Mark = ChangeMark(m)
+	b.Mark = m
 	if rows.Next() { // one row: this Next ends the result set, before the next one is read
 		return errors.New("more than one clock")
 	}

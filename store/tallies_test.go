@@ -113,8 +113,8 @@ func TestReadPassBasics(t *testing.T) {
 	if b.Slaves != nil || b.Jobs != nil || b.Releasing != nil {
 		t.Errorf("feeds read without being asked: %+v %+v %+v", b.Slaves, b.Jobs, b.Releasing)
 	}
-	if d := time.Since(b.Now); d < -time.Minute || d > time.Minute || b.Mark < before {
-		t.Errorf("clock %s (%s from here), mark %d (one taken before: %d)", b.Now, d, b.Mark, before)
+	if d := time.Since(b.Now); d < -time.Minute || d > time.Minute || b.Mark.Before(before) {
+		t.Errorf("clock %s (%s from here), mark %s (one taken before: %s)", b.Now, d, b.Mark, before)
 	}
 	tallies, err := st.Tallies(ctx, week)
 	if err != nil {
