@@ -87,8 +87,11 @@ func parseSnapshot(text string) (ChangeMark, error) {
 	}
 	oldest, err1 := strconv.ParseUint(parts[0], 10, 64)
 	next, err2 := strconv.ParseUint(parts[1], 10, 64)
-	if err := cmp.Or(err1, err2); err != nil || oldest > next {
-		return ChangeMark{}, fmt.Errorf("parse snapshot %q: want xmin ≤ xmax: %v", text, err)
+	if err := cmp.Or(err1, err2); err != nil {
+		return ChangeMark{}, fmt.Errorf("parse snapshot %q: %w", text, err)
+	}
+	if oldest > next {
+		return ChangeMark{}, fmt.Errorf("parse snapshot %q: want xmin ≤ xmax", text)
 	}
 	m := ChangeMark{Next: next}
 	if parts[2] == "" {
@@ -96,8 +99,11 @@ func parseSnapshot(text string) (ChangeMark, error) {
 	}
 	for _, f := range strings.Split(parts[2], ",") {
 		x, err := strconv.ParseUint(f, 10, 64)
-		if err != nil || x < oldest || x >= next {
-			return ChangeMark{}, fmt.Errorf("parse snapshot %q: want running ids from xmin to xmax: %v", text, err)
+		if err != nil {
+			return ChangeMark{}, fmt.Errorf("parse snapshot %q: a running id: %w", text, err)
+		}
+		if x < oldest || x >= next {
+			return ChangeMark{}, fmt.Errorf("parse snapshot %q: want running ids from xmin to xmax", text)
 		}
 		m.Running = append(m.Running, x)
 	}
