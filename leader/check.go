@@ -86,7 +86,8 @@ func (c *checker[T]) take(log *slog.Logger, what string) *checked[T] {
 
 // feed is what a pass's read of the feed needs of the checks: the outcome of a check that
 // ended (nil when none), and where the feed is read from (the memory's mark, and when a check
-// ended, the union of the two: what a read after either could not see). It starts a check when one is due.
+// ended, the union of the two: what a read after either could not see). It starts a check when
+// one is due.
 func (c *checker[T]) feed(ctx context.Context, st *store.Store, log *slog.Logger, what string, mark store.ChangeMark,
 	read func(context.Context) (T, error)) (*checked[T], store.ChangeMark) {
 	done := c.take(log, what)
@@ -105,8 +106,8 @@ func (c *checker[T]) wait() { c.running.Wait() }
 
 // wentBack reports whether mark, taken by this pass, is older than last, the mark the memory's
 // last read went on from. A mark's Next (the id the next transaction will get) only ever moves
-// forward, unless Postgres recovered from a crash: the ids of the transactions whose log it had not written
-// when it stopped (an asynchronous commit, a write not yet flushed) are given out again, below
+// forward, unless Postgres recovered from a crash: the ids of the transactions whose log it had
+// not written when it stopped (an asynchronous commit, a write not yet flushed) are given out again, below
 // marks taken before the crash, and a feed read from such a mark never shows what they write (a
 // job submitted as Postgres came back stayed QUEUED, unseen by the leader until the next check,
 // in the chaos test postgres-outage). The memory is then read again in full.
