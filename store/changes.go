@@ -42,6 +42,8 @@ type ChangeMark struct {
 // its full read, and the memory's, taken at its last pass.)
 func (m ChangeMark) Union(o ChangeMark) ChangeMark {
 	u := ChangeMark{Next: min(m.Next, o.Next)}
+	// A running id at or past the lower Next is already in the range from it: only those below
+	// it go in the list.
 	for _, r := range [][]uint64{m.Running, o.Running} {
 		for _, x := range r {
 			if x < u.Next && !slices.Contains(u.Running, x) {
@@ -49,8 +51,6 @@ func (m ChangeMark) Union(o ChangeMark) ChangeMark {
 			}
 		}
 	}
-	// Every id from the higher Next on was not seen by the mark that has it, and is at least
-	// the lower one: named by the range, not the list.
 	slices.Sort(u.Running)
 	return u
 }
